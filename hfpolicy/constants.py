@@ -1,0 +1,34 @@
+"""Names shared across hfpolicy: feature keys of the LeRobot dataset format, and file names on the Hub."""
+
+# Feature keys, as in LeRobot datasets (lerobot/pusht and community datasets use exactly these).
+OBS_PREFIX = "observation."
+OBS_IMAGE = "observation.image"  # a single camera; multi-camera datasets use "observation.images.<name>"
+OBS_IMAGES_PREFIX = "observation.images."
+OBS_STATE = "observation.state"  # robot proprioception (PushT: agent x, y)
+OBS_ENV_STATE = "observation.environment_state"  # privileged simulator state (PushT: block keypoints)
+ACTION = "action"
+REWARD = "next.reward"
+DONE = "next.done"
+SUCCESS = "next.success"
+
+# Bookkeeping columns of every LeRobot frame.
+INDEX = "index"
+EPISODE_INDEX = "episode_index"
+FRAME_INDEX = "frame_index"
+TIMESTAMP = "timestamp"
+TASK_INDEX = "task_index"
+TASK = "task"
+
+PAD_SUFFIX = "_is_pad"  # f"{key}{PAD_SUFFIX}" marks time offsets that fell outside the episode
+
+# Files of a policy repository.
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+TRAIN_CONFIG_FILE = "train_config.json"
+EVAL_INFO_FILE = "eval_info.json"
+REPLAY_VIDEO_FILE = "replay.mp4"  # the Hub shows this video on robotics model pages
+
+
+def pad_key(key: str) -> str:
+    """The name of the padding mask that goes with a windowed feature."""
+    return f"{key}{PAD_SUFFIX}"

@@ -1,0 +1,270 @@
+"""The policy base class: an nn.Module that saves to and loads from the Hub, normalizes its own inputs and outputs, and
+turns chunk-predicting networks into a step-by-step controller with an observation history and an action queue.
+"""
+
+import importlib
+import json
+import os
+from collections import deque
+from pathlib import Path
+from typing import Any, ClassVar
+
+import safetensors
+import safetensors.torch
+import torch
+from huggingface_hub import PyTorchModelHubMixin, hf_hub_download
+from huggingface_hub.errors import EntryNotFoundError
+from torch import Tensor, nn
+
+from hfpolicy.constants import ACTION, CONFIG_FILE, WEIGHTS_FILE
+from hfpolicy.policies.config import PolicyConfig, known_policy_types
+from hfpolicy.policies.normalization import Normalizer
+
+_POLICY_CLASSES: dict[str, type["Policy"]] = {}
+
+
+class PolicyLoadError(RuntimeError):
+    """A saved policy (config.json / model.safetensors) cannot be loaded as it is."""
+
+
+class Policy(
+    nn.Module,
+    PyTorchModelHubMixin,
+    library_name="hfpolicy",
+    tags=["robotics", "hfpolicy"],
+    repo_url="https://github.com/hfpolicy/hfpolicy",
+):
+    """Base class of every hfpolicy policy.
+
+    A subclass sets `config_class` (a registered `PolicyConfig`) and implements two methods that see normalized data:
+    `compute_loss(batch) -> {"loss": ...}` for training and `generate_actions(observation) -> (B, n_action_steps,
+    action_dim)` for acting. The base class provides normalization (stats are buffers saved in model.safetensors),
+    `forward` for training, `predict_action_chunk` and `select_action` for acting, and strict Hub (de)serialization.
+
+    Acting step by step: `select_action(observation)` takes one observation per env (tensors with a batch dim) and
+    returns one action per env. It keeps the last `n_obs_steps` observations (at an episode's first step the first
+    observation is repeated to fill the history) and a queue of `n_action_steps` actions, and predicts a new chunk only
+    when the queue is empty. Call `reset()` at every episode start: it empties both.
+
+    The timeline for n_obs_steps=2, horizon=16, n_action_steps=8 (Diffusion Policy on PushT). `o` is an observation
+    in the history, `h` a step of the predicted horizon, `a` an action that is executed; the chunk is predicted at t=0,
+    then again at t=8 and t=16 (so 20 steps make 3 predictions):
+
+        step t      : -1  0  1  2  3  4  5  6  7  8  9 10 11 12 13 14
+        history     :  o  o                                           (t=-1 repeats t=0 at an episode start)
+        horizon     :  h  h  h  h  h  h  h  h  h  h  h  h  h  h  h  h
+        executed    :     a  a  a  a  a  a  a  a                      (horizon[n_obs_steps - 1 :][: n_action_steps])
+        next chunk  :                            predicted at t=8 from observations t=7 and t=8
+    """
+
+    config_class: ClassVar[type[PolicyConfig]] = PolicyConfig
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.config_class is not PolicyConfig:
+            _POLICY_CLASSES[cls.config_class.get_choice_name(cls.config_class)] = cls
+
+    def __init__(self, config: PolicyConfig, dataset_stats: dict[str, dict[str, Any]] | None = None):
+        super().__init__()
+        if not isinstance(config, self.config_class):
+            raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(config).__name__}")
+        config.validate_features()
+        self.config = config
+        self.normalizer = Normalizer({**config.input_features, **config.output_features}, config.normalization_mapping)
+        if dataset_stats is not None:
+            self.normalizer.set_stats(dataset_stats)
+        self._obs_history: deque[dict[str, Tensor]] = deque(maxlen=config.n_obs_steps)
+        self._action_queue: deque[Tensor] = deque(maxlen=config.n_action_steps)
+
+    # --- what subclasses implement --------------------------------------------------------------------------------
+    def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Training loss on a normalized batch (inputs with a time dim, `action` (B, horizon, A), `action_is_pad`)."""
+        raise NotImplementedError
+
+    def generate_actions(self, observation: dict[str, Tensor]) -> Tensor:
+        """Normalized action chunk (B, >= n_action_steps, A) from normalized observations (B, n_obs_steps, ...)."""
+        raise NotImplementedError
+
+    def get_optim_params(self) -> Any:
+        """Parameters (or param groups) for the optimizer."""
+        return [p for p in self.parameters() if p.requires_grad]
+
+    # --- training ---------------------------------------------------------------------------------------------------
+    def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Normalizes a dataset batch and returns the subclass's losses; "loss" is the one to minimize."""
+        missing = [key for key in [*self.config.input_features, ACTION] if key not in batch]
+        if missing:
+            raise KeyError(f"the training batch lacks {missing}; it has {sorted(batch)}")
+        return self.compute_loss(self.normalizer.normalize(batch))
+
+    # --- acting -----------------------------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget the observation history and queued actions. Call at every episode start."""
+        self._obs_history.clear()
+        self._action_queue.clear()
+
+    @torch.no_grad()
+    def predict_action_chunk(self, observation: dict[str, Tensor]) -> Tensor:
+        """Actions (B, n_action_steps, A) in dataset units from raw observations with a time dim (B, n_obs_steps, ...)."""
+        chunk = self.generate_actions(self.normalizer.normalize(observation))
+        if chunk.ndim != 3 or chunk.shape[1] < self.config.n_action_steps:
+            raise RuntimeError(
+                f"{type(self).__name__}.generate_actions returned shape {tuple(chunk.shape)}; "
+                f"expected (batch, >= {self.config.n_action_steps}, action_dim)"
+            )
+        return self.normalizer.unnormalize(ACTION, chunk[:, : self.config.n_action_steps])
+
+    @torch.no_grad()
+    def select_action(self, observation: dict[str, Tensor]) -> Tensor:
+        """One action per env (B, A) for one observation per env; see the class docstring for the queue."""
+        missing = [key for key in self.config.input_features if key not in observation]
+        if missing:
+            raise KeyError(f"the observation lacks {missing} (policy inputs: {list(self.config.input_features)})")
+        current = {key: observation[key] for key in self.config.input_features}
+        batch_size = next(iter(current.values())).shape[0]
+        if self._obs_history and next(iter(self._obs_history[0].values())).shape[0] != batch_size:
+            raise RuntimeError("the batch size changed within an episode: call policy.reset() at every episode start")
+        if not self._obs_history:
+            self._obs_history.extend([current] * self.config.n_obs_steps)
+        else:
+            self._obs_history.append(current)
+        if not self._action_queue:
+            stacked = {key: torch.stack([obs[key] for obs in self._obs_history], dim=1) for key in current}
+            chunk = self.predict_action_chunk(stacked)
+            self._action_queue.extend(chunk.transpose(0, 1))
+        return self._action_queue.popleft()
+
+    # --- saving and loading -----------------------------------------------------------------------------------------
+    def _save_pretrained(self, save_directory: Path) -> None:
+        """config.json (with `type`) and model.safetensors (weights and normalization stats), each written atomically."""
+        save_directory = Path(save_directory)
+        _write_atomically(save_directory / CONFIG_FILE, json.dumps(self.config.to_dict(), indent=2).encode())
+        tmp = save_directory / f".{WEIGHTS_FILE}.{os.getpid()}.tmp"
+        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        safetensors.torch.save_file(state, str(tmp), metadata={"format": "pt", "policy_type": self.config.type})
+        os.replace(tmp, save_directory / WEIGHTS_FILE)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        pretrained_name_or_path: str | Path,
+        *,
+        revision: str | None = None,
+        force_download: bool = False,
+        token: str | bool | None = None,
+        cache_dir: str | Path | None = None,
+        local_files_only: bool = False,
+        map_location: str | torch.device = "cpu",
+        config_overrides: dict[str, Any] | None = None,
+    ) -> "Policy":
+        """Loads a policy from a local directory or a Hub repo id. Only config.json and model.safetensors are read.
+
+        On the base class the policy type comes from config.json's `type`; on a subclass the type must match. Loading
+        is strict: missing or unexpected weights and shape mismatches raise `PolicyLoadError` naming them.
+        `config_overrides` replaces config fields that do not change the weights (e.g. {"n_action_steps": 4}).
+        """
+
+        def resolve(filename: str) -> Path:
+            local = Path(pretrained_name_or_path)
+            if local.is_dir():
+                path = local / filename
+                if not path.is_file():
+                    raise PolicyLoadError(
+                        f"{path} does not exist: a saved policy directory holds {CONFIG_FILE} and {WEIGHTS_FILE}"
+                    )
+                return path
+            try:
+                return Path(
+                    hf_hub_download(
+                        repo_id=str(pretrained_name_or_path),
+                        filename=filename,
+                        revision=revision,
+                        cache_dir=cache_dir,
+                        force_download=force_download,
+                        token=token,
+                        local_files_only=local_files_only,
+                    )
+                )
+            except EntryNotFoundError as e:
+                raise PolicyLoadError(
+                    f"the Hub repo {pretrained_name_or_path!r} has no {filename}: is it an hfpolicy policy?"
+                ) from e
+
+        config_path = resolve(CONFIG_FILE)
+        try:
+            config_data = json.loads(config_path.read_text())
+        except json.JSONDecodeError as e:
+            raise PolicyLoadError(f"{config_path} is not valid JSON ({e}); re-save or re-download the policy") from e
+        if config_overrides:
+            config_data.update(config_overrides)
+        try:
+            config = PolicyConfig.from_dict(config_data)
+        except ValueError as e:
+            raise PolicyLoadError(f"{config_path}: {e}") from e
+        policy_class = get_policy_class(config.type)
+        if not issubclass(policy_class, cls):
+            raise PolicyLoadError(f"{pretrained_name_or_path} holds a {config.type!r} policy, not a {cls.__name__}")
+
+        weights_path = resolve(WEIGHTS_FILE)
+        try:
+            state_dict = safetensors.torch.load_file(str(weights_path), device="cpu")
+        except (safetensors.SafetensorError, OSError, ValueError) as e:
+            raise PolicyLoadError(
+                f"{weights_path} is not a readable safetensors file ({e}); it may be truncated or corrupt: "
+                "download it again (force_download=True) or re-save the policy"
+            ) from e
+
+        policy = policy_class(config)
+        policy.load_strict(state_dict, source=str(weights_path))
+        policy.to(map_location)
+        policy.eval()
+        return policy
+
+    def load_strict(self, state_dict: dict[str, Tensor], source: str = "state dict") -> None:
+        """load_state_dict that names every missing key, unexpected key and shape mismatch in one error."""
+        expected = self.state_dict()
+        missing = sorted(set(expected) - set(state_dict))
+        unexpected = sorted(set(state_dict) - set(expected))
+        mismatched = [
+            f"{k}: saved {tuple(state_dict[k].shape)}, model {tuple(v.shape)}"
+            for k, v in expected.items()
+            if k in state_dict and state_dict[k].shape != v.shape
+        ]
+        if missing or unexpected or mismatched:
+            problems = []
+            if missing:
+                problems.append(f"missing keys {missing}")
+            if unexpected:
+                problems.append(f"unexpected keys {unexpected}")
+            if mismatched:
+                problems.append(f"shape mismatches [{'; '.join(mismatched)}]")
+            raise PolicyLoadError(
+                f"{source} does not fit {type(self).__name__} built from its config: {', '.join(problems)}"
+            )
+        self.load_state_dict(state_dict, strict=True)
+
+
+def get_policy_class(type_name: str) -> type[Policy]:
+    """The Policy subclass registered for a config type, importing `hfpolicy.policies.<type>.modeling` if needed."""
+    if type_name not in _POLICY_CLASSES:
+        module_name = f"hfpolicy.policies.{type_name}.modeling"
+        try:
+            importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name is None or not module_name.startswith(e.name):
+                raise  # a dependency of an existing policy module is missing: show that error
+    if type_name not in _POLICY_CLASSES:
+        known = sorted(set(known_policy_types()) | set(_POLICY_CLASSES))
+        raise PolicyLoadError(f"no policy class for type {type_name!r}; known types: {', '.join(known)}")
+    return _POLICY_CLASSES[type_name]
+
+
+def make_policy(config: PolicyConfig, dataset_stats: dict[str, dict[str, Any]] | None = None) -> Policy:
+    """Builds the policy class registered for `config.type`."""
+    return get_policy_class(config.type)(config, dataset_stats=dataset_stats)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)

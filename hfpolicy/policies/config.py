@@ -1,0 +1,158 @@
+"""The configuration every policy shares: features in and out, normalization, action timing, training presets.
+
+A policy type is a dataclass registered under a name (`@PolicyConfig.register_subclass("diffusion")`); its config.json
+carries that name as `type`, and the command line selects it with `--policy.type=diffusion`.
+"""
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import draccus
+
+from hfpolicy.constants import ACTION
+
+
+class FeatureType(str, Enum):
+    """What a feature is, which decides how it is normalized and which network part consumes it."""
+
+    IMAGE = "image"  # (C, H, W) float in [0, 1]
+    STATE = "state"  # (D,) float vector: proprioception or privileged environment state
+    ACTION = "action"  # (A,) float vector the policy outputs
+
+
+class NormMode(str, Enum):
+    """How a feature is normalized with its dataset stats before it reaches the network."""
+
+    MEAN_STD = "mean_std"  # (x - mean) / std
+    MIN_MAX = "min_max"  # to [-1, 1] using the dataset min and max
+    IDENTITY = "identity"  # unchanged
+
+
+@dataclass
+class PolicyFeature:
+    """One named tensor a policy consumes or produces."""
+
+    type: FeatureType  # image / state / action
+    shape: tuple[int, ...]  # per time step, without batch or time dims: (C, H, W) for images, (D,) for vectors
+
+
+@dataclass
+class PolicyConfig(draccus.ChoiceRegistry):
+    """Fields every policy has. Subclasses add their architecture and override the defaults they care about."""
+
+    n_obs_steps: int = 1  # observations per prediction: the current one and n_obs_steps - 1 before it
+    n_action_steps: int = 1  # actions executed from each predicted chunk before the policy predicts again
+    input_features: dict[str, PolicyFeature] = field(default_factory=dict)  # filled from the dataset when empty
+    output_features: dict[str, PolicyFeature] = field(default_factory=dict)  # filled from the dataset when empty
+    normalization_mapping: dict[str, NormMode] = field(
+        default_factory=lambda: {"image": NormMode.MEAN_STD, "state": NormMode.MIN_MAX, "action": NormMode.MIN_MAX}
+    )  # feature type -> normalization mode
+    optimizer_lr: float = 1e-4  # AdamW learning rate
+    optimizer_betas: tuple[float, float] = (0.9, 0.999)  # AdamW betas
+    optimizer_eps: float = 1e-8  # AdamW epsilon
+    optimizer_weight_decay: float = 0.0  # AdamW weight decay
+    scheduler_name: str = "constant"  # diffusers get_scheduler name: constant, cosine, linear, ...
+    scheduler_warmup_steps: int = 0  # learning-rate warmup steps
+    use_ema: bool = False  # keep an exponential moving average of the weights; evaluate and save with it
+    ema_power: float = 0.75  # EMA warmup power: decay = 1 - (1 + step) ** -power
+    ema_max_decay: float = 0.9999  # EMA decay never exceeds this
+
+    @property
+    def type(self) -> str:
+        """The registered name of this policy type, saved as `type` in config.json."""
+        return self.get_choice_name(type(self))
+
+    # --- features ---------------------------------------------------------------------------------------------
+    @property
+    def image_features(self) -> dict[str, PolicyFeature]:
+        return {k: f for k, f in self.input_features.items() if f.type == FeatureType.IMAGE}
+
+    @property
+    def state_features(self) -> dict[str, PolicyFeature]:
+        return {k: f for k, f in self.input_features.items() if f.type == FeatureType.STATE}
+
+    @property
+    def action_feature(self) -> PolicyFeature:
+        if ACTION not in self.output_features:
+            raise ValueError(
+                f"the policy config has no {ACTION!r} output feature; output features: {list(self.output_features)}"
+            )
+        return self.output_features[ACTION]
+
+    def validate_features(self) -> None:
+        """Raises ValueError naming what is missing when the features cannot drive this policy. Subclasses extend it."""
+        if not self.input_features:
+            raise ValueError("the policy config has no input features: set them, or build the config from a dataset")
+        self.action_feature  # noqa: B018 (raises with a clear message)
+        for key, feature in {**self.input_features, **self.output_features}.items():
+            expected_ndim = 3 if feature.type == FeatureType.IMAGE else 1
+            if len(feature.shape) != expected_ndim:
+                raise ValueError(
+                    f"feature {key!r} of type {feature.type.value} needs {expected_ndim} dims, got {feature.shape}"
+                )
+        if self.n_obs_steps < 1 or self.n_action_steps < 1:
+            raise ValueError(
+                f"n_obs_steps and n_action_steps must be >= 1, got {self.n_obs_steps}, {self.n_action_steps}"
+            )
+
+    def norm_mode(self, feature: PolicyFeature) -> NormMode:
+        return NormMode(self.normalization_mapping.get(feature.type.value, NormMode.IDENTITY))
+
+    # --- dataset windows ----------------------------------------------------------------------------------------
+    @property
+    def observation_delta_indices(self) -> list[int]:
+        """Frame offsets (relative to the current frame) of the observations one training sample needs."""
+        return list(range(1 - self.n_obs_steps, 1))
+
+    @property
+    def action_delta_indices(self) -> list[int]:
+        """Frame offsets of the actions one training sample needs. Subclasses with a longer horizon override it."""
+        return list(range(self.n_action_steps))
+
+    def delta_timestamps(self, fps: float) -> dict[str, list[float]]:
+        """The dataset's `delta_timestamps` for training this policy at `fps`."""
+        windows = {key: [i / fps for i in self.observation_delta_indices] for key in self.input_features}
+        windows[ACTION] = [i / fps for i in self.action_delta_indices]
+        return windows
+
+    # --- (de)serialization ------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict with `type` first; enums become their values and tuples lists."""
+        encoded = json.loads(json.dumps(draccus.encode(self), default=_json_default))
+        return {"type": self.type, **encoded}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PolicyConfig":
+        """Builds the registered config class named by data["type"] (nested dataclasses and tuples restored)."""
+        data = dict(data)
+        type_name = data.pop("type", None)
+        if type_name is None:
+            raise ValueError(f"a policy config needs a 'type' field; known types: {', '.join(known_policy_types())}")
+        try:
+            config_class = PolicyConfig.get_choice_class(type_name)
+        except (KeyError, ValueError):
+            raise ValueError(
+                f"unknown policy type {type_name!r}; known types: {', '.join(known_policy_types())}"
+            ) from None
+        if not issubclass(config_class, cls):
+            raise ValueError(f"config type {type_name!r} ({config_class.__name__}) is not a {cls.__name__}")
+        known_fields = {f.name for f in dataclasses.fields(config_class)}
+        unknown = sorted(set(data) - known_fields)
+        if unknown:
+            raise ValueError(f"config for policy type {type_name!r} has unknown fields {unknown}")
+        return draccus.decode(config_class, data)
+
+
+def known_policy_types() -> list[str]:
+    return sorted(PolicyConfig.get_known_choices())
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return list(value)
+    raise TypeError(f"cannot serialize {type(value).__name__} in a policy config")

@@ -1,0 +1,127 @@
+"""Per-feature normalization with dataset stats kept as buffers, so they travel inside model.safetensors.
+
+A policy built without stats holds NaN buffers; normalizing with them raises `MissingStatsError` instead of silently
+passing data through unchanged or producing inf.
+"""
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from hfpolicy.policies.config import FeatureType, NormMode, PolicyFeature
+
+STAT_NAMES = {NormMode.MEAN_STD: ("mean", "std"), NormMode.MIN_MAX: ("min", "max")}
+EPS = 1e-8
+
+
+class MissingStatsError(RuntimeError):
+    """A policy was used for training or acting before it received dataset statistics."""
+
+
+def stats_shape(feature: PolicyFeature) -> tuple[int, ...]:
+    """Images get per-channel stats shaped (C, 1, 1) so they broadcast over H and W; vectors keep their shape."""
+    if feature.type == FeatureType.IMAGE:
+        return (feature.shape[0], 1, 1)
+    return tuple(feature.shape)
+
+
+class FeatureStats(nn.Module):
+    """The two statistics one feature's normalization mode needs, as buffers (NaN until set)."""
+
+    def __init__(self, key: str, feature: PolicyFeature, mode: NormMode):
+        super().__init__()
+        self.key, self.feature, self.mode = key, feature, mode
+        for name in STAT_NAMES[mode]:
+            self.register_buffer(name, torch.full(stats_shape(feature), torch.nan))
+
+    def set_(self, stats: Mapping[str, object]) -> None:
+        for name in STAT_NAMES[self.mode]:
+            if name not in stats:
+                raise KeyError(
+                    f"stats for {self.key!r} lack {name!r} (normalization {self.mode.value}); have {list(stats)}"
+                )
+            value = torch.as_tensor(np.asarray(stats[name], dtype=np.float32))
+            buffer = getattr(self, name)
+            if value.numel() != buffer.numel():
+                raise ValueError(
+                    f"stats {name!r} for {self.key!r} have {value.numel()} values, feature shape {self.feature.shape} "
+                    f"needs {buffer.numel()}"
+                )
+            buffer.copy_(value.reshape(buffer.shape))
+
+    def check(self) -> None:
+        for name in STAT_NAMES[self.mode]:
+            if not torch.isfinite(getattr(self, name)).all():
+                raise MissingStatsError(
+                    f"the policy has no normalization stats for {self.key!r} ({name} is not set). Build the policy with "
+                    "dataset_stats=dataset.stats to train it, or load a trained one with Policy.from_pretrained(...)."
+                )
+
+    def normalize(self, x: Tensor) -> Tensor:
+        if self.mode == NormMode.MEAN_STD:
+            return (x - self.mean) / (self.std + EPS)
+        return (x - self.min) / (self.max - self.min + EPS) * 2 - 1
+
+    def unnormalize(self, x: Tensor) -> Tensor:
+        if self.mode == NormMode.MEAN_STD:
+            return x * (self.std + EPS) + self.mean
+        return (x + 1) / 2 * (self.max - self.min + EPS) + self.min
+
+
+class Normalizer(nn.Module):
+    """Normalizes and unnormalizes named features of a batch. Features with mode IDENTITY pass through."""
+
+    def __init__(self, features: Mapping[str, PolicyFeature], modes: Mapping[str, NormMode]):
+        super().__init__()
+        self.features = dict(features)
+        stats = {}
+        for key, feature in features.items():
+            mode = NormMode(modes.get(feature.type.value, NormMode.IDENTITY))
+            if mode != NormMode.IDENTITY:
+                stats[_module_name(key)] = FeatureStats(key, feature, mode)
+        self.stats = nn.ModuleDict(stats)
+        self._stats_checked = False  # validated once after each change, not on every call (avoids GPU syncs)
+
+    def set_stats(self, dataset_stats: Mapping[str, Mapping[str, object]]) -> None:
+        """Copies dataset stats ({key: {"mean": ..., "std": ..., "min": ..., "max": ...}}) into the buffers."""
+        for module in self.stats.values():
+            if module.key not in dataset_stats:
+                raise KeyError(
+                    f"dataset stats have no entry for feature {module.key!r}; stats cover {list(dataset_stats)}"
+                )
+            module.set_(dataset_stats[module.key])
+        self._stats_checked = False
+
+    def check(self) -> None:
+        if self._stats_checked:
+            return
+        for module in self.stats.values():
+            module.check()
+        self._stats_checked = True
+
+    def normalize(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        """A new dict with the configured features normalized; other entries (padding masks, indices) are kept."""
+        self.check()
+        out = dict(batch)
+        for module in self.stats.values():
+            if module.key in out:
+                out[module.key] = module.normalize(out[module.key])
+        return out
+
+    def unnormalize(self, key: str, x: Tensor) -> Tensor:
+        name = _module_name(key)
+        if name not in self.stats:
+            return x
+        self.check()
+        return self.stats[name].unnormalize(x)
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        self._stats_checked = False
+        return super()._load_from_state_dict(*args, **kwargs)
+
+
+def _module_name(key: str) -> str:
+    """nn.Module names cannot contain dots: "observation.image" -> "observation_image"."""
+    return key.replace(".", "_")

@@ -1,0 +1,126 @@
+"""MP4 video files with PyAV: encoding (eval videos, dataset videos) and decoding (dataset frames, tests).
+
+One pixel format everywhere: H.264 (libx264) in yuv420p with the moov atom up front (`+faststart`), which every browser
+plays and the Hub previews. yuv420p needs even width and height.
+"""
+
+import os
+from collections.abc import Iterable
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+
+VIDEO_CODEC = "libx264"  # the encoder; files are read back by FFmpeg's native "h264" decoder
+VIDEO_PIX_FMT = "yuv420p"
+
+
+class Mp4Writer:
+    """Streams HxWx3 uint8 RGB frames into an H.264 mp4, frame i at time i / fps.
+
+    The file is written under a temporary name and renamed on `close()`, so an interrupted write never leaves a
+    truncated mp4 at `path`. Use as a context manager; on an exception the temporary file is removed.
+    """
+
+    def __init__(self, path: str | Path, fps: float, crf: int = 23, gop: int | None = None):
+        self.path = Path(path)
+        self.fps = fps
+        self.crf = crf
+        self.gop = gop
+        self.n_frames = 0
+        self._tmp_path = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp.mp4")
+        self._container = None
+        self._stream = None
+
+    def _open(self, height: int, width: int) -> None:
+        if height % 2 or width % 2:
+            raise ValueError(
+                f"{VIDEO_PIX_FMT} video needs even width and height, got {width}x{height}: crop or pad the frames"
+            )
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._container = av.open(str(self._tmp_path), mode="w", options={"movflags": "+faststart"})
+        # Stream time base = 1/fps (as a fraction) so that frame i sits exactly at pts i.
+        rate = Fraction(self.fps).limit_denominator(1001)
+        stream = self._container.add_stream(VIDEO_CODEC, rate=rate)
+        stream.width, stream.height, stream.pix_fmt = width, height, VIDEO_PIX_FMT
+        stream.time_base = 1 / rate
+        options = {"crf": str(self.crf), "preset": "medium"}
+        if self.gop is not None:
+            options["g"] = str(self.gop)
+            options["keyint_min"] = str(self.gop)
+        stream.options = options
+        self._stream = stream
+
+    def add_frame(self, frame: np.ndarray) -> None:
+        if frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
+            raise ValueError(f"frames must be HxWx3 uint8 RGB arrays, got shape {frame.shape} dtype {frame.dtype}")
+        if self._container is None:
+            self._open(frame.shape[0], frame.shape[1])
+        elif (frame.shape[0], frame.shape[1]) != (self._stream.height, self._stream.width):
+            raise ValueError(
+                f"frame {self.n_frames} is {frame.shape[1]}x{frame.shape[0]}, "
+                f"earlier frames were {self._stream.width}x{self._stream.height}"
+            )
+        video_frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
+        video_frame.pts = self.n_frames
+        self._container.mux(self._stream.encode(video_frame))
+        self.n_frames += 1
+
+    def close(self) -> Path:
+        if self._container is None:
+            raise ValueError(f"no frames were given for {self.path}: an mp4 needs at least one")
+        self._container.mux(self._stream.encode(None))  # flush the encoder
+        self._container.close()
+        self._container = None
+        os.replace(self._tmp_path, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        if self._container is not None:
+            self._container.close()
+            self._container = None
+        self._tmp_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> "Mp4Writer":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def encode_video(frames: Iterable[np.ndarray], path: str | Path, fps: float, crf: int = 23) -> Path:
+    """Writes frames (HxWx3 uint8 RGB) to an H.264 mp4 at `path`, atomically. Returns the path."""
+    with Mp4Writer(path, fps, crf=crf) as writer:
+        for frame in frames:
+            writer.add_frame(frame)
+    return Path(path)
+
+
+def read_video_frames(path: str | Path, start_s: float = 0.0, end_s: float | None = None) -> np.ndarray:
+    """Decodes the frames whose timestamps lie in [start_s, end_s) (all frames by default) as (N, H, W, 3) uint8 RGB.
+
+    Seeks to the keyframe before `start_s`, so reading one episode out of a long file does not decode the whole file.
+    Timestamps are compared with a tolerance of a quarter frame.
+    """
+    frames = []
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"
+        fps = float(stream.average_rate or stream.guessed_rate)
+        tolerance = 0.25 / fps
+        if start_s > 0:
+            container.seek(int(start_s / stream.time_base), stream=stream, backward=True, any_frame=False)
+        for frame in container.decode(stream):
+            t = float(frame.pts * stream.time_base)
+            if t < start_s - tolerance:
+                continue
+            if end_s is not None and t >= end_s - tolerance:
+                break
+            frames.append(frame.to_ndarray(format="rgb24"))
+    if not frames:
+        return np.zeros((0, 0, 0, 3), dtype=np.uint8)
+    return np.stack(frames)
