@@ -7,6 +7,7 @@ here, before any test module imports them.
 
 import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,3 +40,65 @@ def pusht_zarr_path() -> Path:
     if not PUSHT_ZARR.is_dir():
         pytest.skip(f"{PUSHT_ZARR} is not present (it sits beside the clone on CI and dev machines)")
     return PUSHT_ZARR
+
+
+# --- Hub-protocol test server (tests/hub_server.py) -------------------------------------------------------------------
+# Repos live for the whole session: give each test its own repo names (e.g. f"user/{test_name}-model").
+
+
+@pytest.fixture(scope="session")
+def hub_server(tmp_path_factory: pytest.TempPathFactory):
+    """The Hub-protocol server on HF_ENDPOINT (127.0.0.1:HUB_PORT) for the whole session.
+
+    Yields the `hub_server.HubServer`: `.endpoint`, `.token` (== HF_TOKEN), `.root` (storage dir), `.requests`
+    ([(method, URL path as sent, no query)] in order), `.unhandled` (requests it did not serve: unknown routes, crashes).
+    """
+    from hub_server import HubServer
+
+    try:
+        server = HubServer(tmp_path_factory.mktemp("hub"), token=os.environ["HF_TOKEN"], port=HUB_PORT).start()
+    except OSError as error:  # the port was free when conftest chose it; another process took it since
+        raise RuntimeError(f"HF_ENDPOINT's port {HUB_PORT} is taken ({error}); run the tests again") from error
+    assert server.endpoint == os.environ["HF_ENDPOINT"]
+    yield server
+    server.stop()
+
+
+@pytest.fixture(autouse=True)
+def hf_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test gets its own empty HF cache: env vars (for subprocesses) and the module constants the clients read."""
+    home = tmp_path_factory.mktemp("hf_home")
+    paths = {
+        "HF_HOME": home,
+        "HF_HUB_CACHE": home / "hub",
+        "HF_ASSETS_CACHE": home / "assets",
+        "HF_XET_CACHE": home / "xet",
+        "HF_DATASETS_CACHE": home / "datasets",
+        "HF_MODULES_CACHE": home / "modules",
+    }
+    for name, path in paths.items():
+        monkeypatch.setenv(name, str(path))
+    # Modules imported later read the env vars above; modules already imported copied them into constants.
+    if "huggingface_hub" in sys.modules:
+        import huggingface_hub.constants as hub_constants
+        import huggingface_hub.utils._cache_manager as cache_manager
+        from huggingface_hub import HfFileSystem
+
+        for name in ("HF_HOME", "HF_HUB_CACHE", "HF_ASSETS_CACHE", "HF_XET_CACHE"):
+            monkeypatch.setattr(hub_constants, name, str(paths[name]))
+        monkeypatch.setattr(hub_constants, "HF_TOKEN_PATH", str(home / "token"))
+        monkeypatch.setattr(hub_constants, "HF_STORED_TOKENS_PATH", str(home / "stored_tokens"))
+        monkeypatch.setattr(cache_manager, "HF_HUB_CACHE", str(paths["HF_HUB_CACHE"]))
+        HfFileSystem.clear_instance_cache()  # its listings of a repo would outlive the test that made them
+    if "datasets" in sys.modules:
+        import datasets.config as datasets_config
+
+        downloads = paths["HF_DATASETS_CACHE"] / datasets_config.DOWNLOADED_DATASETS_DIR
+        monkeypatch.setattr(datasets_config, "HF_CACHE_HOME", str(home))
+        monkeypatch.setattr(datasets_config, "HF_DATASETS_CACHE", paths["HF_DATASETS_CACHE"])
+        monkeypatch.setattr(datasets_config, "HF_MODULES_CACHE", paths["HF_MODULES_CACHE"])
+        monkeypatch.setattr(datasets_config, "DOWNLOADED_DATASETS_PATH", downloads)
+        monkeypatch.setattr(
+            datasets_config, "EXTRACTED_DATASETS_PATH", downloads / datasets_config.EXTRACTED_DATASETS_DIR
+        )
+    return home
