@@ -1,0 +1,41 @@
+"""LeRobot v3.0 datasets: read them (`PolicyDataset`), write them (`DatasetWriter`), share them
+(`push_dataset_to_hub`), and convert the diffusion_policy PushT zarr (`convert_pusht_zarr`)."""
+
+from hfpolicy.datasets.dataset import PolicyDataset
+from hfpolicy.datasets.features import dataset_to_policy_features
+from hfpolicy.datasets.format import (
+    CODEBASE_VERSION,
+    DatasetFormatError,
+    TimestampError,
+    UnsupportedVersionError,
+)
+from hfpolicy.datasets.hub import download_dataset, make_dataset_card, push_dataset_to_hub
+from hfpolicy.datasets.metadata import DatasetMeta
+from hfpolicy.datasets.sampler import EpisodeAwareSampler, split_episodes
+from hfpolicy.datasets.writer import DatasetWriter
+
+__all__ = [
+    "CODEBASE_VERSION",
+    "DatasetFormatError",
+    "DatasetMeta",
+    "DatasetWriter",
+    "EpisodeAwareSampler",
+    "PolicyDataset",
+    "TimestampError",
+    "UnsupportedVersionError",
+    "convert_pusht_zarr",
+    "dataset_to_policy_features",
+    "download_dataset",
+    "make_dataset_card",
+    "push_dataset_to_hub",
+    "split_episodes",
+]
+
+
+def __getattr__(name: str):
+    # The converter imports gym-pusht (pygame, pymunk, shapely): load it only when asked for.
+    if name == "convert_pusht_zarr":
+        from hfpolicy.datasets.pusht_zarr import convert_pusht_zarr
+
+        return convert_pusht_zarr
+    raise AttributeError(f"module 'hfpolicy.datasets' has no attribute {name!r}")

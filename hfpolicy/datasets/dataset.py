@@ -1,0 +1,375 @@
+"""`PolicyDataset`: a LeRobot v3.0 dataset (local or from the Hub) as a torch Dataset of training samples.
+
+Everything per item is index arithmetic on arrays built once: the non-video columns are read from the data parquet
+files through 🤗 datasets into numpy arrays, camera frames come from a uint8 frame cache filled one episode at a
+time (see frame_cache.py). `delta_timestamps` turn into frame offsets; offsets that fall outside the episode repeat
+its edge frame and are flagged in `{key}_is_pad`.
+"""
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import datasets
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from tqdm.auto import tqdm
+
+from hfpolicy.constants import EPISODE_INDEX, FRAME_INDEX, INDEX, TASK, TASK_INDEX, TIMESTAMP, pad_key
+from hfpolicy.datasets.features import IMAGE, STRING, VIDEO, column_to_numpy, image_chw, is_visual
+from hfpolicy.datasets.format import EP_LENGTH, INFO_PATH, DatasetFormatError, TimestampError, ep_video_column
+from hfpolicy.datasets.frame_cache import FRAME_CACHE_RAM_CAP_GB, FrameCache, decode_video_segment
+from hfpolicy.datasets.metadata import DatasetMeta
+from hfpolicy.datasets.stats import array_stats, stats_to_torch
+
+
+class PolicyDataset(torch.utils.data.Dataset):
+    """Frames of a LeRobot v3.0 dataset with `delta_timestamps` windows, ready for a policy.
+
+    Args:
+        repo_id: the dataset's Hub repo id ("lerobot/pusht"), or a name for a local dataset.
+        root: a local dataset root (the folder with meta/, data/, videos/). None downloads `repo_id` from the Hub
+            into the HF cache: meta/ first, then only the data and video files of the chosen episodes.
+        revision: Hub branch, tag or commit (default: the main branch). Ignored with `root`.
+        episodes: episode indices to use (default: all).
+        delta_timestamps: per feature key, time offsets in seconds relative to each frame, e.g.
+            {"observation.image": [-0.1, 0.0], "action": [0.0, 0.1, ..., 1.5]}. Offsets must be multiples of 1/fps.
+        tolerance_s: how far timestamps may stray from multiples of 1/fps (and video frames from their time).
+        image_transforms: applied to every image tensor, (C, H, W) or (T, C, H, W) float in [0, 1].
+        frame_cache: "auto" (RAM up to `frame_cache_max_ram_gb`, else a memory-mapped file), "ram" or "disk".
+        frame_cache_max_ram_gb: the RAM cap of the "auto" frame cache.
+        download_videos: False leaves camera features out (no video download, no decoding).
+
+    Items are dicts: every feature as a tensor (images float32 [0, 1] (C, H, W); windowed keys with a leading time
+    dim and a bool `{key}_is_pad` (T,)), the bookkeeping columns (index, episode_index, frame_index, timestamp,
+    task_index) and `task` (the task string).
+    """
+
+    def __init__(
+        self,
+        repo_id: str,
+        root: str | Path | None = None,
+        revision: str | None = None,
+        episodes: Sequence[int] | None = None,
+        delta_timestamps: dict[str, Sequence[float]] | None = None,
+        *,
+        tolerance_s: float = 1e-4,
+        image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        frame_cache: str = "auto",
+        frame_cache_max_ram_gb: float = FRAME_CACHE_RAM_CAP_GB,
+        download_videos: bool = True,
+    ):
+        super().__init__()
+        self.repo_id = repo_id
+        self.revision = revision
+        self.tolerance_s = tolerance_s
+        self.image_transforms = image_transforms
+        if root is None:
+            from hfpolicy.datasets.hub import download_dataset
+
+            root = download_dataset(repo_id, revision=revision, episodes=episodes, download_videos=download_videos)
+        self.root = Path(root)
+        self.meta = DatasetMeta.load(self.root, repo_id)
+        self.info = self.meta.info
+        self.fps = self.meta.fps
+        self.features = self.meta.features
+        self.stats = stats_to_torch(self.meta.stats) if self.meta.stats else {}
+        self.tasks = self.meta.tasks
+
+        self.episodes = self._select_episodes(episodes)
+        self.camera_keys = [k for k in self.meta.camera_keys if download_videos or self.features[k]["dtype"] != VIDEO]
+        self._load_columns()
+        if not self.stats:  # no meta/stats.json and no per-episode stats: the numeric features' stats, from the frames
+            self.stats = stats_to_torch({key: array_stats(values) for key, values in self._columns.items()})
+        self.delta_timestamps = {k: [float(t) for t in v] for k, v in (delta_timestamps or {}).items()}
+        self.delta_indices = self._check_delta_timestamps(self.delta_timestamps)
+        self._deltas = {key: np.asarray(offsets, dtype=np.int64) for key, offsets in self.delta_indices.items()}
+        self._make_frame_caches(frame_cache, frame_cache_max_ram_gb)
+
+    # --- loading ------------------------------------------------------------------------------------------------
+    def _select_episodes(self, episodes: Sequence[int] | None) -> list[int]:
+        available = [int(e) for e in self.meta.episodes.index]
+        if episodes is None:
+            return available
+        chosen = sorted({int(e) for e in episodes})
+        unknown = sorted(set(chosen) - set(available))
+        if unknown:
+            raise ValueError(
+                f"episodes {unknown} are not in {self.repo_id} (it has {len(available)} episodes, indices "
+                f"{available[0]}..{available[-1]})"
+            )
+        if not chosen:
+            raise ValueError("episodes is empty: pass None for all episodes, or some episode indices")
+        return chosen
+
+    def _load_columns(self) -> None:
+        """Reads the non-video columns of the chosen episodes (through 🤗 datasets) into arrays in episode order."""
+        files = sorted({self.meta.data_file(ep) for ep in self.episodes})
+        missing = [f for f in files if not (self.root / f).is_file()]
+        if missing:
+            raise DatasetFormatError(
+                f"{self.root} lacks the data files {missing} that meta/episodes points to (an incomplete download or "
+                "copy?)"
+            )
+        keys = [k for k, ft in self.features.items() if ft["dtype"] != VIDEO]
+        stored = set(pq.read_schema(self.root / files[0]).names)
+        absent = [k for k in keys if k not in stored]
+        if absent:
+            raise DatasetFormatError(
+                f"info.json of {self.repo_id} lists the features {absent} but {files[0]} has no such columns"
+            )
+        filters = None
+        if len(self.episodes) < self.meta.total_episodes:
+            filters = [(EPISODE_INDEX, "in", self.episodes)]
+        bars_were_off = datasets.utils.are_progress_bars_disabled()
+        datasets.utils.disable_progress_bars()  # "Generating train split" for every dataset says nothing useful
+        try:
+            hf_dataset = datasets.Dataset.from_parquet(
+                [str(self.root / f) for f in files], columns=keys, filters=filters, split="train"
+            )
+        finally:
+            if not bars_were_off:
+                datasets.utils.enable_progress_bars()
+        table: pa.Table = hf_dataset.data.table
+        for key in (INDEX, EPISODE_INDEX, FRAME_INDEX, TIMESTAMP, TASK_INDEX):
+            if key not in table.column_names:
+                raise DatasetFormatError(f"the data files of {self.repo_id} have no {key!r} column")
+        episode_col = column_to_numpy(EPISODE_INDEX, self.features[EPISODE_INDEX], table.column(EPISODE_INDEX))
+        frame_col = column_to_numpy(FRAME_INDEX, self.features[FRAME_INDEX], table.column(FRAME_INDEX))
+        order = np.lexsort((frame_col, episode_col))
+        if np.all(order == np.arange(len(order))):
+            order = None
+
+        self._columns: dict[str, np.ndarray] = {}
+        self._strings: dict[str, list[str]] = {}
+        self._image_bytes: dict[str, pa.Array] = {}
+        for key in keys:
+            feature = self.features[key]
+            column = table.column(key)
+            if feature["dtype"] == IMAGE:
+                column = column.combine_chunks()
+                self._image_bytes[key] = column if order is None else column.take(pa.array(order))
+            elif feature["dtype"] == STRING:
+                values = column.to_pylist()
+                self._strings[key] = values if order is None else [values[i] for i in order]
+            else:
+                values = column_to_numpy(key, feature, column)
+                self._columns[key] = values if order is None else values[order]
+        self.num_frames = len(table)
+        self.num_episodes = len(self.episodes)
+
+        # Episode boundaries in row positions.
+        episode_col = self._columns[EPISODE_INDEX]
+        starts = np.flatnonzero(np.r_[True, episode_col[1:] != episode_col[:-1]])
+        ends = np.r_[starts[1:], len(episode_col)]
+        found = episode_col[starts].tolist()
+        if found != self.episodes:
+            absent = sorted(set(self.episodes) - set(found))
+            raise DatasetFormatError(f"the data files of {self.repo_id} have no frames of episodes {absent}")
+        for ep, start, end in zip(self.episodes, starts, ends, strict=True):
+            expected = int(self.meta.episodes.at[ep, EP_LENGTH])
+            if end - start != expected:
+                raise DatasetFormatError(
+                    f"episode {ep} has {end - start} frames in {self.meta.data_file(ep)} but meta/episodes says "
+                    f"length {expected}"
+                )
+        self.episode_bounds = np.stack([starts, ends], axis=1).astype(np.int64)  # (E, 2): [start, end) positions
+        self._row_episode = np.repeat(np.arange(len(starts)), ends - starts)  # row -> episode position
+        self._check_timestamps()
+
+    def _check_timestamps(self) -> None:
+        """Timestamps must advance by 1/fps inside every episode; a gap means frames are missing."""
+        ts = self._columns[TIMESTAMP].astype(np.float64)
+        if len(ts) < 2:
+            return
+        steps = np.diff(ts)
+        inside = self._row_episode[1:] == self._row_episode[:-1]
+        tolerance = self.tolerance_s + self._timestamp_resolution(ts[1:])
+        bad = np.flatnonzero(inside & (np.abs(steps - 1.0 / self.fps) > tolerance))
+        if len(bad):
+            i = int(bad[0])
+            ep = self.episodes[self._row_episode[i]]
+            frame = int(self._columns[FRAME_INDEX][i])
+            raise TimestampError(
+                f"episode {ep} of {self.repo_id}: the timestamp goes from {ts[i]:.4f} s (frame_index {frame}) to "
+                f"{ts[i + 1]:.4f} s, a step of {steps[i]:.4f} s where fps {self.fps} needs {1 / self.fps:.4f} s "
+                f"(± tolerance_s={self.tolerance_s}): frames are missing or duplicated there. Fix or drop that "
+                "episode (episodes=[...]), or raise tolerance_s if the timestamps are only jittered."
+                + (f" {len(bad) - 1} more such steps follow." if len(bad) > 1 else "")
+            )
+
+    def _timestamp_resolution(self, ts: np.ndarray) -> np.ndarray | float:
+        """How finely the stored timestamps resolve time (float32 timestamps of long episodes step by ~1e-5 s)."""
+        if self._columns[TIMESTAMP].dtype == np.float32:
+            return 2 * np.spacing(np.abs(ts).astype(np.float32)).astype(np.float64)
+        return 0.0
+
+    def _check_delta_timestamps(self, delta_timestamps: dict[str, list[float]]) -> dict[str, list[int]]:
+        indices: dict[str, list[int]] = {}
+        for key, offsets in delta_timestamps.items():
+            if key not in self.features:
+                raise ValueError(
+                    f"delta_timestamps has key {key!r}, which is not a feature of {self.repo_id}; its features are "
+                    f"{sorted(self.features)}"
+                )
+            if self.features[key]["dtype"] == STRING:
+                raise ValueError(f"delta_timestamps key {key!r} is a string feature: strings cannot be windowed")
+            if is_visual(self.features[key]) and key not in self.camera_keys:
+                raise ValueError(f"delta_timestamps key {key!r} is a video, but download_videos=False")
+            if len(offsets) == 0:
+                raise ValueError(f"delta_timestamps[{key!r}] is empty: give at least one offset (0.0 is the frame)")
+            steps = [t * self.fps for t in offsets]
+            off = [t for t, s in zip(offsets, steps, strict=True) if abs(s - round(s)) / self.fps > self.tolerance_s]
+            if off:
+                raise ValueError(
+                    f"delta_timestamps[{key!r}] has offsets {off} that are not multiples of 1/fps = "
+                    f"{1 / self.fps:.4f} s (fps {self.fps}, tolerance {self.tolerance_s} s)"
+                )
+            indices[key] = [round(s) for s in steps]
+        return indices
+
+    def _make_frame_caches(self, storage: str, max_ram_gb: float) -> None:
+        if storage not in ("auto", "ram", "disk"):
+            raise ValueError(f"frame_cache must be 'auto', 'ram' or 'disk', got {storage!r}")
+        self._caches: dict[str, FrameCache] = {}
+        self.frame_cache_storage = "none"
+        if not self.camera_keys:
+            return
+        shapes = {key: image_chw(key, self.features[key]) for key in self.camera_keys}
+        total = sum(self.num_frames * math.prod(chw) for chw in shapes.values())
+        if storage == "auto":
+            storage = "ram" if total <= max_ram_gb * 1024**3 else "disk"
+        self.frame_cache_storage = storage
+        for key, chw in shapes.items():
+            self._caches[key] = FrameCache(self.num_frames, chw, self.num_episodes, storage=storage)
+
+    # --- frames -------------------------------------------------------------------------------------------------
+    def _fill_episode(self, key: str, episode_pos: int) -> None:
+        cache = self._caches[key]
+        start, end = (int(v) for v in self.episode_bounds[episode_pos])
+        episode = self.episodes[episode_pos]
+        out = cache.array[start:end]
+        what = f"episode {episode} of {self.repo_id}, {key}"
+        if self.features[key]["dtype"] == VIDEO:
+            path = self.root / self.meta.video_file(episode, key)
+            if not path.is_file():
+                raise DatasetFormatError(f"{what}: the video file {path} is missing (an incomplete download?)")
+            from_ts = float(self.meta.episodes.at[episode, ep_video_column(key, "from_timestamp")])
+            episode_ts = self._columns[TIMESTAMP][start:end].astype(np.float64)
+            tolerance = self.tolerance_s + float(np.max(self._timestamp_resolution(episode_ts)))
+            decode_video_segment(path, from_ts + episode_ts, tolerance, out, what)
+        else:
+            _fill_from_image_bytes(self._image_bytes[key][start:end], out, what)
+        cache.mark_filled(episode_pos)
+
+    def prefetch_frames(self, progress: bool = True) -> None:
+        """Decodes every episode of every camera into the frame cache now (otherwise it happens on first use)."""
+        todo = [(k, e) for k in self.camera_keys for e in range(self.num_episodes) if not self._caches[k].is_filled(e)]
+        for key, episode_pos in tqdm(todo, desc=f"decoding {self.repo_id} frames", disable=not progress or not todo):
+            self._fill_episode(key, episode_pos)
+
+    # --- items --------------------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self.num_frames
+
+    def __getitem__(self, idx: int | Sequence[int] | np.ndarray | torch.Tensor) -> dict[str, Any]:
+        """`dataset[i]` is one item. `dataset[[i, j, ...]]` (a list, array or 1-d tensor of indices) is the collated
+        batch of those items, so `DataLoader(dataset, sampler=BatchSampler(sampler, 64, drop_last=False),
+        batch_size=None)` fetches whole batches without building per-item dicts and stacking them again."""
+        if isinstance(idx, (list, tuple, np.ndarray, torch.Tensor)) and np.ndim(idx) == 1:
+            batch = self.get_batch(np.asarray(idx))
+            if self.image_transforms is not None:
+                for key in self.camera_keys:
+                    batch[key] = torch.stack([self.image_transforms(image) for image in batch[key]])
+            return batch
+        return self.__getitems__([idx])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """Items for many indices at once (the DataLoader calls this with a batch's indices): the windows, column
+        gathers and the uint8 -> float conversion run once per batch, then each item gets views of the results."""
+        batch = self.get_batch(indices)
+        keys = list(batch)
+        columns = [value.unbind(0) if isinstance(value, torch.Tensor) else value for value in batch.values()]
+        items = [dict(zip(keys, values, strict=True)) for values in zip(*columns, strict=True)]
+        if self.image_transforms is not None:
+            for item in items:
+                for key in self.camera_keys:
+                    item[key] = self.image_transforms(item[key])
+        return items
+
+    def get_batch(self, indices: Sequence[int]) -> dict[str, Any]:
+        """The collated batch of `indices` without per-item dicts: tensors with a leading batch dim (images float32
+        in [0, 1], not passed through `image_transforms`), lists for strings and `task`."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        idx = np.where(idx < 0, idx + self.num_frames, idx)
+        if len(idx) and (idx.min() < 0 or idx.max() >= self.num_frames):
+            bad = int(idx[(idx < 0) | (idx >= self.num_frames)][0])
+            raise IndexError(f"index {bad} is out of range for a dataset of {self.num_frames} frames")
+        episode_pos = self._row_episode[idx]
+        start = self.episode_bounds[episode_pos, 0][:, None]
+        end = self.episode_bounds[episode_pos, 1][:, None]
+        batch: dict[str, Any] = {}
+        windows: dict[str, np.ndarray] = {}
+        for key, deltas in self._deltas.items():
+            wanted = idx[:, None] + deltas[None, :]
+            windows[key] = np.minimum(np.maximum(wanted, start), end - 1)  # offsets outside the episode: edge frame
+            batch[pad_key(key)] = torch.from_numpy((wanted < start) | (wanted >= end))
+        for key, values in self._columns.items():
+            rows = windows.get(key, idx)
+            batch[key] = torch.from_numpy(values[rows])
+        for key, values in self._strings.items():
+            rows = windows.get(key, idx)
+            batch[key] = [values[i] for i in rows]
+        for key in self.camera_keys:
+            cache = self._caches[key]
+            for episode in np.unique(episode_pos).tolist():
+                if not cache.is_filled(episode):
+                    self._fill_episode(key, episode)
+            rows = windows.get(key, idx)
+            # numpy, not torch: single-threaded, so it does not stall when other processes hold the cores
+            images = _empty_float32((*rows.shape, *cache.chw))
+            np.divide(cache.array[rows], np.float32(255), out=images.numpy())  # uint8 -> float32 in [0, 1]
+            batch[key] = images
+        batch[TASK] = [self.tasks.get(t, "") for t in self._columns[TASK_INDEX][idx].tolist()]
+        return batch
+
+    def __repr__(self) -> str:
+        return (
+            f"PolicyDataset({self.repo_id!r}, root={str(self.root)!r}, episodes={self.num_episodes}, "
+            f"frames={self.num_frames}, fps={self.fps}, features={list(self.features)}, "
+            f"delta_timestamps={self.delta_timestamps or None})"
+        )
+
+
+def _empty_float32(shape: tuple[int, ...]) -> torch.Tensor:
+    """An uninitialized float32 tensor; in a DataLoader worker it is allocated in shared memory, so sending the
+    batch to the main process passes a handle instead of copying the images once more (as torch's default collate
+    does for the batches it stacks)."""
+    if torch.utils.data.get_worker_info() is None:
+        return torch.empty(shape, dtype=torch.float32)
+    storage = torch.empty(0, dtype=torch.float32)._typed_storage()._new_shared(math.prod(shape))
+    return torch.empty(0, dtype=torch.float32).new(storage).view(shape)
+
+
+def _fill_from_image_bytes(column: pa.Array, out: np.ndarray, what: str) -> None:
+    """Decodes image bytes stored in the data parquet (datasets.Image structs) into `out` (len, C, H, W) uint8."""
+    import io
+
+    from PIL import Image
+
+    for j, value in enumerate(column.to_pylist()):
+        if value is None or value.get("bytes") is None:
+            raise DatasetFormatError(f"{what}: frame {j} has no embedded image bytes (images by path are not read)")
+        with Image.open(io.BytesIO(value["bytes"])) as image:
+            array = np.asarray(image.convert("RGB") if out.shape[1] == 3 else image)
+        if array.ndim == 2:
+            array = array[:, :, None]
+        if array.shape[:2] != tuple(out.shape[2:]):
+            raise DatasetFormatError(
+                f"{what}: image {j} is {array.shape[1]}x{array.shape[0]} but {INFO_PATH} declares "
+                f"{out.shape[3]}x{out.shape[2]}"
+            )
+        out[j] = array.transpose(2, 0, 1)

@@ -1,0 +1,158 @@
+"""A uint8 frame cache for camera features: each episode's frames are decoded once, then indexed for every window.
+
+Training reads random windows all the time; decoding an mp4 per item costs milliseconds, indexing a cache costs
+microseconds. The cache holds (N, C, H, W) uint8 frames for the selected rows of one camera feature and is filled
+lazily, one episode at a time, the first time an item of that episode is read: a cold item decodes one episode
+segment of its video file (a seek to the episode's keyframe), never a whole file.
+
+Storage is shared between DataLoader workers, so each episode is decoded once for all of them:
+- "ram": an anonymous shared memory map (pages cost nothing until an episode is decoded; forked workers see
+  one another's writes; nothing in /dev/shm);
+- "disk": a memory-mapped file under `$HF_HOME/hfpolicy/frame_cache/` (beside the HF hub cache), used when the
+  cache would pass the RAM cap; workers started with spawn reopen it by path. The file is removed when the dataset
+  that made it is garbage-collected.
+"""
+
+import mmap
+import os
+import uuid
+import weakref
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import torch
+from av.video.reformatter import VideoReformatter
+
+from hfpolicy.datasets.format import TimestampError
+
+FRAME_CACHE_RAM_CAP_GB = 8.0  # default cap: a bigger cache goes to a memory-mapped file instead of RAM
+THREADED_DECODE_MIN_PIXELS = 320 * 240  # decode with frame threads from this frame size up
+_HEADER_BYTES = 64  # the per-episode "decoded" flags are padded to this alignment before the frames
+
+
+def frame_cache_dir() -> Path:
+    """Where "disk" frame caches live: beside the HF hub cache."""
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HOME) / "hfpolicy" / "frame_cache"
+
+
+def _remove_file(path: str, owner_pid: int) -> None:
+    if os.getpid() == owner_pid:
+        Path(path).unlink(missing_ok=True)
+
+
+class FrameCache:
+    """uint8 frames (num_frames, C, H, W) plus one "decoded" flag per episode, in shared memory or a shared file."""
+
+    def __init__(self, num_frames: int, chw: tuple[int, int, int], num_episodes: int, storage: str = "ram"):
+        if storage not in ("ram", "disk"):
+            raise ValueError(f"frame cache storage must be 'ram' or 'disk', got {storage!r}")
+        self.num_frames, self.chw, self.num_episodes, self.storage = num_frames, tuple(chw), num_episodes, storage
+        self._flag_bytes = -(-max(num_episodes, 1) // _HEADER_BYTES) * _HEADER_BYTES
+        self.nbytes = self._flag_bytes + num_frames * int(np.prod(chw))
+        self.path: str | None = None
+        if storage == "ram":
+            self._open_anonymous()
+        else:
+            directory = frame_cache_dir()
+            directory.mkdir(parents=True, exist_ok=True)
+            self.path = str(directory / f"{uuid.uuid4().hex}.u8")
+            with open(self.path, "wb") as f:
+                f.truncate(self.nbytes)  # sparse: no disk used until episodes are decoded
+            weakref.finalize(self, _remove_file, self.path, os.getpid())
+            self._open_file()
+
+    def _open_anonymous(self) -> None:
+        self._buffer = mmap.mmap(-1, max(self.nbytes, 1))  # MAP_SHARED | MAP_ANONYMOUS: shared with forked workers
+        self._bind(np.frombuffer(self._buffer, dtype=np.uint8, count=self.nbytes))
+
+    def _open_file(self) -> None:
+        self._buffer = np.memmap(self.path, dtype=np.uint8, mode="r+", shape=(self.nbytes,))
+        self._bind(self._buffer)
+
+    def _bind(self, raw: np.ndarray) -> None:
+        self._flags = raw[: self.num_episodes]
+        frames = raw[self._flag_bytes : self._flag_bytes + self.num_frames * int(np.prod(self.chw))]
+        self.array = frames.reshape(self.num_frames, *self.chw)  # numpy view: single-threaded gathers
+        self.frames = torch.from_numpy(self.array)  # the same memory as a tensor
+
+    def is_filled(self, episode: int) -> bool:
+        return bool(self._flags[episode])
+
+    def mark_filled(self, episode: int) -> None:
+        self._flags[episode] = 1
+
+    @property
+    def filled_episodes(self) -> int:
+        return int(np.count_nonzero(self._flags))
+
+    # Pickling (DataLoader workers started with spawn/forkserver): a file cache is reopened and stays shared; a RAM
+    # cache cannot cross processes, so the worker starts an empty one of its own.
+    def __getstate__(self) -> dict:
+        return {
+            k: getattr(self, k)
+            for k in ("num_frames", "chw", "num_episodes", "storage", "path", "nbytes", "_flag_bytes")
+        }
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if self.storage == "disk":
+            self._open_file()
+        else:
+            self._open_anonymous()
+
+
+def decode_video_segment(
+    path: str | Path,
+    timestamps: np.ndarray,
+    tolerance_s: float,
+    out: np.ndarray,
+    what: str,
+) -> None:
+    """Decodes the frames at `timestamps` (absolute times in the file, ascending) into `out` (len, C, H, W) uint8.
+
+    Seeks to the keyframe before the first timestamp and stops after the last, so only the episode's segment is
+    decoded. Raises TimestampError naming `what` and the times with no frame within `tolerance_s`.
+    """
+    timestamps = np.asarray(timestamps, dtype=np.float64)
+    filled = np.zeros(len(timestamps), dtype=bool)
+    _, height, width = out.shape[1:]
+    reformatter = VideoReformatter()  # one for all frames: a new one per frame costs more than the decoding
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        if stream.codec_context.width * stream.codec_context.height >= THREADED_DECODE_MIN_PIXELS:
+            stream.thread_type = "AUTO"  # frame threads pay off on large frames, cost more than they save on small
+        time_base = Fraction(stream.time_base)
+        first = timestamps[0] - tolerance_s
+        if first > 0:
+            container.seek(
+                int(Fraction(first).limit_denominator(10**9) / time_base), stream=stream, backward=True, any_frame=False
+            )
+        last = timestamps[-1] + tolerance_s
+        for frame in container.decode(stream):
+            if frame.pts is None:
+                continue
+            t = float(frame.pts * time_base)
+            if t > last:
+                break
+            j = int(np.searchsorted(timestamps, t - tolerance_s))
+            if j >= len(timestamps) or abs(timestamps[j] - t) > tolerance_s:
+                continue
+            if (frame.height, frame.width) != (height, width):
+                raise TimestampError(
+                    f"{what}: the video {path} has {frame.width}x{frame.height} frames but info.json declares "
+                    f"{width}x{height}; fix the feature shape in meta/info.json"
+                )
+            out[j] = reformatter.reformat(frame, format="rgb24").to_ndarray().transpose(2, 0, 1)
+            filled[j] = True
+    if not filled.all():
+        missing = timestamps[~filled]
+        shown = ", ".join(f"{t:.4f}" for t in missing[:5]) + (" ..." if len(missing) > 5 else "")
+        raise TimestampError(
+            f"{what}: {len(missing)} of {len(timestamps)} frames are not in {path} within {tolerance_s} s of the "
+            f"expected video times ({shown} s). The episode's from_timestamp / the data timestamps do not match the "
+            "video; re-encode the video, or fix meta/episodes, or raise tolerance_s if the times are only slightly off."
+        )

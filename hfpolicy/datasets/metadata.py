@@ -1,0 +1,158 @@
+"""The meta/ folder of a v3.0 dataset, loaded: info.json, stats.json, tasks.parquet and the episode table."""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from hfpolicy.constants import EPISODE_INDEX, TASK, TASK_INDEX
+from hfpolicy.datasets.features import IMAGE, VIDEO, is_visual
+from hfpolicy.datasets.format import (
+    EP_DATA_CHUNK,
+    EP_DATA_FILE,
+    EP_FROM_INDEX,
+    EP_LENGTH,
+    EP_STATS_PREFIX,
+    EP_TO_INDEX,
+    EPISODES_DIR,
+    INFO_PATH,
+    STATS_PATH,
+    TASKS_PATH,
+    DatasetFormatError,
+    ep_video_column,
+    load_info,
+)
+from hfpolicy.datasets.stats import aggregate_stats, load_stats_json
+
+
+@dataclass
+class DatasetMeta:
+    """Everything under meta/: what a dataset holds and where each episode's frames are."""
+
+    root: Path  # the dataset root (holds meta/, data/, videos/)
+    repo_id: str  # Hub repo id, or a local name
+    info: dict[str, Any]  # meta/info.json, feature shapes as tuples
+    stats: dict[str, dict[str, np.ndarray]] | None  # meta/stats.json (None when absent and not derivable)
+    tasks: dict[int, str]  # task_index -> task
+    episodes: pd.DataFrame  # one row per episode, sorted by episode_index (stats columns left out)
+
+    @classmethod
+    def load(cls, root: str | Path, repo_id: str | None = None) -> "DatasetMeta":
+        root = Path(root)
+        info = load_info(root, repo_id)
+        episodes = load_episode_table(root)
+        stats = load_stats_json(root / STATS_PATH)
+        if stats is None:
+            stats = stats_from_episode_table(root)
+        return cls(
+            root=root, repo_id=repo_id or root.name, info=info, stats=stats, tasks=load_tasks(root), episodes=episodes
+        )
+
+    @property
+    def fps(self) -> float:
+        return self.info["fps"]
+
+    @property
+    def features(self) -> dict[str, dict[str, Any]]:
+        return self.info["features"]
+
+    @property
+    def video_keys(self) -> list[str]:
+        return [key for key, ft in self.features.items() if ft["dtype"] == VIDEO]
+
+    @property
+    def image_keys(self) -> list[str]:
+        return [key for key, ft in self.features.items() if ft["dtype"] == IMAGE]
+
+    @property
+    def camera_keys(self) -> list[str]:
+        return [key for key, ft in self.features.items() if is_visual(ft)]
+
+    @property
+    def total_episodes(self) -> int:
+        return len(self.episodes)
+
+    @property
+    def total_frames(self) -> int:
+        return int(self.episodes[EP_LENGTH].sum())
+
+    def episode_row(self, episode_index: int) -> pd.Series:
+        return self.episodes.loc[episode_index]
+
+    def data_file(self, episode_index: int) -> str:
+        row = self.episode_row(episode_index)
+        return self.info["data_path"].format(chunk_index=int(row[EP_DATA_CHUNK]), file_index=int(row[EP_DATA_FILE]))
+
+    def video_file(self, episode_index: int, video_key: str) -> str:
+        row = self.episode_row(episode_index)
+        template = self.info.get("video_path")
+        if not template:
+            raise DatasetFormatError(f"{INFO_PATH} has video feature {video_key!r} but no video_path template")
+        return template.format(
+            video_key=video_key,
+            chunk_index=int(row[ep_video_column(video_key, "chunk_index")]),
+            file_index=int(row[ep_video_column(video_key, "file_index")]),
+        )
+
+    def files_for(self, episodes: list[int], with_videos: bool = True) -> list[str]:
+        """Relative paths of the data (and video) files that hold the given episodes."""
+        files = {self.data_file(ep) for ep in episodes}
+        if with_videos:
+            files |= {self.video_file(ep, key) for ep in episodes for key in self.video_keys}
+        return sorted(files)
+
+
+def load_episode_table(root: Path) -> pd.DataFrame:
+    paths = sorted((root / EPISODES_DIR).glob("*/*.parquet"))
+    if not paths:
+        raise DatasetFormatError(
+            f"{root} has no {EPISODES_DIR}/chunk-XXX/file-XXX.parquet: the episode table of a v3.0 dataset is "
+            "missing (an incomplete download or copy?)"
+        )
+    frames = []
+    for path in paths:
+        names = pq.read_schema(path).names
+        columns = [name for name in names if not name.startswith(EP_STATS_PREFIX)]
+        frames.append(pq.read_table(path, columns=columns).to_pandas())
+    table = pd.concat(frames, ignore_index=True)
+    required = [EPISODE_INDEX, EP_LENGTH, EP_DATA_CHUNK, EP_DATA_FILE, EP_FROM_INDEX, EP_TO_INDEX]
+    missing = [name for name in required if name not in table.columns]
+    if missing:
+        raise DatasetFormatError(f"the episode table in {root / EPISODES_DIR} lacks the columns {missing}")
+    table = table.sort_values(EPISODE_INDEX).set_index(EPISODE_INDEX, drop=False)
+    if table.index.has_duplicates:
+        raise DatasetFormatError(f"the episode table in {root / EPISODES_DIR} lists some episode twice")
+    return table
+
+
+def load_tasks(root: Path) -> dict[int, str]:
+    """task_index -> task. LeRobot keeps the task strings as the pandas index of tasks.parquet (named "task", or
+    unnamed in datasets converted from v2.1); a plain "task" column is read too."""
+    path = root / TASKS_PATH
+    if not path.is_file():
+        raise DatasetFormatError(f"{root} has no {TASKS_PATH} (every v3.0 dataset lists its tasks there)")
+    table = pd.read_parquet(path)
+    if TASK_INDEX not in table.columns:
+        raise DatasetFormatError(f"{path} has no {TASK_INDEX!r} column; columns: {list(table.columns)}")
+    names = table[TASK] if TASK in table.columns else table.index
+    return {int(index): str(name) for index, name in zip(table[TASK_INDEX], names, strict=True)}
+
+
+def stats_from_episode_table(root: Path) -> dict[str, dict[str, np.ndarray]] | None:
+    """Dataset stats from the per-episode stats/ columns, for datasets without meta/stats.json."""
+    per_episode: list[dict[str, dict[str, np.ndarray]]] = []
+    for path in sorted((root / EPISODES_DIR).glob("*/*.parquet")):
+        columns = [name for name in pq.read_schema(path).names if name.startswith(EP_STATS_PREFIX)]
+        if not columns:
+            return None
+        table = pq.read_table(path, columns=columns).to_pylist()
+        for row in table:
+            stats: dict[str, dict[str, np.ndarray]] = {}
+            for column, value in row.items():
+                key, _, stat = column[len(EP_STATS_PREFIX) :].rpartition("/")
+                stats.setdefault(key, {})[stat] = np.asarray(value)
+            per_episode.append(stats)
+    return aggregate_stats(per_episode) if per_episode else None

@@ -1,0 +1,543 @@
+"""`DatasetWriter`: record frames and episodes into a LeRobot v3.0 dataset.
+
+    writer = DatasetWriter.create("out/pusht", "user/pusht", fps=10, features={
+        "observation.image": {"dtype": "video", "shape": [96, 96, 3], "names": ["height", "width", "channels"]},
+        "observation.state": {"dtype": "float32", "shape": [2], "names": ["x", "y"]},
+        "action": {"dtype": "float32", "shape": [2], "names": ["x", "y"]},
+    })
+    for episode in episodes:
+        for frame in episode:
+            writer.add_frame({"observation.image": rgb_uint8_hwc, "observation.state": ..., "action": ...},
+                             task="Push the T-shaped block onto the T-shaped target.")
+        writer.save_episode()        # or writer.clear_episode() to drop it
+    root = writer.finish()
+
+Everything is written into a hidden temporary folder beside `root` and renamed to `root` by `finish()`, so an
+interrupted write leaves nothing at `root` (`abort()`, or an exception inside `with DatasetWriter.create(...)`,
+removes the temporary folder).
+
+Videos: each episode is encoded while its frames arrive (H.264 yuv420p through hfpolicy.video.Mp4Writer), and
+`save_episode()` appends its packets to the current videos/{key}/chunk-XXX/file-XXX.mp4 without re-encoding; an
+episode starts with a keyframe, so a reader seeks straight to it. Data: one parquet row group per episode, appended to
+the current data file. New files start when a file passes its size limit. Stats are exact over all frames
+(pixels of frames with a side >= 300 px are strided).
+"""
+
+import io
+import os
+import shutil
+import uuid
+import weakref
+from collections.abc import Mapping
+from copy import deepcopy
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from hfpolicy.constants import EPISODE_INDEX, FRAME_INDEX, INDEX, TASK, TASK_INDEX, TIMESTAMP
+from hfpolicy.datasets.features import (
+    IMAGE,
+    NUMERIC_DTYPES,
+    STRING,
+    VIDEO,
+    arrow_column,
+    arrow_type,
+    is_numeric,
+    is_scalar,
+    with_image_metadata,
+)
+from hfpolicy.datasets.format import (
+    BOOKKEEPING_FEATURES,
+    CODEBASE_VERSION,
+    DATA_PATH,
+    DEFAULT_CHUNKS_SIZE,
+    DEFAULT_DATA_FILE_SIZE_MB,
+    DEFAULT_VIDEO_FILE_SIZE_MB,
+    EP_DATA_CHUNK,
+    EP_DATA_FILE,
+    EP_FROM_INDEX,
+    EP_LENGTH,
+    EP_META_CHUNK,
+    EP_META_FILE,
+    EP_TASKS,
+    EP_TO_INDEX,
+    EPISODES_PATH,
+    INFO_PATH,
+    STATS_PATH,
+    TASKS_PATH,
+    VIDEO_PATH,
+    ep_stats_column,
+    ep_video_column,
+    next_chunk_file,
+    write_json_atomic,
+)
+from hfpolicy.datasets.stats import ImageStatsAccumulator, aggregate_stats, array_stats, stats_to_json
+from hfpolicy.video import VIDEO_PIX_FMT, Mp4Writer
+
+MB = 1024**2
+
+
+def _remove_tree(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+class DatasetWriter:
+    """Writes a LeRobot v3.0 dataset episode by episode. Make one with `DatasetWriter.create(...)`."""
+
+    def __init__(
+        self,
+        root: Path,
+        repo_id: str,
+        fps: int | float,
+        features: dict[str, dict[str, Any]],
+        robot_type: str | None,
+        *,
+        overwrite: bool,
+        video_crf: int,
+        video_preset: str,
+        chunks_size: int,
+        data_files_size_in_mb: float,
+        video_files_size_in_mb: float,
+    ):
+        self.root = root
+        self.repo_id = repo_id
+        self.fps = fps
+        self.robot_type = robot_type
+        self.features = features  # info.json features, user features first, then the bookkeeping columns
+        self.overwrite = overwrite
+        self.video_crf = video_crf
+        self.video_preset = video_preset
+        self.chunks_size = chunks_size
+        self.data_files_size_in_mb = data_files_size_in_mb
+        self.video_files_size_in_mb = video_files_size_in_mb
+        self.tmp_root = root.parent / f".{root.name}.writing-{uuid.uuid4().hex[:8]}"
+        self.tmp_root.mkdir(parents=True)
+        self._cleanup = weakref.finalize(self, _remove_tree, str(self.tmp_root))  # on GC / exit if never finished
+        self._staging = self.tmp_root / ".episode"  # the current episode's videos while it is recorded
+
+        self.user_keys = [k for k in features if k not in BOOKKEEPING_FEATURES]
+        self.video_keys = [k for k in self.user_keys if features[k]["dtype"] == VIDEO]
+        self.image_keys = [k for k in self.user_keys if features[k]["dtype"] == IMAGE]
+        self._numeric_keys = [k for k in self.user_keys if is_numeric(features[k])]
+        self._string_keys = [k for k in self.user_keys if features[k]["dtype"] == STRING]
+        self._data_keys = [k for k in features if features[k]["dtype"] != VIDEO]  # columns of the data parquet
+        self._schema = pa.schema([(k, arrow_type(k, features[k])) for k in self._data_keys])
+        if self.image_keys:  # datasets needs its metadata to know that the {bytes, path} structs are images
+            self._schema = with_image_metadata(self._schema, self.image_keys)
+
+        self.tasks: dict[str, int] = {}
+        self.num_episodes = 0
+        self.num_frames = 0
+        self._episode_rows: list[dict[str, Any]] = []
+        self._episode_stats: list[dict[str, dict[str, np.ndarray]]] = []
+        self._finished = False
+        # Current data file.
+        self._data_chunk, self._data_file = 0, 0
+        self._data_writer: pq.ParquetWriter | None = None
+        self._data_path: Path | None = None
+        self._data_file_frames = 0
+        # Current video file per key.
+        self._video_chunk_file = {key: (0, 0) for key in self.video_keys}
+        self._video_out: dict[str, av.container.OutputContainer] = {}
+        self._video_stream: dict[str, Any] = {}
+        self._video_path: dict[str, Path] = {}
+        self._video_file_frames = dict.fromkeys(self.video_keys, 0)
+        self._reset_episode()
+
+    @classmethod
+    def create(
+        cls,
+        root: str | Path,
+        repo_id: str,
+        fps: int | float,
+        features: Mapping[str, Mapping[str, Any]],
+        robot_type: str | None = None,
+        *,
+        overwrite: bool = False,
+        video_crf: int = 23,
+        video_preset: str = "fast",
+        chunks_size: int = DEFAULT_CHUNKS_SIZE,
+        data_files_size_in_mb: float = DEFAULT_DATA_FILE_SIZE_MB,
+        video_files_size_in_mb: float = DEFAULT_VIDEO_FILE_SIZE_MB,
+    ) -> "DatasetWriter":
+        """Starts a dataset at `root` (which must not exist, unless `overwrite`: then it is replaced by `finish()`).
+
+        `features` in the info.json style: {key: {"dtype", "shape", "names"}}. dtypes: numeric ("float32",
+        "int64", "bool", ...), "video" (mp4; shape (H, W, 3), even H and W), "image" (PNG bytes in the parquet) or
+        "string". The bookkeeping columns (index, episode_index, frame_index, timestamp, task_index) are added.
+        Videos are H.264 in yuv420p (`video_crf`: quality, lower is better; `video_preset`: x264 speed). Data and
+        video files roll over at `data_files_size_in_mb` / `video_files_size_in_mb`, chunk folders at `chunks_size`
+        files.
+        """
+        root = Path(root)
+        if root.exists() and not overwrite:
+            raise FileExistsError(f"{root} already exists: choose a new folder, or pass overwrite=True to replace it")
+        if fps <= 0:
+            raise ValueError(f"fps must be positive, got {fps}")
+        if chunks_size < 1 or data_files_size_in_mb <= 0 or video_files_size_in_mb <= 0:
+            raise ValueError("chunks_size and the file size limits must be positive")
+        checked = _check_features(features)
+        return cls(
+            root,
+            repo_id,
+            fps,
+            checked,
+            robot_type,
+            overwrite=overwrite,
+            video_crf=video_crf,
+            video_preset=video_preset,
+            chunks_size=chunks_size,
+            data_files_size_in_mb=data_files_size_in_mb,
+            video_files_size_in_mb=video_files_size_in_mb,
+        )
+
+    # --- episodes -----------------------------------------------------------------------------------------------
+    def _reset_episode(self) -> None:
+        self._values: dict[str, list[Any]] = {key: [] for key in self._numeric_keys + self._string_keys}
+        self._images: dict[str, list[dict[str, Any]]] = {key: [] for key in self.image_keys}
+        self._frame_tasks: list[str] = []
+        self._image_stats = {key: ImageStatsAccumulator() for key in self.video_keys + self.image_keys}
+        self._episode_videos: dict[str, Mp4Writer] = {}
+
+    @property
+    def episode_frames(self) -> int:
+        """Frames added to the current (unsaved) episode."""
+        return len(self._frame_tasks)
+
+    def add_frame(self, frame: Mapping[str, Any], task: str) -> None:
+        """Adds one frame to the current episode: every feature the dataset was created with (images as uint8
+        (H, W, C) arrays), nothing else. timestamp = frame_index / fps."""
+        self._check_open()
+        given, expected = set(frame), set(self.user_keys)
+        if given != expected:
+            problems = []
+            if expected - given:
+                problems.append(f"missing {sorted(expected - given)}")
+            if given - expected:
+                extra = sorted(given - expected)
+                why = ""
+                if set(extra) & set(BOOKKEEPING_FEATURES):
+                    why = " (the writer adds the bookkeeping columns itself)"
+                elif TASK in extra:
+                    why = " (give the task as add_frame(frame, task=...))"
+                problems.append(f"unknown {extra}{why}")
+            raise ValueError(f"frame {self.episode_frames} of episode {self.num_episodes}: {'; '.join(problems)}")
+        if not isinstance(task, str) or not task:
+            raise ValueError(f"task must be a non-empty string describing the episode's task, got {task!r}")
+        converted = {key: self._convert(key, frame[key]) for key in self.user_keys}
+        for key in self.video_keys:
+            writer = self._episode_videos.get(key)
+            if writer is None:
+                path = self._staging / f"{key}.mp4"
+                writer = self._episode_videos[key] = Mp4Writer(
+                    path, self.fps, crf=self.video_crf, preset=self.video_preset
+                )
+            writer.add_frame(converted[key])
+            self._image_stats[key].add(converted[key])
+        for key in self.image_keys:
+            self._image_stats[key].add(converted[key])
+            self._images[key].append({"bytes": _png_bytes(converted[key]), "path": None})
+        for key in self._numeric_keys + self._string_keys:
+            self._values[key].append(converted[key])
+        self._frame_tasks.append(task)
+
+    def _convert(self, key: str, value: Any) -> Any:
+        feature = self.features[key]
+        dtype = feature["dtype"]
+        where = f"feature {key!r} (frame {self.episode_frames} of episode {self.num_episodes})"
+        if dtype == STRING:
+            if not isinstance(value, str):
+                raise TypeError(f"{where} is a string feature, got {type(value).__name__}")
+            return value
+        if hasattr(value, "detach"):  # a torch tensor
+            value = value.detach().cpu().numpy()
+        array = np.asarray(value)
+        shape = tuple(feature["shape"])
+        if dtype in (VIDEO, IMAGE):
+            if array.dtype != np.uint8 or array.shape != shape:
+                raise ValueError(
+                    f"{where} must be a uint8 array shaped (H, W, C) = {shape}, got {array.dtype} {array.shape}"
+                )
+            return np.ascontiguousarray(array)
+        target = np.dtype(NUMERIC_DTYPES[dtype])
+        if array.dtype.kind == "f" and target.kind in "biu":
+            raise TypeError(f"{where} has dtype {dtype}, got floating-point values {array.dtype}")
+        if is_scalar(feature):
+            if array.size != 1:
+                raise ValueError(f"{where} has shape {shape}, got an array of shape {array.shape}")
+            return array.reshape(()).astype(target)
+        if array.shape != shape:
+            raise ValueError(f"{where} has shape {shape}, got {array.shape}")
+        return array.astype(target)
+
+    def clear_episode(self) -> None:
+        """Drops the frames of the current episode."""
+        for writer in self._episode_videos.values():
+            writer.abort()
+        self._reset_episode()
+
+    def save_episode(self) -> int:
+        """Writes the current episode (data rows, video segments, its row in meta/episodes); returns its index."""
+        self._check_open()
+        n = self.episode_frames
+        if n == 0:
+            raise ValueError("the current episode has no frames: add_frame(...) before save_episode()")
+        episode_index = self.num_episodes
+        for task in self._frame_tasks:
+            self.tasks.setdefault(task, len(self.tasks))
+        frame_index = np.arange(n, dtype=np.int64)
+        columns: dict[str, Any] = {key: np.stack(self._values[key]) for key in self._numeric_keys}
+        columns.update({key: self._values[key] for key in self._string_keys})
+        columns.update({key: self._images[key] for key in self.image_keys})
+        columns[TIMESTAMP] = (frame_index / self.fps).astype(np.float32)
+        columns[FRAME_INDEX] = frame_index
+        columns[EPISODE_INDEX] = np.full(n, episode_index, dtype=np.int64)
+        columns[INDEX] = np.arange(self.num_frames, self.num_frames + n, dtype=np.int64)
+        columns[TASK_INDEX] = np.array([self.tasks[t] for t in self._frame_tasks], dtype=np.int64)
+
+        stats = {key: array_stats(columns[key]) for key in self.features if is_numeric(self.features[key])}
+        stats.update({key: acc.stats() for key, acc in self._image_stats.items()})
+
+        row: dict[str, Any] = {
+            EPISODE_INDEX: episode_index,
+            EP_TASKS: list(dict.fromkeys(self._frame_tasks)),
+            EP_LENGTH: n,
+        }
+        row.update(self._write_data(columns, n))
+        for key in self.video_keys:
+            row.update(self._append_video(key, n))
+        for key, key_stats in stats.items():
+            for stat, value in key_stats.items():
+                row[ep_stats_column(key, stat)] = np.asarray(value).tolist()
+        self._episode_rows.append(row)
+        self._episode_stats.append(stats)
+        self.num_episodes += 1
+        self.num_frames += n
+        self._reset_episode()
+        shutil.rmtree(self._staging, ignore_errors=True)
+        return episode_index
+
+    def _write_data(self, columns: dict[str, Any], n: int) -> dict[str, int]:
+        table = pa.table([arrow_column(k, self.features[k], columns[k]) for k in self._data_keys], schema=self._schema)
+        if self._data_writer is not None:
+            size = self._data_path.stat().st_size
+            if size + size / max(self._data_file_frames, 1) * n >= self.data_files_size_in_mb * MB:
+                self._close_data_file()
+                self._data_chunk, self._data_file = next_chunk_file(self._data_chunk, self._data_file, self.chunks_size)
+        if self._data_writer is None:
+            self._data_path = self.tmp_root / DATA_PATH.format(chunk_index=self._data_chunk, file_index=self._data_file)
+            self._data_path.parent.mkdir(parents=True, exist_ok=True)
+            self._data_writer = pq.ParquetWriter(self._data_path, self._schema, compression="snappy")
+            self._data_file_frames = 0
+        self._data_writer.write_table(table)
+        self._data_file_frames += n
+        return {
+            EP_DATA_CHUNK: self._data_chunk,
+            EP_DATA_FILE: self._data_file,
+            EP_FROM_INDEX: self.num_frames,
+            EP_TO_INDEX: self.num_frames + n,
+        }
+
+    def _close_data_file(self) -> None:
+        if self._data_writer is not None:
+            self._data_writer.close()
+            self._data_writer = None
+
+    def _append_video(self, key: str, n: int) -> dict[str, Any]:
+        """Appends the current episode's mp4 packets to the key's current video file (no re-encoding)."""
+        episode_path = self._episode_videos[key].close()
+        if key in self._video_out:
+            size = self._video_path[key].stat().st_size
+            if size + episode_path.stat().st_size >= self.video_files_size_in_mb * MB:
+                self._close_video_file(key)
+                self._video_chunk_file[key] = next_chunk_file(*self._video_chunk_file[key], self.chunks_size)
+        chunk_index, file_index = self._video_chunk_file[key]
+        first_frame = self._video_file_frames[key]
+        with av.open(str(episode_path)) as episode:
+            in_stream = episode.streams.video[0]
+            if key not in self._video_out:
+                path = self.tmp_root / VIDEO_PATH.format(video_key=key, chunk_index=chunk_index, file_index=file_index)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._video_path[key] = path
+                self._video_out[key] = av.open(str(path), mode="w", options={"movflags": "+faststart"})
+                self._video_stream[key] = self._video_out[key].add_stream_from_template(in_stream)
+                first_frame = self._video_file_frames[key] = 0
+            offset = round(Fraction(first_frame) / Fraction(self.fps).limit_denominator(1001) / in_stream.time_base)
+            out_stream = self._video_stream[key]
+            for packet in episode.demux(in_stream):
+                if packet.dts is None:  # the demuxer's end-of-stream marker
+                    continue
+                packet.pts += offset
+                packet.dts += offset
+                packet.stream = out_stream
+                self._video_out[key].mux(packet)
+        self._video_file_frames[key] += n
+        return {
+            ep_video_column(key, "chunk_index"): chunk_index,
+            ep_video_column(key, "file_index"): file_index,
+            ep_video_column(key, "from_timestamp"): first_frame / self.fps,
+            ep_video_column(key, "to_timestamp"): (first_frame + n) / self.fps,
+        }
+
+    def _close_video_file(self, key: str) -> None:
+        container = self._video_out.pop(key, None)
+        if container is not None:
+            container.close()
+        self._video_stream.pop(key, None)
+
+    # --- finishing ----------------------------------------------------------------------------------------------
+    def finish(self) -> Path:
+        """Writes meta/ (info.json, stats.json, tasks.parquet, episodes) and renames the dataset into `root`."""
+        self._check_open()
+        try:
+            if self.episode_frames:
+                raise ValueError(
+                    f"the current episode has {self.episode_frames} unsaved frames: save_episode() to keep them or "
+                    "clear_episode() to drop them before finish()"
+                )
+            if self.num_episodes == 0:
+                raise ValueError("no episode was saved: a dataset needs at least one (add_frame, save_episode)")
+            self._close_data_file()
+            for key in list(self._video_out):
+                self._close_video_file(key)
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._write_meta()
+        except BaseException:
+            self.abort()
+            raise
+        if self.root.exists():  # only with overwrite=True (checked by create)
+            old = self.root.parent / f".{self.root.name}.replaced-{uuid.uuid4().hex[:8]}"
+            os.replace(self.root, old)
+            os.replace(self.tmp_root, self.root)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(self.tmp_root, self.root)
+        self._cleanup.detach()
+        self._finished = True
+        return self.root
+
+    def _write_meta(self) -> None:
+        rows = self._episode_rows
+        for row in rows:
+            row[EP_META_CHUNK], row[EP_META_FILE] = 0, 0
+        episodes = pa.Table.from_pylist(rows)
+        path = self.tmp_root / EPISODES_PATH.format(chunk_index=0, file_index=0)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(episodes, path)
+
+        tasks = pd.DataFrame({TASK_INDEX: list(self.tasks.values())}, index=pd.Index(list(self.tasks), name=TASK))
+        tasks.to_parquet(self.tmp_root / TASKS_PATH)
+
+        write_json_atomic(stats_to_json(aggregate_stats(self._episode_stats)), self.tmp_root / STATS_PATH)
+
+        features = deepcopy(self.features)
+        for key in self.video_keys:
+            features[key]["info"] = self._video_info(key)
+        info = {
+            "codebase_version": CODEBASE_VERSION,
+            "robot_type": self.robot_type,
+            "total_episodes": self.num_episodes,
+            "total_frames": self.num_frames,
+            "total_tasks": len(self.tasks),
+            "chunks_size": self.chunks_size,
+            "data_files_size_in_mb": self.data_files_size_in_mb,
+            "video_files_size_in_mb": self.video_files_size_in_mb,
+            "fps": self.fps,
+            "splits": {"train": f"0:{self.num_episodes}"},
+            "data_path": DATA_PATH,
+            "video_path": VIDEO_PATH if self.video_keys else None,
+            "features": features,
+        }
+        write_json_atomic(info, self.tmp_root / INFO_PATH)
+
+    def _video_info(self, key: str) -> dict[str, Any]:
+        """The "info" LeRobot keeps per video feature, probed from the first file."""
+        path = self.tmp_root / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0)
+        with av.open(str(path)) as container:
+            stream = container.streams.video[0]
+            return {
+                "video.height": stream.codec_context.height,
+                "video.width": stream.codec_context.width,
+                "video.codec": stream.codec_context.name,
+                "video.pix_fmt": stream.codec_context.pix_fmt or VIDEO_PIX_FMT,
+                "video.is_depth_map": False,
+                "video.fps": self.fps,
+                "video.channels": int(self.features[key]["shape"][2]),
+                "has_audio": len(container.streams.audio) > 0,
+            }
+
+    def abort(self) -> None:
+        """Stops writing and removes the temporary folder; `root` is left untouched."""
+        if self._finished:
+            return
+        self._close_data_file()
+        for writer in self._episode_videos.values():
+            writer.abort()
+        for key in list(self._video_out):
+            self._close_video_file(key)
+        shutil.rmtree(self.tmp_root, ignore_errors=True)
+        self._cleanup.detach()
+        self._finished = True
+
+    def _check_open(self) -> None:
+        if self._finished:
+            raise RuntimeError(f"the writer of {self.root} is finished (or aborted): create a new one")
+
+    def __enter__(self) -> "DatasetWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
+        elif not self._finished:
+            self.finish()
+
+
+def _check_features(features: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Validated info.json features (shapes as lists, images named [height, width, channels]) + bookkeeping."""
+    if not features:
+        raise ValueError("features is empty: give at least one feature, e.g. {'action': {'dtype': 'float32', ...}}")
+    checked: dict[str, dict[str, Any]] = {}
+    for key, feature in features.items():
+        if key in BOOKKEEPING_FEATURES or key == TASK:
+            raise ValueError(f"feature {key!r} is a bookkeeping column the writer adds itself: leave it out")
+        if "/" in key:
+            raise ValueError(f"feature names cannot contain '/' (the episode table uses it as a separator): {key!r}")
+        if "dtype" not in feature or "shape" not in feature:
+            raise ValueError(f"feature {key!r} needs 'dtype' and 'shape' (and optionally 'names'), got {dict(feature)}")
+        dtype = feature["dtype"]
+        if dtype not in (*NUMERIC_DTYPES, VIDEO, IMAGE, STRING):
+            raise ValueError(
+                f"feature {key!r} has dtype {dtype!r}; use one of {sorted(NUMERIC_DTYPES)}, 'video', 'image', 'string'"
+            )
+        shape = [int(n) for n in feature["shape"]]
+        if not shape or any(n < 1 for n in shape):
+            raise ValueError(f"feature {key!r} has shape {feature['shape']}: give positive sizes, (1,) for a scalar")
+        entry = {**deepcopy(dict(feature)), "shape": shape, "names": feature.get("names")}
+        if dtype in (VIDEO, IMAGE):
+            if len(shape) != 3 or shape[2] not in (1, 3, 4):
+                raise ValueError(f"{dtype} feature {key!r} needs shape (height, width, channels), got {shape}")
+            if dtype == VIDEO and (shape[2] != 3 or shape[0] % 2 or shape[1] % 2):
+                raise ValueError(
+                    f"video feature {key!r} needs 3 channels and even height and width ({VIDEO_PIX_FMT}), got {shape}: "
+                    "pad or crop the frames, or use dtype 'image'"
+                )
+            entry["names"] = ["height", "width", "channels"]
+        checked[key] = entry
+    for key, feature in BOOKKEEPING_FEATURES.items():
+        checked[key] = deepcopy(feature)
+    return checked
+
+
+def _png_bytes(frame: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(frame if frame.shape[2] != 1 else frame[:, :, 0]).save(buffer, format="PNG")
+    return buffer.getvalue()

@@ -1,0 +1,87 @@
+"""Bad input gets an error that names the problem and the fix."""
+
+import json
+import shutil
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from hfpolicy.datasets import DatasetFormatError, PolicyDataset, TimestampError, UnsupportedVersionError
+
+
+def test_a_folder_without_info_json(tmp_path):
+    (tmp_path / "data").mkdir()
+    with pytest.raises(DatasetFormatError, match=r"has no meta/info\.json.*not a LeRobot dataset root.*root=None"):
+        PolicyDataset("user/x", root=tmp_path)
+    with pytest.raises(DatasetFormatError, match="does not exist"):
+        PolicyDataset("user/x", root=tmp_path / "nowhere")
+
+
+def test_a_dataset_one_folder_up_is_pointed_at(tiny_dataset):
+    with pytest.raises(DatasetFormatError, match=f"its subfolder {tiny_dataset.root}"):
+        PolicyDataset("user/x", root=tiny_dataset.root.parent)
+
+
+def test_codebase_version_v21_says_how_to_convert(tmp_path, tiny_dataset):
+    root = tmp_path / "old"
+    shutil.copytree(tiny_dataset.root, root)
+    info = json.loads((root / "meta/info.json").read_text())
+    info["codebase_version"] = "v2.1"
+    (root / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(UnsupportedVersionError) as error:
+        PolicyDataset("user/old", root=root)
+    message = str(error.value)
+    assert "LeRobot v2.1 dataset" in message and "reads only the v3.0 format" in message
+    assert "python -m lerobot.datasets.v30.convert_dataset_v21_to_v30 --repo-id=user/old" in message
+
+    info["codebase_version"] = "v4.0"
+    (root / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(UnsupportedVersionError, match="newer than the v3.0 format"):
+        PolicyDataset("user/old", root=root)
+
+
+def test_a_timestamp_gap_names_the_episode_and_time(tmp_path, tiny_dataset):
+    root = tmp_path / "gap"
+    shutil.copytree(tiny_dataset.root, root)
+    path = root / "data/chunk-000/file-000.parquet"
+    table = pq.read_table(path)
+    # Episode 2 (positions 17..36) loses 0.3 s from frame 8 on: timestamps jump 0.7 -> 1.1.
+    index = table.column("index")
+    shifted = pc.if_else(
+        pc.greater_equal(index, 25),
+        pc.add(table.column("timestamp"), pa.scalar(0.3, pa.float32())),
+        table.column("timestamp"),
+    )
+    table = table.set_column(table.schema.get_field_index("timestamp"), "timestamp", shifted)
+    pq.write_table(table, path)
+    with pytest.raises(
+        TimestampError, match=r"episode 2 of user/gap: the timestamp goes from 0\.7000 s \(frame_index 7\) to 1\.1000 s"
+    ):
+        PolicyDataset("user/gap", root=root)
+    # Episodes without the gap still load.
+    assert PolicyDataset("user/gap", root=root, episodes=[0, 1]).num_frames == 17
+
+
+def test_delta_timestamps_must_name_features_and_fit_the_fps(tiny_dataset):
+    with pytest.raises(ValueError, match=r"key 'observation.images.top', which is not a feature.*'action'"):
+        PolicyDataset(tiny_dataset.repo_id, root=tiny_dataset.root, delta_timestamps={"observation.images.top": [0.0]})
+    with pytest.raises(ValueError, match=r"offsets \[0.05\] that are not multiples of 1/fps = 0.1000 s"):
+        PolicyDataset(tiny_dataset.repo_id, root=tiny_dataset.root, delta_timestamps={"action": [0.0, 0.05, 0.1]})
+
+
+def test_unknown_episodes_and_missing_files(tmp_path, tiny_dataset):
+    with pytest.raises(ValueError, match=r"episodes \[7\] are not in user/tiny \(it has 3 episodes"):
+        PolicyDataset(tiny_dataset.repo_id, root=tiny_dataset.root, episodes=[0, 7])
+    root = tmp_path / "partial"
+    shutil.copytree(tiny_dataset.root, root)
+    (root / "videos/observation.image/chunk-000/file-000.mp4").unlink()
+    ds = PolicyDataset("user/partial", root=root)  # frames are decoded lazily: the error comes with the first item
+    with pytest.raises(
+        DatasetFormatError, match=r"episode 0 of user/partial, observation.image: the video file .* is missing"
+    ):
+        ds[0]
+    shutil.rmtree(root / "data")
+    with pytest.raises(DatasetFormatError, match="lacks the data files"):
+        PolicyDataset("user/partial", root=root)
