@@ -6,6 +6,7 @@ import importlib
 import json
 import os
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -13,7 +14,12 @@ import safetensors
 import safetensors.torch
 import torch
 from huggingface_hub import PyTorchModelHubMixin, hf_hub_download
-from huggingface_hub.errors import EntryNotFoundError
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    HFValidationError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
 from torch import Tensor, nn
 
 from hfpolicy.constants import ACTION, CONFIG_FILE, WEIGHTS_FILE
@@ -189,6 +195,11 @@ class Policy(
                 raise PolicyLoadError(
                     f"the Hub repo {pretrained_name_or_path!r} has no {filename}: is it an hfpolicy policy?"
                 ) from e
+            except (HFValidationError, RepositoryNotFoundError, RevisionNotFoundError) as e:
+                raise PolicyLoadError(
+                    f"{pretrained_name_or_path!r} is not a local directory, nor a Hub repo (at revision {revision}) "
+                    f"that can be read: {e}"
+                ) from e
 
         config_path = resolve(CONFIG_FILE)
         try:
@@ -219,6 +230,57 @@ class Policy(
         policy.to(map_location)
         policy.eval()
         return policy
+
+    def push_to_hub(
+        self,
+        repo_id: str,
+        *,
+        eval_info: str | Path | dict[str, Any] | None = None,
+        videos: Sequence[str | Path] = (),
+        train_config: dict[str, Any] | None = None,
+        training_curve: str | Path | None = None,
+        env_type: str | None = None,
+        dataset_repo_id: str | None = None,
+        train_command: str | None = None,
+        private: bool | None = None,
+        token: str | None = None,
+        branch: str | None = None,
+        commit_message: str = "Upload policy with hfpolicy",
+        config: Any = None,
+        model_card_kwargs: Any = None,
+    ) -> str:
+        """Uploads config.json + model.safetensors and a model card in one commit; returns the commit URL.
+
+        With `eval_info` (an eval_info.json path or its dict) the card carries the eval results (model-index and a
+        table) and eval_info.json is uploaded; `videos` (eval mp4s) go to eval/episode_<i>.mp4, the first also to
+        replay.mp4. `train_config`, `training_curve` (PNG) and `train_command` document how the policy was trained.
+        (`config` and `model_card_kwargs` are accepted for PyTorchModelHubMixin compatibility and ignored: the
+        config is always the policy's own.)
+        """
+        from hfpolicy.hub import push_policy_to_hub
+
+        del config, model_card_kwargs
+        return push_policy_to_hub(
+            self,
+            repo_id,
+            private=private,
+            token=token,
+            branch=branch,
+            commit_message=commit_message,
+            eval_info=eval_info,
+            videos=videos,
+            train_config=train_config,
+            training_curve=training_curve,
+            env_type=env_type,
+            dataset_repo_id=dataset_repo_id,
+            train_command=train_command,
+        )
+
+    def generate_model_card(self, *args, **kwargs) -> Any:
+        """The card `save_pretrained` writes: hfpolicy's own (without eval results; `push_to_hub` adds them)."""
+        from hfpolicy.hub import make_model_card
+
+        return make_model_card(kwargs.get("repo_id", f"hfpolicy {self.config.type} policy"), self)
 
     def load_strict(self, state_dict: dict[str, Tensor], source: str = "state dict") -> None:
         """load_state_dict that names every missing key, unexpected key and shape mismatch in one error."""

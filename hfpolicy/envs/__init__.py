@@ -1,0 +1,28 @@
+"""Simulated environments for evaluation: vector envs (serial or parallel) and their observations as policy batches.
+
+from hfpolicy.envs import make_env, observations_to_batch
+
+env = make_env("pusht", n_envs=8)                  # SyncVectorEnv, autoreset disabled
+observation, info = env.reset(seed=[100_000 + i for i in range(8)])
+batch = observations_to_batch(observation, "cpu")  # {"observation.image": (8, 3, 96, 96), "observation.state": ...}
+"""
+
+from hfpolicy.envs.configs import EnvConfig, PushTEnvConfig, known_env_types, make_env, make_env_config
+from hfpolicy.envs.observations import observations_to_batch
+from hfpolicy.envs.vector import PARK_OPTION, LockstepEnv, episode_step_limit, make_vector_env
+
+SUCCESS_INFO_KEY = "is_success"  # the step info entry that says an episode succeeded (gymnasium convention)
+
+__all__ = [
+    "PARK_OPTION",
+    "SUCCESS_INFO_KEY",
+    "EnvConfig",
+    "LockstepEnv",
+    "PushTEnvConfig",
+    "episode_step_limit",
+    "known_env_types",
+    "make_env",
+    "make_env_config",
+    "make_vector_env",
+    "observations_to_batch",
+]

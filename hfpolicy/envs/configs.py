@@ -1,0 +1,182 @@
+"""Environment configs: one dataclass per simulator, registered for the command line (`--env.type=pusht`).
+
+A config knows how to build one gymnasium env (`make_single`), a vector of them (`make`), and which policy features
+its observations become (`observation_features`), so a policy can be checked against an env before a long run.
+"""
+
+import dataclasses
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import draccus
+import gymnasium as gym
+from gymnasium.vector import VectorEnv
+
+from hfpolicy.constants import OBS_ENV_STATE, OBS_IMAGE, OBS_STATE
+from hfpolicy.envs.vector import make_vector_env
+from hfpolicy.policies.config import FeatureType, PolicyFeature
+
+
+@dataclass
+class EnvConfig(draccus.ChoiceRegistry):
+    """What every simulated environment config provides. Subclasses register under a name and add their fields."""
+
+    obs_types: ClassVar[tuple[str, ...]] = ()  # observation types this env offers, the default first
+
+    @classmethod
+    def default_choice_name(cls) -> str:
+        """The env used when the command line sets env options without `--env.type`."""
+        return "pusht"
+
+    @property
+    def type(self) -> str:
+        """The registered name of this env (`--env.type=<name>`)."""
+        return self.get_choice_name(type(self))
+
+    @property
+    def fps(self) -> float:
+        """Control frequency: env steps per second of simulated time (also the eval videos' frame rate)."""
+        raise NotImplementedError
+
+    @property
+    def max_episode_steps(self) -> int:
+        """Steps after which an episode is truncated."""
+        raise NotImplementedError
+
+    def observation_features(self, obs_type: str | None = None) -> dict[str, PolicyFeature]:
+        """The policy inputs `observations_to_batch` makes from this env's observations of `obs_type`."""
+        raise NotImplementedError
+
+    @property
+    def action_feature(self) -> PolicyFeature:
+        """The action the env consumes, as a policy output feature."""
+        raise NotImplementedError
+
+    def make_single(self) -> gym.Env:
+        """One environment with this config, its time limit applied. The bound method is what AsyncVectorEnv workers
+        call, so the config must stay picklable (plain fields)."""
+        raise NotImplementedError
+
+    def make(self, n_envs: int, parallel: bool = False) -> VectorEnv:
+        """`n_envs` environments as one vector env with autoreset disabled; see `hfpolicy.envs.make_vector_env`."""
+        if n_envs < 1:
+            raise ValueError(f"n_envs must be >= 1, got {n_envs}")
+        return make_vector_env([self.make_single] * n_envs, parallel=parallel)
+
+    def obs_type_for(self, input_keys: Collection[str]) -> str:
+        """The cheapest obs type whose observations give every key in `input_keys` (no rendering unless images are
+        needed, then the fewest unused features); ValueError naming what each obs type offers if none does."""
+        candidates = []
+        for order, obs_type in enumerate(self.obs_types):
+            features = self.observation_features(obs_type)
+            if set(input_keys) <= set(features):
+                unused = [k for k in features if k not in input_keys]
+                unused_images = sum(features[k].type == FeatureType.IMAGE for k in unused)
+                candidates.append((unused_images, len(unused), order, obs_type))
+        if not candidates:
+            offered = {obs_type: sorted(self.observation_features(obs_type)) for obs_type in self.obs_types}
+            raise ValueError(
+                f"no observation type of env {self.type!r} gives all of {sorted(input_keys)}; it offers {offered}"
+            )
+        return min(candidates)[-1]
+
+    def _check_obs_type(self, obs_type: str | None) -> None:
+        if obs_type is not None and obs_type not in self.obs_types:
+            raise ValueError(
+                f"unknown obs_type {obs_type!r} for env {self.type!r}; valid obs types: {', '.join(self.obs_types)}"
+            )
+
+
+@EnvConfig.register_subclass("pusht")
+@dataclass
+class PushTEnvConfig(EnvConfig):
+    """PushT (gym-pusht): push a T-shaped block onto a fixed target with a circular agent, 512x512 workspace.
+
+    Actions are target agent positions (x, y) in pixels. The reward is the block's coverage of the target (scaled so
+    that 95% coverage gives 1.0); an episode terminates with success at coverage > 95% and is truncated after
+    `episode_length` steps.
+    """
+
+    obs_types: ClassVar[tuple[str, ...]] = ("pixels_agent_pos", "environment_state_agent_pos", "pixels")
+
+    obs_type: str | None = None  # pixels_agent_pos / environment_state_agent_pos / pixels; None: from the policy
+    episode_length: int = 300  # steps before truncation (gym-pusht's own limit is 300)
+    observation_size: int = 96  # height and width of the pixels the policy sees
+    render_size: int = 384  # height and width of rendered (video) frames; even (yuv420p mp4), >= 96
+
+    gym_id: ClassVar[str] = "gym_pusht/PushT-v0"
+
+    def __post_init__(self):
+        self._check_obs_type(self.obs_type)
+        if self.episode_length < 1:
+            raise ValueError(f"episode_length must be >= 1, got {self.episode_length}")
+        if self.render_size % 2 or self.render_size < 96:
+            raise ValueError(f"render_size must be even (yuv420p video) and >= 96 (gym-pusht), got {self.render_size}")
+
+    @property
+    def fps(self) -> float:
+        return 10.0  # gym-pusht's control_hz (metadata render_fps)
+
+    @property
+    def max_episode_steps(self) -> int:
+        return self.episode_length
+
+    def observation_features(self, obs_type: str | None = None) -> dict[str, PolicyFeature]:
+        obs_type = obs_type or self.obs_type or self.obs_types[0]
+        self._check_obs_type(obs_type)
+        size = self.observation_size
+        features = {}
+        if obs_type.startswith("pixels"):
+            features[OBS_IMAGE] = PolicyFeature(FeatureType.IMAGE, (3, size, size))
+        if obs_type == "environment_state_agent_pos":
+            features[OBS_ENV_STATE] = PolicyFeature(FeatureType.STATE, (16,))
+        if obs_type.endswith("agent_pos"):
+            features[OBS_STATE] = PolicyFeature(FeatureType.STATE, (2,))
+        return features
+
+    @property
+    def action_feature(self) -> PolicyFeature:
+        return PolicyFeature(FeatureType.ACTION, (2,))
+
+    def make_single(self) -> gym.Env:
+        import gym_pusht  # noqa: F401 (registers gym_pusht/PushT-v0)
+
+        return gym.make(
+            self.gym_id,
+            obs_type=self.obs_type or self.obs_types[0],
+            max_episode_steps=self.episode_length,
+            observation_width=self.observation_size,
+            observation_height=self.observation_size,
+            visualization_width=self.render_size,
+            visualization_height=self.render_size,
+        )
+
+
+def known_env_types() -> list[str]:
+    return sorted(EnvConfig.get_known_choices())
+
+
+def make_env_config(name: str, **fields: Any) -> EnvConfig:
+    """The registered config for env `name` with `fields` set; errors list the valid names / fields / obs types."""
+    try:
+        config_class = EnvConfig.get_choice_class(name)
+    except KeyError:
+        raise ValueError(f"unknown env {name!r}; valid envs: {', '.join(known_env_types())}") from None
+    valid = [f.name for f in dataclasses.fields(config_class)]
+    unknown = sorted(set(fields) - set(valid))
+    if unknown:
+        raise TypeError(f"env {name!r} has no option(s) {unknown}; its options: {', '.join(valid)}")
+    return config_class(**fields)
+
+
+def make_env(
+    name: str, n_envs: int, parallel: bool = False, obs_type: str = "pixels_agent_pos", **kwargs: Any
+) -> VectorEnv:
+    """`n_envs` copies of env `name` in a vector env with autoreset disabled.
+
+    parallel=False gives a SyncVectorEnv ("serial": the envs step one after another in this process, the policy acts
+    on the whole batch); parallel=True an AsyncVectorEnv (one worker process per env). `kwargs` are the env config's
+    fields, e.g. `make_env("pusht", 8, episode_length=100, render_size=256)`.
+    """
+    return make_env_config(name, obs_type=obs_type, **kwargs).make(n_envs, parallel=parallel)

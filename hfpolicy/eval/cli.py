@@ -1,0 +1,138 @@
+"""`hfpolicy eval`: evaluate a saved policy (local directory or Hub repo id) in batched simulation.
+
+    hfpolicy eval --policy.path=user/pusht-diffusion --env.type=pusht --eval.n_episodes=50 --eval.batch_size=50 \\
+        [--eval.parallel=true] [--eval.n_videos=4] --output_dir=outputs/eval/pusht [--policy.device=cpu]
+
+Writes `<output_dir>/eval_info.json` (aggregates and per-episode records) and `<output_dir>/videos/*.mp4`.
+"""
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import draccus
+import torch
+from draccus.utils import ParsingError
+
+from hfpolicy.constants import EVAL_INFO_FILE
+from hfpolicy.envs import EnvConfig, PushTEnvConfig
+from hfpolicy.eval.evaluation import DEFAULT_START_SEED, EvalResult, evaluate
+from hfpolicy.policies.base import Policy, PolicyLoadError
+
+
+@dataclass
+class PolicyLoadConfig:
+    """Which saved policy to evaluate, and where it runs."""
+
+    path: str | None = None  # local directory or Hub repo id of a saved policy (config.json + model.safetensors)
+    revision: str | None = None  # Hub branch, tag or commit when `path` is a repo id
+    device: str | None = None  # torch device (cpu, cuda, cuda:1, mps); default: cuda when available, else cpu
+    n_action_steps: int | None = None  # override the saved number of actions executed per predicted chunk
+
+
+@dataclass
+class EvalConfig:
+    """How many episodes, how they are batched, and how many are filmed."""
+
+    n_episodes: int = 50  # episodes to run; episode i is seeded start_seed + i
+    batch_size: int = 50  # envs stepped in lockstep (one batched policy call per step); capped at n_episodes
+    parallel: bool = False  # one process per env (AsyncVectorEnv) instead of stepping them in this process
+    n_videos: int = 4  # the first n episodes are saved as mp4 videos
+    start_seed: int = DEFAULT_START_SEED  # seed of episode 0
+
+
+@dataclass
+class EvalPipelineConfig:
+    """`hfpolicy eval` flags: --policy.*, --env.*, --eval.*, --output_dir."""
+
+    policy: PolicyLoadConfig = field(default_factory=PolicyLoadConfig)  # the policy to evaluate
+    env: EnvConfig = field(default_factory=PushTEnvConfig)  # the simulator (--env.type=pusht)
+    eval: EvalConfig = field(default_factory=EvalConfig)  # episodes, batching, videos
+    output_dir: Path | None = None  # eval_info.json and videos/ go here; default outputs/eval/<date>_<time>_<env>
+    progress: bool = True  # show a progress bar
+
+
+def run_eval(config: EvalPipelineConfig) -> EvalResult:
+    """Loads the policy, builds the env to match it, evaluates, and writes eval_info.json and the videos."""
+    policy, env_config = load_policy_and_env_config(config)
+    return evaluate_and_save(config, policy, env_config)
+
+
+def evaluate_and_save(config: EvalPipelineConfig, policy: Policy, env_config: EnvConfig) -> EvalResult:
+    output_dir = config.output_dir or default_output_dir(env_config)
+    batch_size = min(config.eval.batch_size, config.eval.n_episodes)
+    env = env_config.make(batch_size, parallel=config.eval.parallel)
+    try:
+        result = evaluate(
+            policy,
+            env,
+            n_episodes=config.eval.n_episodes,
+            start_seed=config.eval.start_seed,
+            n_videos=config.eval.n_videos,
+            videos_dir=output_dir / "videos",
+            fps=env_config.fps,
+            progress=config.progress,
+        )
+    finally:
+        env.close()
+    result.save(output_dir / EVAL_INFO_FILE)
+    return result
+
+
+def default_output_dir(env_config: EnvConfig) -> Path:
+    return Path("outputs/eval") / f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{env_config.type}"
+
+
+def load_policy_and_env_config(config: EvalPipelineConfig) -> tuple[Policy, EnvConfig]:
+    """The policy on its device, and the env config with an obs type that gives the policy's inputs."""
+    if not config.policy.path:
+        raise ValueError("--policy.path is required: a local directory or a Hub repo id of a saved policy")
+    if config.eval.n_episodes < 1 or config.eval.batch_size < 1 or config.eval.n_videos < 0:
+        raise ValueError("--eval.n_episodes and --eval.batch_size must be >= 1 and --eval.n_videos >= 0")
+    device = config.policy.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    overrides = {} if config.policy.n_action_steps is None else {"n_action_steps": config.policy.n_action_steps}
+    policy = Policy.from_pretrained(
+        config.policy.path, revision=config.policy.revision, map_location=device, config_overrides=overrides
+    )
+    env_config = config.env
+    needed = policy.config.input_features
+    if env_config.obs_type is None:
+        env_config = dataclasses.replace(env_config, obs_type=env_config.obs_type_for(list(needed)))
+    offered = env_config.observation_features()
+    missing = sorted(set(needed) - set(offered))
+    if missing:
+        raise ValueError(
+            f"the policy needs {missing}, which env {env_config.type!r} with obs_type={env_config.obs_type!r} does "
+            f"not give (it gives {sorted(offered)}); try --env.obs_type={env_config.obs_type_for(list(needed))}"
+        )
+    for key, feature in needed.items():
+        if tuple(feature.shape) != tuple(offered[key].shape):
+            raise ValueError(
+                f"the policy expects {key} of shape {tuple(feature.shape)}, env {env_config.type!r} gives "
+                f"{tuple(offered[key].shape)}: set the env's size options (e.g. --env.observation_size)"
+            )
+    return policy, env_config
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        config = draccus.parse(EvalPipelineConfig, args=sys.argv[1:] if argv is None else argv)
+        policy, env_config = load_policy_and_env_config(config)
+    except (ParsingError, PolicyLoadError, ValueError) as e:
+        cause = f" ({e.__cause__})" if isinstance(e, ParsingError) and e.__cause__ else ""
+        print(f"hfpolicy eval: error: {e}{cause}", file=sys.stderr)
+        return 2
+    config.output_dir = config.output_dir or default_output_dir(env_config)
+    result = evaluate_and_save(config, policy, env_config)
+    summary = result.aggregated
+    low, high = summary["pc_success_ci95"]
+    print(
+        f"success {summary['pc_success']:.1f}% (95% CI {low:.1f}-{high:.1f}), "
+        f"avg max reward {summary['avg_max_reward']:.3f}, avg sum reward {summary['avg_sum_reward']:.2f}; "
+        f"{summary['n_episodes']} episodes in {summary['eval_s']:.1f} s ({summary['episodes_per_s']:.2f}/s)\n"
+        f"results: {config.output_dir / EVAL_INFO_FILE}"
+        + (f", videos: {config.output_dir / 'videos'}" if result.video_paths else "")
+    )
+    return 0

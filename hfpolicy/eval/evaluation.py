@@ -1,0 +1,164 @@
+"""Evaluate a policy over many seeded episodes, in batches of lockstep envs, with metrics and videos."""
+
+import contextlib
+import json
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gymnasium.vector import VectorEnv
+from tqdm.auto import tqdm
+
+from hfpolicy.envs import episode_step_limit
+from hfpolicy.eval.rollouts import EpisodeRecord, rollout
+from hfpolicy.eval.videos import VideoRecorder
+from hfpolicy.policies.base import Policy
+
+DEFAULT_START_SEED = 100_000  # episode i is seeded start_seed + i (far from seeds used for training data)
+WILSON_Z95 = 1.959963984540054  # two-sided 95% normal quantile
+
+
+@dataclass
+class EvalResult:
+    """Per-episode records (sorted by index), the wall time, and the videos written."""
+
+    episodes: list[EpisodeRecord]  # one record per episode, sorted by index
+    eval_s: float  # wall-clock seconds of the whole evaluation
+    video_paths: list[Path] = field(default_factory=list)  # mp4 files, one per recorded episode
+
+    @property
+    def aggregated(self) -> dict[str, Any]:
+        return summarize_episodes(self.episodes, self.eval_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "aggregated": self.aggregated,
+            "per_episode": [episode.to_dict() for episode in self.episodes],
+            "video_paths": [str(path) for path in self.video_paths],
+        }
+
+    def save(self, path: str | Path) -> Path:
+        """Writes `to_dict()` as JSON to `path` (eval_info.json), atomically."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2))
+        os.replace(tmp, path)
+        return path
+
+
+def evaluate(
+    policy: Policy,
+    env: VectorEnv,
+    n_episodes: int | None = None,
+    start_seed: int = DEFAULT_START_SEED,
+    *,
+    episode_indices: Sequence[int] | None = None,
+    max_steps: int | None = None,
+    n_videos: int = 0,
+    videos_dir: str | Path | None = None,
+    fps: float | None = None,
+    progress: bool = True,
+) -> EvalResult:
+    """Runs episodes 0..n_episodes-1 (or exactly `episode_indices`), episode i seeded `start_seed + i`.
+
+    Episodes go through the vector env in batches of `env.num_envs` consecutive indices (a last smaller batch parks
+    its unused envs), so each episode's result depends only on its seed, not on the batch size or on which process
+    runs it: distributed evaluation gives each rank a share of the indices (e.g. `range(rank, n, world_size)`) and
+    joins the records with `EvalResult(sorted(all_records, key=lambda e: e.index), eval_s)`.
+
+    The policy acts in eval mode under `torch.inference_mode` on its own device, and is reset at every batch start.
+    Episodes with index < n_videos are rendered to `videos_dir/eval_episode_{index}.mp4` (frame rate `fps`, default
+    the env's render_fps), encoded in a background thread. `max_steps` defaults to the env's time limit.
+    """
+    if (n_episodes is None) == (episode_indices is None):
+        raise ValueError("pass either n_episodes or episode_indices")
+    indices = list(range(n_episodes)) if episode_indices is None else [int(i) for i in episode_indices]
+    if not indices:
+        raise ValueError("nothing to evaluate: n_episodes must be >= 1 (or episode_indices non-empty)")
+    if len(set(indices)) != len(indices) or min(indices) < 0:
+        raise ValueError("episode_indices must be distinct non-negative integers")
+    if n_videos > 0 and videos_dir is None:
+        raise ValueError("n_videos > 0 needs a videos_dir to write the mp4 files to")
+    if max_steps is None:
+        max_steps = episode_step_limit(env)
+        if max_steps is None:
+            raise ValueError("the env has no time limit (spec.max_episode_steps): pass max_steps")
+    if fps is None:
+        fps = env.metadata.get("render_fps") or 10
+    batch_size = env.num_envs
+
+    records: list[EpisodeRecord] = []
+    recorder = VideoRecorder(fps) if any(i < n_videos for i in indices) else None
+    bar = tqdm(total=len(indices), desc="eval", unit="episode", disable=not progress, dynamic_ncols=True)
+    video_of_episode: dict[int, Path] = {}
+    n_ended = n_successes = 0
+    was_training = policy.training
+    policy.eval()
+    start = time.perf_counter()
+    try:
+        with recorder if recorder is not None else contextlib.nullcontext():
+            for first in range(0, len(indices), batch_size):
+                batch = indices[first : first + batch_size]
+                videos = {s: Path(videos_dir) / f"eval_episode_{i}.mp4" for s, i in enumerate(batch) if i < n_videos}
+                video_of_episode.update({batch[s]: path for s, path in videos.items()})
+
+                def on_episode_end(slot: int, record: EpisodeRecord, videos=videos) -> None:
+                    nonlocal n_ended, n_successes
+                    if slot in videos:
+                        recorder.finish(videos[slot])
+                    n_ended += 1
+                    n_successes += record.success
+                    bar.set_postfix_str(f"success {100 * n_successes / n_ended:.1f}%", refresh=False)
+                    bar.update(1)
+
+                records += rollout(
+                    policy,
+                    env,
+                    seeds=[start_seed + i for i in batch],
+                    max_steps=max_steps,
+                    episode_indices=batch,
+                    render_slots=sorted(videos),
+                    on_frame=lambda slot, frame, videos=videos: recorder.add_frame(videos[slot], frame),
+                    on_episode_end=on_episode_end,
+                )
+        eval_s = time.perf_counter() - start  # includes waiting for the last videos to be encoded
+    finally:
+        bar.close()
+        policy.train(was_training)
+    video_paths = [video_of_episode[i] for i in sorted(video_of_episode)]
+    return EvalResult(sorted(records, key=lambda e: e.index), eval_s, video_paths)
+
+
+def summarize_episodes(episodes: Sequence[EpisodeRecord], eval_s: float) -> dict[str, Any]:
+    """Aggregate metrics: averages, success rate in % with its 95% Wilson score interval, and throughput."""
+    n = len(episodes)
+    if n == 0:
+        raise ValueError("no episodes to summarize")
+    n_successes = sum(e.success for e in episodes)
+    low, high = wilson_interval(n_successes, n)
+    return {
+        "n_episodes": n,
+        "avg_sum_reward": sum(e.sum_reward for e in episodes) / n,
+        "avg_max_reward": sum(e.max_reward for e in episodes) / n,
+        "pc_success": 100 * n_successes / n,
+        "pc_success_ci95": [100 * low, 100 * high],
+        "avg_length": sum(e.length for e in episodes) / n,
+        "eval_s": eval_s,
+        "episodes_per_s": n / eval_s if eval_s > 0 else math.inf,
+    }
+
+
+def wilson_interval(successes: int, n: int, z: float = WILSON_Z95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion (fractions in [0, 1]); well-behaved at 0 and n successes."""
+    if n <= 0:
+        raise ValueError(f"n must be >= 1, got {n}")
+    p = successes / n
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half_width = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return max(0.0, centre - half_width), min(1.0, centre + half_width)

@@ -1,0 +1,138 @@
+"""One batch of episodes stepped in lockstep: the rollout loop and the per-episode record it produces."""
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium.vector import VectorEnv
+
+from hfpolicy.envs import PARK_OPTION, SUCCESS_INFO_KEY, episode_step_limit, observations_to_batch
+from hfpolicy.policies.base import Policy
+
+
+@dataclass
+class EpisodeRecord:
+    """The outcome of one episode, counted up to and including its first terminated or truncated step."""
+
+    index: int  # the episode's number in the evaluation (its seed is start_seed + index)
+    seed: int  # the env reset seed
+    sum_reward: float  # sum of the episode's rewards
+    max_reward: float  # largest reward of the episode
+    success: bool  # the env reported info["is_success"] at some step of the episode
+    length: int  # steps taken: the first terminated/truncated step's number (1-based), or max_steps
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def rollout(
+    policy: Policy,
+    env: VectorEnv,
+    seeds: Sequence[int],
+    max_steps: int | None = None,
+    *,
+    episode_indices: Sequence[int] | None = None,
+    render_slots: Sequence[int] = (),
+    on_frame: Callable[[int, np.ndarray], None] | None = None,
+    on_episode_end: Callable[[int, EpisodeRecord], None] | None = None,
+) -> list[EpisodeRecord]:
+    """Runs one episode per seed, the envs in lockstep, with one batched `policy.select_action` per step.
+
+    Sub-env `slot` plays the episode with `seeds[slot]`; when there are fewer seeds than envs the extra envs are reset
+    and parked at once (they cost one reset, never a step). An episode ends at its first terminated or truncated step:
+    its reward sum, max reward, success and length are frozen there, and the env is parked (see `hfpolicy.envs.vector`)
+    so nothing after that step is simulated or counted. The loop stops when every episode has ended or after
+    `max_steps` steps (default: the env's time limit); episodes still running then are recorded with length max_steps.
+
+    Rendering: `env.render()` is called only if `render_slots` is given, right after the reset (the first frame) and
+    after every step, and `on_frame(slot, frame)` receives the frames of the listed slots whose episode was running
+    at that step, so a video has exactly `length + 1` frames. `on_episode_end(slot, record)` is called as episodes end.
+    """
+    n_envs, n_episodes = env.num_envs, len(seeds)
+    if not 1 <= n_episodes <= n_envs:
+        raise ValueError(f"rollout needs between 1 and {n_envs} (the number of envs) seeds, got {n_episodes}")
+    indices = list(range(n_episodes)) if episode_indices is None else [int(i) for i in episode_indices]
+    if len(indices) != n_episodes:
+        raise ValueError(f"{len(indices)} episode indices for {n_episodes} seeds")
+    if max_steps is None:
+        max_steps = episode_step_limit(env)
+        if max_steps is None:
+            raise ValueError("the env has no time limit (spec.max_episode_steps): pass max_steps")
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+    if any(not 0 <= slot < n_episodes for slot in render_slots):
+        raise ValueError(f"render_slots {list(render_slots)} must be among the {n_episodes} slots that get a seed")
+    device = policy_device(policy)
+    input_keys = set(policy.config.input_features)
+
+    running = np.zeros(n_envs, dtype=bool)
+    running[:n_episodes] = True
+    sum_reward = np.zeros(n_envs)
+    max_reward = np.full(n_envs, -np.inf)
+    success = np.zeros(n_envs, dtype=bool)
+    length = np.zeros(n_envs, dtype=np.int64)
+    records: list[EpisodeRecord | None] = [None] * n_episodes
+
+    def end_episode(slot: int) -> None:
+        records[slot] = EpisodeRecord(
+            index=indices[slot],
+            seed=int(seeds[slot]),
+            sum_reward=float(sum_reward[slot]),
+            max_reward=float(max_reward[slot]),
+            success=bool(success[slot]),
+            length=int(length[slot]),
+        )
+        if on_episode_end is not None:
+            on_episode_end(slot, records[slot])
+
+    def emit_frames() -> None:
+        frames = env.render()
+        for slot in render_slots:
+            if running[slot]:
+                on_frame(slot, frames[slot])
+
+    policy.reset()
+    observation, _ = env.reset(seed=[int(s) for s in seeds] + [None] * (n_envs - n_episodes))
+    if n_episodes < n_envs:
+        observation, _ = env.reset(options={"reset_mask": ~running, PARK_OPTION: True})
+    if render_slots:
+        env.set_attr("render_enabled", [slot in render_slots for slot in range(n_envs)])
+        emit_frames()
+
+    with torch.inference_mode():
+        for _ in range(max_steps):
+            action = policy.select_action(observations_to_batch(observation, device, input_keys))
+            observation, reward, terminated, truncated, info = env.step(action.cpu().numpy())
+
+            sum_reward[running] += reward[running]
+            np.maximum(max_reward, reward, out=max_reward, where=running)
+            length[running] += 1
+            if SUCCESS_INFO_KEY in info:
+                success |= running & info[SUCCESS_INFO_KEY].astype(bool)
+            if render_slots:
+                emit_frames()
+
+            done = terminated | truncated
+            if done.any():
+                ended = running & done
+                running &= ~done
+                for slot in np.flatnonzero(ended):
+                    end_episode(int(slot))
+                if not running.any():
+                    break
+                # Park them (a vector env without LockstepEnv resets them instead; their results are ignored).
+                observation, _ = env.reset(options={"reset_mask": done, PARK_OPTION: True})
+
+    for slot in np.flatnonzero(running):  # reached max_steps without ending
+        end_episode(int(slot))
+    return records
+
+
+def policy_device(policy: torch.nn.Module) -> torch.device:
+    """The device of the policy's first parameter or buffer (cpu if it has none)."""
+    for tensor in itertools.chain(policy.parameters(), policy.buffers()):
+        return tensor.device
+    return torch.device("cpu")

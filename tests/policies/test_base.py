@@ -1,0 +1,232 @@
+"""The policy base class: the select_action queue and history, normalization stats, strict save / load (local, Hub)."""
+
+import json
+
+import pytest
+import safetensors.torch
+import torch
+from policies.toy_policy import ToyConfig, ToyPolicy, make_toy_policy, toy_stats
+
+from hfpolicy.constants import ACTION, CONFIG_FILE, OBS_IMAGE, OBS_STATE, WEIGHTS_FILE, pad_key
+from hfpolicy.policies import MissingStatsError, Policy, PolicyLoadError, get_policy_class, make_policy
+
+
+def observation(step: int, batch_size: int = 3) -> dict[str, torch.Tensor]:
+    """A distinct state per step and env (inside the [0, 512] stats range)."""
+    envs = torch.arange(batch_size, dtype=torch.float32)[:, None]
+    return {OBS_STATE: torch.cat([10.0 * step + envs, 300.0 - 5.0 * step + envs], dim=1)}
+
+
+class ChunkSpy:
+    """Wraps a policy's predict_action_chunk to count the calls and keep their (raw, time-stacked) inputs."""
+
+    def __init__(self, policy: Policy, monkeypatch: pytest.MonkeyPatch):
+        self.inputs: list[dict[str, torch.Tensor]] = []
+        self.outputs: list[torch.Tensor] = []
+        original = policy.predict_action_chunk
+
+        def spy(obs):
+            self.inputs.append({k: v.clone() for k, v in obs.items()})
+            self.outputs.append(original(obs))
+            return self.outputs[-1]
+
+        monkeypatch.setattr(policy, "predict_action_chunk", spy)
+
+
+@pytest.fixture
+def policy() -> ToyPolicy:
+    return make_toy_policy()
+
+
+def test_queue_predicts_a_chunk_every_n_action_steps(policy, monkeypatch):
+    assert (policy.config.n_obs_steps, policy.config.horizon, policy.config.n_action_steps) == (2, 16, 8)
+    spy = ChunkSpy(policy, monkeypatch)
+    policy.reset()
+    actions = [policy.select_action(observation(t)) for t in range(20)]
+    assert len(spy.inputs) == 3  # predicted at steps 0, 8 and 16
+    assert all(a.shape == (3, 2) for a in actions)
+    # The executed actions are the chunks' entries in order.
+    for t, action in enumerate(actions):
+        torch.testing.assert_close(action, spy.outputs[t // 8][:, t % 8], rtol=0, atol=0)
+
+
+def test_history_is_padded_with_the_first_observation(policy, monkeypatch):
+    spy = ChunkSpy(policy, monkeypatch)
+    policy.reset()
+    for t in range(9):
+        policy.select_action(observation(t))
+    first, second = spy.inputs
+    assert first[OBS_STATE].shape == (3, 2, 2)  # (batch, n_obs_steps, state dim)
+    torch.testing.assert_close(first[OBS_STATE][:, 0], observation(0)[OBS_STATE])  # padded with step 0 itself
+    torch.testing.assert_close(first[OBS_STATE][:, 1], observation(0)[OBS_STATE])
+    torch.testing.assert_close(second[OBS_STATE][:, 0], observation(7)[OBS_STATE])  # steps 7 and 8 at step 8
+    torch.testing.assert_close(second[OBS_STATE][:, 1], observation(8)[OBS_STATE])
+
+
+def test_reset_mid_episode_forces_a_new_chunk_and_history(policy, monkeypatch):
+    spy = ChunkSpy(policy, monkeypatch)
+    policy.reset()
+    for t in range(3):
+        policy.select_action(observation(t))
+    policy.reset()
+    policy.select_action(observation(50))
+    assert len(spy.inputs) == 2  # without the reset, step 3 would have come from the first chunk
+    torch.testing.assert_close(spy.inputs[1][OBS_STATE][:, 0], observation(50)[OBS_STATE])
+
+
+def test_batch_size_change_without_reset_is_an_error(policy):
+    policy.reset()
+    policy.select_action(observation(0, batch_size=3))
+    with pytest.raises(RuntimeError, match="reset"):
+        policy.select_action(observation(1, batch_size=2))
+
+
+def test_actions_are_unnormalized_dataset_units(policy):
+    """state -> [-1, 1] (min_max over [0, 512]) -> gain * s + offset -> back to [0, 512]."""
+    policy.reset()
+    obs = observation(0)
+    action = policy.select_action(obs)
+    normalized_state = obs[OBS_STATE] / 512 * 2 - 1
+    expected = (policy.gain * normalized_state + policy.offset[1] + 1) / 2 * 512  # offset index n_obs_steps - 1
+    torch.testing.assert_close(action, expected.detach())
+
+
+def test_missing_stats_raise_when_acting_or_training():
+    policy = ToyPolicy(ToyConfig())  # no dataset stats
+    with pytest.raises(MissingStatsError, match=r"observation\.state"):
+        policy.select_action(observation(0))
+    batch = {OBS_STATE: torch.zeros(2, 2, 2), ACTION: torch.zeros(2, 16, 2), pad_key(ACTION): torch.zeros(2, 16).bool()}
+    with pytest.raises(MissingStatsError):
+        policy(batch)
+
+
+def test_forward_returns_a_loss_that_trains(policy):
+    batch = {
+        OBS_STATE: torch.rand(4, 2, 2) * 512,
+        ACTION: torch.rand(4, 16, 2) * 512,
+        pad_key(ACTION): torch.zeros(4, 16, dtype=torch.bool),
+    }
+    loss = policy(batch)["loss"]
+    loss.backward()
+    assert loss.ndim == 0 and policy.gain.grad is not None
+    with pytest.raises(KeyError, match="action"):
+        policy({OBS_STATE: batch[OBS_STATE]})
+
+
+def run_episode(policy: Policy, steps: int = 12) -> torch.Tensor:
+    policy.reset()
+    return torch.stack([policy.select_action(observation(t)) for t in range(steps)])
+
+
+def perturbed(policy: ToyPolicy) -> ToyPolicy:
+    """Parameters away from their initial values, so that a load which drops them shows."""
+    with torch.no_grad():
+        policy.gain.add_(0.123)
+        policy.offset.mul_(-1.7)
+    return policy
+
+
+def test_save_and_load_from_a_local_dir(tmp_path):
+    policy = perturbed(make_toy_policy(obs_type="pixels_agent_pos", high=400.0, offset_scale=(0.4, 0.1)))
+    policy.save_pretrained(tmp_path)
+    assert {CONFIG_FILE, WEIGHTS_FILE} <= {p.name for p in tmp_path.iterdir()}
+    saved_config = json.loads((tmp_path / CONFIG_FILE).read_text())
+    assert saved_config["type"] == "toy" and saved_config["offset_scale"] == [0.4, 0.1]
+
+    for loader in (Policy, ToyPolicy):  # the base class dispatches on `type`
+        loaded = loader.from_pretrained(tmp_path)
+        assert type(loaded) is ToyPolicy and not loaded.training
+        assert loaded.config == policy.config  # nested dataclasses, enums and tuples restored
+        assert isinstance(loaded.config.offset_scale, tuple)
+        images = torch.rand(3, 3, 96, 96)
+        for p in (policy, loaded):
+            p.reset()
+        for t in range(10):
+            obs = {**observation(t), OBS_IMAGE: images}
+            torch.testing.assert_close(loaded.select_action(obs), policy.select_action(obs), rtol=0, atol=0)
+
+    overridden = Policy.from_pretrained(tmp_path, config_overrides={"n_action_steps": 4})
+    assert overridden.config.n_action_steps == 4
+
+
+def test_push_to_hub_and_load_by_repo_id(hub_server, tmp_path):
+    policy = perturbed(make_toy_policy())
+    repo_id = "user/test-base-toy-policy"
+    policy.push_to_hub(repo_id)
+    loaded = Policy.from_pretrained(repo_id)
+    assert type(loaded) is ToyPolicy and loaded.config == policy.config
+    torch.testing.assert_close(run_episode(loaded), run_episode(policy), rtol=0, atol=0)
+    # Only config.json and model.safetensors were downloaded (the model card is not needed to act).
+    downloads = {path.rsplit("/", 1)[-1] for method, path in hub_server.requests if "/resolve/" in path}
+    assert downloads == {CONFIG_FILE, WEIGHTS_FILE}
+
+    with pytest.raises(PolicyLoadError, match="not a local directory"):
+        Policy.from_pretrained(tmp_path / "nothing-here")
+    with pytest.raises(PolicyLoadError, match="user/no-such-policy"):
+        Policy.from_pretrained("user/no-such-policy")
+    tmp_path.joinpath("empty").mkdir()
+    with pytest.raises(PolicyLoadError, match="config.json"):
+        Policy.from_pretrained(tmp_path / "empty")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_damaged_weights_give_a_clear_error(tmp_path, damage):
+    make_toy_policy().save_pretrained(tmp_path)
+    weights = tmp_path / WEIGHTS_FILE
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"not a safetensors file" * 10)
+    with pytest.raises(PolicyLoadError, match=r"model\.safetensors.*(truncated|corrupt)"):
+        Policy.from_pretrained(tmp_path)
+
+
+def test_unknown_policy_type_lists_the_known_ones(tmp_path):
+    make_toy_policy().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / CONFIG_FILE).read_text())
+    config["type"] = "difusion"
+    (tmp_path / CONFIG_FILE).write_text(json.dumps(config))
+    with pytest.raises(PolicyLoadError, match=r"unknown policy type 'difusion'.*toy"):
+        Policy.from_pretrained(tmp_path)
+    with pytest.raises(PolicyLoadError, match="no policy class for type 'nope'.*toy"):
+        get_policy_class("nope")
+
+
+def test_unknown_config_field_is_named(tmp_path):
+    make_toy_policy().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / CONFIG_FILE).read_text())
+    config["n_action_step"] = 3
+    (tmp_path / CONFIG_FILE).write_text(json.dumps(config))
+    with pytest.raises(PolicyLoadError, match="n_action_step"):
+        Policy.from_pretrained(tmp_path)
+
+
+def test_strict_loading_names_missing_unexpected_and_mismatched_keys(tmp_path):
+    make_toy_policy().save_pretrained(tmp_path)
+    state = safetensors.torch.load_file(tmp_path / WEIGHTS_FILE)
+    del state["gain"]
+    state["extra.weight"] = torch.zeros(3)
+    state["offset"] = torch.zeros(5, 2)
+    safetensors.torch.save_file(state, tmp_path / WEIGHTS_FILE)
+    with pytest.raises(PolicyLoadError) as error:
+        Policy.from_pretrained(tmp_path)
+    message = str(error.value)
+    assert "missing keys ['gain']" in message
+    assert "unexpected keys ['extra.weight']" in message
+    assert "offset: saved (5, 2), model (16, 2)" in message
+
+
+def test_stats_travel_in_the_weights(tmp_path):
+    policy = make_toy_policy(high=300.0)
+    policy.save_pretrained(tmp_path)
+    state = safetensors.torch.load_file(tmp_path / WEIGHTS_FILE)
+    stat_keys = sorted(k for k in state if k.startswith("normalizer."))
+    assert stat_keys and all(torch.isfinite(state[k]).all() for k in stat_keys)
+    loaded = Policy.from_pretrained(tmp_path)
+    torch.testing.assert_close(run_episode(loaded), run_episode(policy), rtol=0, atol=0)
+
+
+def test_make_policy_builds_the_registered_class():
+    config = ToyConfig()
+    policy = make_policy(config, dataset_stats=toy_stats(config))
+    assert type(policy) is ToyPolicy
+    with pytest.raises(TypeError, match="ToyConfig"):
+        ToyPolicy(object())

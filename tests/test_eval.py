@@ -1,0 +1,269 @@
+"""Evaluation: exact per-episode metrics whatever the batching, PushT determinism, videos, eval_info.json, the CLI."""
+
+import functools
+import json
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from envs.toy_env import (
+    MAX_END_STEP,
+    TOY_ENV_ID,
+    ScriptedEpisodesEnv,
+    episode_script,
+    frame_level,
+    reference_episode,
+)
+from policies.toy_policy import make_toy_policy
+
+from hfpolicy.constants import EVAL_INFO_FILE
+from hfpolicy.envs import make_env, make_vector_env
+from hfpolicy.eval import EvalResult, evaluate, main, rollout, summarize_episodes, wilson_interval
+from hfpolicy.video import read_video_frames
+
+START_SEED = 100_000
+MAX_STEPS = 25  # below MAX_END_STEP, so some toy episodes are cut by max_steps
+
+
+def toy_vector_env(n_envs: int, parallel: bool = False, lockstep: bool = True) -> gym.vector.VectorEnv:
+    """Toy envs as hfpolicy builds vector envs, or (lockstep=False) a plain gymnasium one without parking."""
+    if lockstep:
+        return make_vector_env([ScriptedEpisodesEnv] * n_envs, parallel=parallel)
+    vector_class = gym.vector.AsyncVectorEnv if parallel else gym.vector.SyncVectorEnv
+    return vector_class([ScriptedEpisodesEnv] * n_envs, autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+
+
+@pytest.fixture(scope="module")
+def toy_policy():
+    return make_toy_policy(low=-50.0, high=150.0)
+
+
+@pytest.fixture(scope="module")
+def reference(toy_policy):
+    """Ground truth for episodes 0..11, one env at a time."""
+    return [reference_episode(toy_policy, START_SEED + i, MAX_STEPS) for i in range(12)]
+
+
+def as_dicts(result: EvalResult) -> list[dict]:
+    return [{k: v for k, v in e.to_dict().items() if k != "index"} for e in result.episodes]
+
+
+def test_toy_episodes_cover_the_cases(reference):
+    """The property test below is only meaningful if the toy episodes differ in how and when they end."""
+    lengths = {e["length"] for e in reference}
+    assert len(lengths) >= 6
+    assert MAX_STEPS in lengths  # some cut by max_steps
+    assert any(e["success"] for e in reference) and not all(e["success"] for e in reference)
+    ended = [episode_script(START_SEED + i) for i in range(12)]
+    ended = [script for script in ended if script["end_step"] <= MAX_STEPS]
+    assert any(s["terminates"] for s in ended) and not all(s["terminates"] for s in ended)  # both ways to end
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "n_episodes", "parallel", "lockstep"),
+    [
+        (1, 4, False, True),
+        (3, 10, False, True),
+        (7, 12, False, True),
+        (7, 5, False, True),  # one partial batch only
+        (3, 7, True, True),
+        (3, 7, False, False),  # plain gymnasium vector env: finished envs are really reset, results still exact
+        (3, 5, True, False),
+    ],
+)
+def test_evaluate_matches_one_env_at_a_time(toy_policy, reference, batch_size, n_episodes, parallel, lockstep):
+    env = toy_vector_env(batch_size, parallel, lockstep)
+    try:
+        result = evaluate(toy_policy, env, n_episodes, START_SEED, max_steps=MAX_STEPS, progress=False)
+    finally:
+        env.close()
+    assert [e.index for e in result.episodes] == list(range(n_episodes))
+    assert as_dicts(result) == reference[:n_episodes]  # exact float equality
+    assert all(e.sum_reward < 100 for e in result.episodes)  # no poison reward from a step after the end
+
+
+def test_evaluate_explicit_episode_indices(toy_policy, reference):
+    """A rank of a distributed evaluation runs its own share of indices and gets the same records."""
+    env = toy_vector_env(2)
+    try:
+        result = evaluate(toy_policy, env, episode_indices=[9, 2, 5], max_steps=MAX_STEPS, progress=False)
+    finally:
+        env.close()
+    assert [e.index for e in result.episodes] == [2, 5, 9]
+    assert as_dicts(result) == [reference[i] for i in (2, 5, 9)]
+
+
+def test_rollout_callbacks_and_partial_batch(toy_policy, reference):
+    env = toy_vector_env(4)
+    ended = []
+    try:
+        records = rollout(
+            toy_policy,
+            env,
+            seeds=[START_SEED + 3, START_SEED + 4],
+            max_steps=MAX_STEPS,
+            episode_indices=[3, 4],
+            on_episode_end=lambda slot, record: ended.append((slot, record.index)),
+        )
+    finally:
+        env.close()
+    assert sorted(ended) == [(0, 3), (1, 4)]
+    assert [r.length for r in records] == [reference[3]["length"], reference[4]["length"]]
+
+
+def test_evaluate_rejects_bad_arguments(toy_policy):
+    env = toy_vector_env(1)
+    try:
+        with pytest.raises(ValueError, match="either n_episodes or episode_indices"):
+            evaluate(toy_policy, env, 3, episode_indices=[0], max_steps=5)
+        with pytest.raises(ValueError, match="videos_dir"):
+            evaluate(toy_policy, env, 3, n_videos=1, max_steps=5)
+        with pytest.raises(ValueError, match="no time limit"):
+            evaluate(toy_policy, env, 3)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_toy_videos_have_one_frame_per_step_plus_the_first(toy_policy, reference, tmp_path, parallel):
+    env = toy_vector_env(3, parallel=parallel)
+    try:
+        result = evaluate(
+            toy_policy, env, 7, START_SEED, max_steps=MAX_STEPS, n_videos=4, videos_dir=tmp_path, progress=False
+        )
+        n_renders = sum(env.get_attr("n_renders"))
+    finally:
+        env.close()
+    # Only the recorded episodes were drawn, each once per step plus the first frame (nothing after its end).
+    assert n_renders == sum(reference[i]["length"] + 1 for i in range(4))
+    assert [p.name for p in result.video_paths] == [f"eval_episode_{i}.mp4" for i in range(4)]
+    assert sorted(tmp_path.iterdir()) == sorted(result.video_paths)  # no temp files left, no extra videos
+    for index, path in enumerate(result.video_paths):
+        frames = read_video_frames(path)
+        length = reference[index]["length"]
+        assert frames.shape == (length + 1, 32, 32, 3)
+        levels = frames.reshape(len(frames), -1).mean(axis=1)
+        np.testing.assert_allclose(levels, [frame_level(t) for t in range(length + 1)], atol=3)
+
+
+def pusht_policy(obs_type: str):
+    """Deterministic elementwise policy for PushT: steers the agent around a point derived from its position."""
+    return make_toy_policy(obs_type, initial_gain=0.8)
+
+
+def test_pusht_batch_1_serial_and_parallel_give_identical_episodes():
+    policy = pusht_policy("pixels_agent_pos")
+    results = {}
+    for name, n_envs, parallel in [("single", 1, False), ("serial", 8, False), ("parallel", 8, True)]:
+        env = make_env("pusht", n_envs, parallel=parallel, episode_length=30)
+        try:
+            results[name] = as_dicts(evaluate(policy, env, 8, START_SEED, progress=False))
+        finally:
+            env.close()
+    # Lengths, successes and seeds are exact; rewards to 1e-12: gym-pusht computes the coverage from a Python set of
+    # shapes (pymunk's Body.shapes), whose order follows memory addresses, so the area can differ in the last bit.
+    for name in ("serial", "parallel"):
+        for expected, got in zip(results["single"], results[name], strict=True):
+            assert {**got, "sum_reward": 0, "max_reward": 0} == {**expected, "sum_reward": 0, "max_reward": 0}
+            assert got["sum_reward"] == pytest.approx(expected["sum_reward"], rel=1e-12, abs=1e-12)
+            assert got["max_reward"] == pytest.approx(expected["max_reward"], rel=1e-12, abs=1e-12)
+    assert len({e["sum_reward"] for e in results["single"]}) == 8  # the seeds give different episodes
+    assert all(e["length"] == 30 for e in results["single"])  # truncated by the time limit
+
+
+def test_pusht_videos_and_eval_info(tmp_path):
+    policy = pusht_policy("environment_state_agent_pos")
+    env = make_env("pusht", 2, obs_type="environment_state_agent_pos", episode_length=12, render_size=96)
+    try:
+        result = evaluate(policy, env, 3, n_videos=2, videos_dir=tmp_path / "videos", progress=False)
+    finally:
+        env.close()
+    for episode, path in zip(result.episodes, result.video_paths, strict=False):
+        assert read_video_frames(path).shape == (episode.length + 1, 96, 96, 3)
+    assert len(result.video_paths) == 2
+
+    saved = json.loads(result.save(tmp_path / EVAL_INFO_FILE).read_text())
+    assert [e["seed"] for e in saved["per_episode"]] == [START_SEED, START_SEED + 1, START_SEED + 2]
+    aggregated = saved["aggregated"]
+    assert aggregated["n_episodes"] == 3
+    assert aggregated["avg_sum_reward"] == pytest.approx(np.mean([e.sum_reward for e in result.episodes]))
+    assert aggregated["avg_max_reward"] == pytest.approx(np.mean([e.max_reward for e in result.episodes]))
+    assert aggregated["episodes_per_s"] == pytest.approx(3 / aggregated["eval_s"])
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # atomic: no temp file left
+
+
+def test_wilson_interval_known_values():
+    # Reference values of the Wilson score interval (95%): Newcombe (1998), Brown, Cai & DasGupta (2001).
+    assert wilson_interval(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
+    assert wilson_interval(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
+    assert wilson_interval(81, 263) == pytest.approx((0.2553, 0.3662), abs=1e-4)
+    low, high = wilson_interval(50, 50)
+    assert high == 1.0 and 0.92 < low < 0.93
+
+
+def test_summarize_episodes_success_rate(reference):
+    from hfpolicy.eval import EpisodeRecord
+
+    episodes = [EpisodeRecord(index=i, **e) for i, e in enumerate(reference)]
+    summary = summarize_episodes(episodes, eval_s=2.0)
+    n_successes = sum(e["success"] for e in reference)
+    assert summary["pc_success"] == pytest.approx(100 * n_successes / len(reference))
+    low, high = summary["pc_success_ci95"]
+    assert low < summary["pc_success"] < high
+    assert summary["episodes_per_s"] == len(reference) / 2.0
+
+
+def test_eval_cli_end_to_end(tmp_path, capsys):
+    policy = pusht_policy("environment_state_agent_pos")
+    policy.save_pretrained(tmp_path / "policy")
+    out = tmp_path / "eval"
+    argv = [
+        f"--policy.path={tmp_path / 'policy'}",
+        "--env.type=pusht",
+        "--env.episode_length=10",
+        "--env.render_size=96",
+        "--eval.n_episodes=3",
+        "--eval.batch_size=2",
+        "--eval.n_videos=2",
+        f"--output_dir={out}",
+        "--policy.device=cpu",
+        "--progress=false",
+    ]
+    assert main(argv) == 0
+    assert "success" in capsys.readouterr().out
+    info = json.loads((out / EVAL_INFO_FILE).read_text())
+    assert [e["index"] for e in info["per_episode"]] == [0, 1, 2]
+    assert all(e["length"] == 10 for e in info["per_episode"])
+    assert sorted(p.name for p in (out / "videos").iterdir()) == ["eval_episode_0.mp4", "eval_episode_1.mp4"]
+    assert read_video_frames(out / "videos" / "eval_episode_0.mp4").shape == (11, 96, 96, 3)
+    # The env's obs type was chosen from the policy's inputs (keypoints), and the batch obs reached the policy.
+    assert math.isfinite(info["aggregated"]["avg_sum_reward"])
+
+    # An obs type that lacks the policy's inputs: a clear error naming the fix.
+    assert main([*argv[:2], "--env.obs_type=pixels_agent_pos", f"--output_dir={tmp_path / 'bad'}"]) == 2
+    err = capsys.readouterr().err
+    assert "observation.environment_state" in err and "--env.obs_type=environment_state_agent_pos" in err
+    assert not (tmp_path / "bad").exists()
+
+
+def test_eval_cli_errors(tmp_path, capsys):
+    assert main(["--env.type=pusht"]) == 2
+    assert "--policy.path is required" in capsys.readouterr().err
+    assert main([f"--policy.path={tmp_path}"]) == 2
+    assert "config.json" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--policy.path=x", "--env.type=pushT"])
+    assert "pusht" in capsys.readouterr().err
+    assert main([f"--policy.path={tmp_path}", "--env.obs_type=state"]) == 2
+    assert "valid obs types: pixels_agent_pos" in capsys.readouterr().err
+
+
+def test_max_steps_default_is_the_env_time_limit(toy_policy):
+    env = make_vector_env([functools.partial(gym.make, TOY_ENV_ID, max_episode_steps=4)] * 2)
+    try:
+        records = rollout(toy_policy, env, seeds=[START_SEED, START_SEED + 1])
+    finally:
+        env.close()
+    assert all(r.length <= 4 for r in records)
+    assert MAX_END_STEP > 4
