@@ -1,0 +1,646 @@
+"""A scripted PushT expert that plans its pushes on a private copy of the simulator.
+
+The expert reads the privileged state of a gym-pusht env (agent, block pose, goal pose) and returns, every step, the
+next target position of the agent, as a person at the mouse would. It plans one push at a time:
+
+1. Candidate pushes. In the block's own frame a fixed set of pushes is laid out once: contact points every few
+   pixels along the T's outline plus fans of normals at its convex corners, each pushed along the inward normal or
+   tilted from it (then the agent slides along the edge as it pushes). Each has a straight run-up that starts clear
+   of the block. When the agent already touches the block, pushes that carry on from where it is are added.
+2. Screening. The block's pose is loaded into a private pymunk space built like the env's (same shapes, mass,
+   moment, centre of gravity, damping and solver settings) and every candidate is pushed there at constant speed.
+   PushT's block stops as soon as nothing pushes it (damping 0) and contacts have no friction, so where it ends up
+   depends on the agent's path, not on its speed: one coarse push per candidate gives the pose after every push
+   length at once.
+3. Scoring. A push costs the steps of the walk to its run-up (a smooth path around the block: straight when that
+   keeps a margin from it, otherwise along the T's convex hull grown by the margin), of the run-up and of the push.
+   Its gain is how much it lowers a cost-to-go: 0 once gym-pusht's coverage (computed exactly) passes the success
+   threshold, otherwise one more push plus a weight times the pose error (centre-of-gravity distance plus the angle
+   error in pixels; near the goal, where a pose error stops tracking coverage, the coverage that is missing). The
+   planner ranks pushes by gain per step, so cheap pushes that make no progress never win.
+4. Verification. The best few candidates (more near the goal) are replayed exactly as they would be executed: the
+   per-step targets through the env's PD controller, with its lag, from the env's true state. Near misses are
+   replayed again a few pixels longer or shorter. The best replay is executed, so the plan's outcome is known.
+   Plans that would make the targets jitter (see `target_motion_stats`) lose to any plan that does not.
+
+Motions are paced like a hand on a mouse: the target moves at most `max_step_px` per step, speeds up and slows down
+gradually, slows for bends (so the lagging agent follows the path instead of cutting into the block), and after a
+push holds still until the agent has nearly caught up; then the next push is planned.
+
+The expert is deterministic (the same seed gives the same actions). It never steps the env and never touches the
+env's pymunk space.
+
+Driving it step by step (what `run_expert_episode` does; a recorder stores obs before each action)::
+
+    env = gym.make("gym_pusht/PushT-v0", obs_type="pixels_agent_pos")
+    expert = PushTExpert()
+    obs, info = env.reset(seed=seed)
+    expert.reset(env)
+    while True:
+        action = expert.act(env)  # float32 (2,): target agent x, y in pixels
+        obs, reward, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            break
+"""
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import pymunk
+
+from hfpolicy.policies.scripted.pusht_geometry import TeeGeometry, WalkAround, paced, rotate, to_local, to_world
+
+# Coverage above which gym-pusht counts an episode as a success (PushTEnv.success_threshold).
+DEFAULT_SUCCESS_THRESHOLD = 0.95
+
+
+@dataclass
+class PushTExpertConfig:
+    """Knobs of the scripted PushT expert (the defaults meet issue 7's quality bar)."""
+
+    max_step_px: float = 20.0  # the commanded target moves at most this far per env step
+    turn_rate: float = 0.6  # ... and turns at most this many radians per step in bends (slowing down for them)
+    accel_px: float = 9.0  # ... and changes its step length by at most this much per step
+    corner_step_px: float = 16.0  # ... and takes sharp corners (joining the run-up, leaving the block) this fast
+    min_step_px: float = 4.0  # ... but never moves less than this while going somewhere
+    walk_margin_px: float = 8.0  # clearance kept between the agent's disk and the block while walking around it
+    approach_px: float = 30.0  # straight run-up along the push direction before the contact
+    contact_spacing_px: float = 12.0  # spacing of candidate contact points along the T's outline
+    corner_fan: int = 3  # extra push normals tried at each convex corner of the T
+    tilt_deg: float = 30.0  # candidate pushes also tilt the push direction by +-this much from the inward normal
+    carry_on_deg: float = 60.0  # when touching the block, also push on from there, turning up to +-this much ...
+    carry_on_count: int = 7  # ... in this many directions
+    contact_px: float = 4.0  # the agent counts as touching the block within this gap
+    max_push_px: float = 160.0  # longest push considered at once
+    screen_dt: float = 0.04  # pymunk time step of the coarse screening pushes (the env steps at 0.01)
+    n_verify: int = 5  # candidates replayed exactly before one is chosen ...
+    n_verify_near: int = 12  # ... or this many when the block is near the goal (pose error < coverage_check_px)
+    n_refine: int = 2  # near misses (coverage > 0.9) replayed again with the push lengthened or shortened ...
+    refine_px: tuple[float, ...] = (-6.0, -3.0, 3.0, 6.0)  # ... by these many pixels
+    settle_px: float = 8.0  # after a push, hold the target until the agent is this close to it ...
+    max_hold_steps: int = 4  # ... or for at most this many steps
+    steps_per_px: float = 0.3  # cost-to-go: steps per pixel of pose error
+    px_per_rad: float = 60.0  # pose error: pixels that one radian of angle error counts as
+    push_overhead_steps: float = 8.0  # cost-to-go: steps of one more walk-and-push cycle
+    coverage_check_px: float = 30.0  # compute the exact coverage only for poses with less pose error than this
+    coverage_px: float = 52.0  # near the goal the pose error counts as (1 - coverage) times this
+
+
+@dataclass
+class ExpertEpisode:
+    """What `run_expert_episode` returns: the executed actions and how the episode went."""
+
+    seed: int | None  # the env seed of the episode
+    actions: np.ndarray  # (n_steps, 2) float32 commanded targets, in order
+    rewards: np.ndarray  # (n_steps,) env rewards
+    coverages: np.ndarray  # (n_steps,) goal coverage after each step
+    success: bool  # the env reported success (coverage above its threshold) within max_steps
+    n_steps: int  # steps taken (the step that succeeded included)
+    planning_cpu_s: float  # CPU time (time.process_time) the expert spent planning during the episode
+    planning_wall_s: float  # wall time the expert spent planning during the episode
+    n_plans: int  # pushes planned during the episode
+    agent_start: np.ndarray  # (2,) the agent's position after reset (the reference of the first target move)
+    phase_starts: list[int]  # steps at which a phase began: each plan's walk, and its push after the walk
+
+
+class NotPushTEnvError(TypeError):
+    """The scripted PushT expert was given something that is not a (reset) gym-pusht PushT env."""
+
+
+# --- the planner's copy of the env's physics --------------------------------------------------------------------------
+
+
+class _PushSimulator:
+    """A private pymunk space built like a PushTEnv's (walls, agent, T block, solver settings)."""
+
+    def __init__(self, env) -> None:
+        self.kp, self.kv, self.dt = float(env.k_p), float(env.k_v), float(env.dt)
+        self.substeps = int(round(1 / (env.dt * env.control_hz)))
+        source = env.space
+        space = pymunk.Space()
+        space.gravity = source.gravity
+        space.damping = source.damping
+        space.iterations = source.iterations
+        space.collision_slop = source.collision_slop
+        space.collision_bias = source.collision_bias
+        space.collision_persistence = source.collision_persistence
+        agent = pymunk.Body(body_type=pymunk.Body.KINEMATIC)
+        block = pymunk.Body(env.block.mass, env.block.moment)
+        space.add(agent, block)
+        # Shapes in the env's order (Space.shapes keeps it; Body.shapes is a set): the solver's order stays the same.
+        for shape in source.shapes:
+            if shape.body is source.static_body and isinstance(shape, pymunk.Segment):
+                space.add(pymunk.Segment(space.static_body, shape.a, shape.b, shape.radius))
+            elif shape.body is env.agent and isinstance(shape, pymunk.Circle):
+                space.add(pymunk.Circle(agent, shape.radius, shape.offset))
+                self.agent_radius = float(shape.radius)
+            elif shape.body is env.block and isinstance(shape, pymunk.Poly):
+                space.add(pymunk.Poly(block, shape.get_vertices()))
+        block.center_of_gravity = env.block.center_of_gravity
+        self.space, self.agent, self.block = space, agent, block
+
+    def load(self, agent_pos, agent_vel, block_pose, block_vel=(0.0, 0.0), block_spin=0.0) -> None:
+        self.agent.position = (float(agent_pos[0]), float(agent_pos[1]))
+        self.agent.velocity = (float(agent_vel[0]), float(agent_vel[1]))
+        # Angle before position: setting the angle turns the body about its centre of gravity.
+        self.block.angle = float(block_pose[2])
+        self.block.position = (float(block_pose[0]), float(block_pose[1]))
+        self.block.velocity = (float(block_vel[0]), float(block_vel[1]))
+        self.block.angular_velocity = float(block_spin)
+
+    def slide(self, velocity: np.ndarray, n_substeps: int, dt: float) -> np.ndarray:
+        """Move the agent at constant velocity; the block's poses (n_substeps, 3) after each substep."""
+        agent, step, block = self.agent, self.space.step, self.block
+        vel = (float(velocity[0]), float(velocity[1]))
+        poses = np.empty((n_substeps, 3))
+        for i in range(n_substeps):
+            agent.velocity = vel
+            step(dt)
+            x, y = block.position
+            poses[i] = x, y, block.angle
+        return poses
+
+    def rollout(self, targets: np.ndarray, settle_px: float, max_hold: int) -> tuple[np.ndarray, np.ndarray]:
+        """Env steps toward each target (the env's PD control, substep by substep), then steps holding the last
+        target until the agent is within settle_px of it (at most max_hold of them).
+        Returns (the targets of all steps (T, 2), the block's pose after each (T, 3))."""
+        kp, kv, dt, substeps = self.kp, self.kv, self.dt, self.substeps
+        agent, step, block = self.agent, self.space.step, self.block
+        px, py = agent.position
+        vx, vy = agent.velocity
+        last = targets[-1]
+        executed, poses = [], []
+        i = n_hold = 0
+        while True:
+            if i < len(targets):
+                ax, ay = float(targets[i][0]), float(targets[i][1])
+            elif math.hypot(px - last[0], py - last[1]) <= settle_px or n_hold >= max_hold:
+                break
+            else:
+                ax, ay = float(last[0]), float(last[1])
+                n_hold += 1
+            for _ in range(substeps):  # as PushTEnv.step: velocity += (kp (target - p) - kv v) dt, then physics
+                vx = vx + (kp * (ax - px) + kv * (0.0 - vx)) * dt
+                vy = vy + (kp * (ay - py) + kv * (0.0 - vy)) * dt
+                agent.velocity = (vx, vy)
+                step(dt)
+                px = px + vx * dt
+                py = py + vy * dt
+            x, y = block.position
+            executed.append((ax, ay))
+            poses.append((x, y, block.angle))
+            i += 1
+        return np.array(executed, dtype=np.float64), np.array(poses, dtype=np.float64)
+
+
+# --- candidate pushes, laid out once in the block frame ---------------------------------------------------------------
+
+
+@dataclass
+class _Candidates:
+    direction: np.ndarray  # (C, 2) unit push direction
+    touch: np.ndarray  # (C, 2) agent centre when it touches the block
+    start: np.ndarray  # (C, 2) agent centre where the straight run-up begins
+    run_up: np.ndarray  # (C,) length of the run-up (start -> touch)
+
+
+def _lay_out_candidates(tee: TeeGeometry, radius: float, clearance: float, cfg: PushTExpertConfig) -> _Candidates:
+    contacts, normals = [], []
+    outline, n_vertices = tee.outline, len(tee.outline)
+    for i in range(n_vertices):
+        a, b = outline[i], outline[(i + 1) % n_vertices]
+        length = float(np.linalg.norm(b - a))
+        lo = 0.0 if tee.convex[i] else radius + 0.5  # a disk cannot reach into a concave corner
+        hi = length if tee.convex[(i + 1) % n_vertices] else length - radius - 0.5
+        if hi < lo:
+            continue
+        count = max(int(math.ceil((hi - lo) / cfg.contact_spacing_px)), 1)
+        for t in np.linspace(lo, hi, count + 1):
+            contacts.append(a + (b - a) * t / length)
+            normals.append(tee.edge_normals[i])
+    for i in range(n_vertices):  # fans of normals at convex corners
+        if not tee.convex[i]:
+            continue
+        n_in, n_out = tee.edge_normals[i - 1], tee.edge_normals[i]
+        first = math.atan2(n_in[1], n_in[0])
+        sweep = math.atan2(n_in[0] * n_out[1] - n_in[1] * n_out[0], float(n_in @ n_out))
+        for k in range(1, cfg.corner_fan + 1):
+            angle = first + sweep * k / (cfg.corner_fan + 1)
+            contacts.append(outline[i])
+            normals.append(np.array([math.cos(angle), math.sin(angle)]))
+    tilt = math.radians(cfg.tilt_deg)
+    out: dict[str, list] = {"direction": [], "touch": [], "start": [], "run_up": []}
+    for contact, normal in zip(contacts, normals, strict=True):
+        touch = contact + radius * normal
+        for angle in (0.0, -tilt, tilt):
+            direction = rotate(-normal, angle)
+            # The run-up starts at least approach_px back, clear of the walking margin, and never comes closer to
+            # the block than the agent's radius before the touch.
+            run_up = cfg.approach_px
+            while tee.distance(touch - run_up * direction) < clearance and run_up < 150.0:
+                run_up += 5.0
+            start = touch - run_up * direction
+            if tee.distance(start) < clearance:
+                continue
+            along = touch[None] - np.linspace(run_up, 1.0, int(run_up // 2) + 2)[:, None] * direction[None]
+            if tee.distance(along).min() < radius - 0.25:
+                continue
+            for key, value in (("direction", direction), ("touch", touch), ("start", start), ("run_up", run_up)):
+                out[key].append(value)
+    return _Candidates(**{k: np.array(v, dtype=np.float64) for k, v in out.items()})
+
+
+# --- the expert -------------------------------------------------------------------------------------------------------
+
+
+def _unwrap_pusht(env):
+    from gym_pusht.envs.pusht import PushTEnv
+
+    base = env.unwrapped if isinstance(env, gym.Env) else env
+    if not isinstance(base, PushTEnv):
+        raise NotPushTEnvError(
+            f"PushTExpert plans on gym-pusht's PushT simulator, got {type(base).__name__}; pass the env made by "
+            "gym.make('gym_pusht/PushT-v0', ...) (or its .unwrapped)"
+        )
+    if getattr(base, "space", None) is None or getattr(base, "block", None) is None:
+        raise NotPushTEnvError("the PushT env has no simulator state yet: call env.reset(seed=...) before the expert")
+    return base
+
+
+class PushTExpert:
+    """Scripted PushT demonstrator: `reset(env)` after each `env.reset`, then `act(env)` before every `env.step`.
+
+    See the module docstring for the planning approach. `act` returns the next commanded target (float32 (2,),
+    agent x, y in pixels); each target is at most `config.max_step_px` from the previous one (the first from the
+    agent's position at reset).
+
+    Per episode it keeps `planning_cpu_s`, `planning_wall_s`, `n_plans` and `phase_starts` (the step of each plan's
+    walk and of its push after the walk).
+    """
+
+    def __init__(self, config: PushTExpertConfig | None = None) -> None:
+        self.config = config or PushTExpertConfig()
+        self._env = None
+        self._plan: list[np.ndarray] = []
+        self._executed: list[np.ndarray] = []
+        self.planning_cpu_s = 0.0
+        self.planning_wall_s = 0.0
+        self.n_plans = 0
+        self.phase_starts: list[int] = []
+        self._layout_key = None
+
+    # episode lifecycle ------------------------------------------------------------------------------------------------
+
+    def reset(self, env) -> None:
+        """Start a new episode on `env` (already reset): read its geometry, build the planner's copy of it."""
+        base = _unwrap_pusht(env)
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        cfg = self.config
+        pieces = np.array([[tuple(v) for v in shape.get_vertices()] for shape in base.block.shapes])
+        if pieces.shape != (2, 4, 2):
+            raise NotPushTEnvError(f"the block is not gym-pusht's T: expected 2 quadrilaterals, got {pieces.shape}")
+        try:
+            self.tee = TeeGeometry(pieces, np.array(base.block.center_of_gravity))
+        except ValueError as error:
+            raise NotPushTEnvError(str(error)) from None
+        self._env, self._space = base, base.space
+        self.sim = _PushSimulator(base)
+        self.radius = self.sim.agent_radius
+        self.clearance = self.radius + cfg.walk_margin_px
+        self.success_threshold = float(getattr(base, "success_threshold", DEFAULT_SUCCESS_THRESHOLD))
+        self.goal = np.array(base.goal_pose, dtype=np.float64)
+        key = (self.tee.pieces.tobytes(), self.tee.cog.tobytes(), self.radius, repr(cfg))
+        if self._layout_key != key:  # the same T every episode: lay the candidates out once
+            self.walk = WalkAround(self.tee, self.clearance)
+            self.cands = _lay_out_candidates(self.tee, self.radius, self.clearance, cfg)
+            self._cand_ends = self.walk.ends(self.cands.start, leaving=False)
+            self._layout_key = key
+        self._start = np.array(base.agent.position, dtype=np.float64)
+        self._last_target = self._start.copy()
+        self._plan = []
+        self._executed = []
+        self.phase_starts = []
+        self.n_plans = 0
+        self.planning_cpu_s = time.process_time() - cpu0
+        self.planning_wall_s = time.perf_counter() - wall0
+
+    def act(self, env=None) -> np.ndarray:
+        """The next target (float32 (2,)) for the env's current state."""
+        if self._env is None:
+            raise RuntimeError("call expert.reset(env) after env.reset() before asking for actions")
+        if env is not None and _unwrap_pusht(env) is not self._env:
+            raise RuntimeError("this env is not the one the expert was reset on: call expert.reset(env) first")
+        if self._env.space is not self._space:  # PushTEnv builds a new space at every reset
+            raise RuntimeError("the env was reset since expert.reset(env): call expert.reset(env) after env.reset()")
+        if not self._plan:
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            self._plan, push_start = self._plan_push()
+            self.planning_cpu_s += time.process_time() - cpu0
+            self.planning_wall_s += time.perf_counter() - wall0
+            self.n_plans += 1
+            self.phase_starts.append(len(self._executed))
+            if 0 < push_start < len(self._plan):
+                self.phase_starts.append(len(self._executed) + push_start)
+        target = self._plan.pop(0)
+        self._last_target = target
+        self._executed.append(target)
+        return target.astype(np.float32)
+
+    __call__ = act
+
+    # planning ---------------------------------------------------------------------------------------------------------
+
+    def _plan_push(self) -> tuple[list[np.ndarray], int]:
+        """Plan the next push: its per-step targets, and the index of the first target of the push itself (the
+        targets before it walk to the run-up)."""
+        cfg, env, tee, cands, sim = self.config, self._env, self.tee, self.cands, self.sim
+        pose = np.array([env.block.position[0], env.block.position[1], env.block.angle], dtype=np.float64)
+        agent_state = (np.array(env.agent.position), np.array(env.agent.velocity))
+        block_motion = (np.array(env.block.velocity), float(env.block.angular_velocity))
+        speed = cfg.max_step_px
+        stay = [self._last_target.copy()], 0
+
+        # The walk starts at the last target (block frame). After a push it sits against the block, inside the
+        # walking margin: the walk then first steps straight away from the block, out of the margin.
+        origin = to_local(self._last_target, pose)
+        escape = tee.escape(origin, self.clearance) if tee.distance(origin) < self.clearance - 1e-6 else None
+        walk_from = origin if escape is None else escape
+        direct_ok = tee.segments_clear(
+            np.repeat(walk_from[None], len(cands.start), axis=0), cands.start, self.clearance - 1.0
+        )
+        direct_len = np.linalg.norm(cands.start - walk_from, axis=1)
+        walk_len, how = self.walk.lengths(
+            self.walk.ends(walk_from[None], leaving=True), self._cand_ends, direct_len, direct_ok
+        )
+        walk_len = walk_len + float(np.linalg.norm(walk_from - origin))
+
+        # Candidates: the fixed layout, plus pushes that carry on from where the agent is if it touches the block.
+        touch_l, dir_l, start_l, run_up = cands.touch, cands.direction, cands.start, cands.run_up
+        n_fixed = len(touch_l)
+        if tee.distance(origin) < self.radius + cfg.contact_px:
+            normal = tee.outward_normal(origin)
+            angles = np.radians(np.linspace(-cfg.carry_on_deg, cfg.carry_on_deg, cfg.carry_on_count))
+            more = np.stack([rotate(-normal, float(a)) for a in angles])
+            same = np.repeat(origin[None], len(more), axis=0)
+            touch_l, start_l = np.concatenate([touch_l, same]), np.concatenate([start_l, same])
+            dir_l = np.concatenate([dir_l, more])
+            run_up = np.concatenate([run_up, np.zeros(len(more))])
+            walk_len = np.concatenate([walk_len, np.zeros(len(more))])
+            how = np.concatenate([how, np.zeros(len(more), dtype=int)])
+
+        # Feasible: reachable, with the run-up start inside the arena.
+        touch_w, start_w = to_world(touch_l, pose), to_world(start_l, pose)
+        dir_w = rotate(dir_l, float(pose[2]))
+        idx = np.flatnonzero(np.isfinite(walk_len) & np.all((start_w > 2.0) & (start_w < 510.0), axis=1))
+        if len(idx) == 0:
+            return stay
+
+        # Screening: push every feasible candidate at constant speed from just before the touch.
+        error_now = float(tee.pose_error(pose[None], self.goal, cfg.px_per_rad)[0])
+        max_push = min(cfg.max_push_px, 2.0 * error_now + 40.0)
+        step_px = speed * cfg.screen_dt / (self.sim.dt * self.sim.substeps)  # agent travel per screening substep
+        n_sub = max(int(math.ceil((max_push + 1.0) / step_px)), 1)
+        screen = np.empty((len(idx), n_sub, 3))
+        for row, c in enumerate(idx):
+            sim.load(touch_w[c] - dir_w[c], (0.0, 0.0), pose)
+            screen[row] = sim.slide(dir_w[c] * (step_px / cfg.screen_dt), n_sub, cfg.screen_dt)
+        push_len = np.arange(1, n_sub + 1) * step_px - 1.0  # (n_sub,) agent travel past the touch point
+        ends = touch_w[idx][:, None, :] + push_len[None, :, None] * dir_w[idx][:, None, :]
+        end_ok = np.all((ends > 2.0) & (ends < 510.0), axis=-1)
+
+        to_go_now = float(self._to_go(pose[None])[0][0])
+        to_go, done, cov = self._to_go(screen.reshape(-1, 3))
+        to_go, done, cov = (x.reshape(len(idx), n_sub) for x in (to_go, done, cov))
+        # The coverage peaks between screened lengths too: a parabola through the best three finds pushes that
+        # pass the threshold between them (the exact replay checks them).
+        exact_len = np.repeat(push_len[None], len(idx), axis=0)
+        k = np.argmax(cov, axis=1)
+        rows = np.flatnonzero((k > 0) & (k < n_sub - 1) & (cov.max(axis=1) > 0.8) & ~done.any(axis=1))
+        if len(rows):
+            c0, c1, c2 = cov[rows, k[rows] - 1], cov[rows, k[rows]], cov[rows, k[rows] + 1]
+            curve = c0 - 2 * c1 + c2
+            with np.errstate(divide="ignore", invalid="ignore"):
+                offset = np.clip(np.where(curve < 0, (c0 - c2) / (2 * curve), 0.0), -0.5, 0.5)
+            peak = c1 - (c0 - c2) * offset / 4
+            hit = peak > self.success_threshold + 0.005
+            done[rows[hit], k[rows[hit]]] = True
+            exact_len[rows[hit], k[rows[hit]]] = push_len[k[rows[hit]]] + offset[hit] * step_px
+            to_go[rows[hit], k[rows[hit]]] = 0.0
+        # steps: walk, run-up and push, plus about two steps of holding still after a push that does not succeed
+        steps = (walk_len[idx, None] + run_up[idx, None] + exact_len) / speed + np.where(done, 0.0, 2.0)
+        score = np.where(end_ok, -(to_go_now - to_go) / steps, np.inf)
+
+        # Verification: replay the best few exactly, as they would be executed (more of them near the goal, where
+        # the coarse screening is least reliable).
+        best_len = np.argmin(score, axis=1)
+        best_score = score[np.arange(len(idx)), best_len]
+        n_verify = cfg.n_verify if error_now >= cfg.coverage_check_px else cfg.n_verify_near
+        context = (pose, agent_state, block_motion, origin, escape, to_go_now)
+        tried = []
+        for row in np.argsort(best_score, kind="stable")[:n_verify]:
+            if not np.isfinite(best_score[row]):
+                break
+            c = idx[row]
+            walk = self._walk_path(origin, escape, start_l[c], how[c], pose) if c < n_fixed else origin[None]
+            if walk is not None:
+                length = float(exact_len[row, best_len[row]])
+                tried.append(self._replay(context, walk, touch_l[c], dir_l[c], length))
+        if not tried:
+            return stay
+        # Near misses: a few pixels more or less push may pass the threshold.
+        near_misses = sorted((t for t in tried if not t["success"] and t["coverage"] > 0.9), key=lambda t: t["key"])
+        for miss in near_misses[: cfg.n_refine]:
+            for delta in cfg.refine_px:
+                if miss["length"] + delta > 0:
+                    tried.append(
+                        self._replay(context, miss["walk"], miss["touch"], miss["direction"], miss["length"] + delta)
+                    )
+        best = min(tried, key=lambda t: t["key"])
+        return best["targets"], best["push_start"]
+
+    def _replay(self, context, walk, touch, direction, length) -> dict:
+        """Replay one push exactly as it would be executed, from the env's true state; score it."""
+        pose, agent_state, block_motion, origin, escape, to_go_now = context
+        cfg, tee, sim = self.config, self.tee, self.sim
+        push = np.array([touch, touch + length * direction])
+        targets, push_start = _per_step_targets(to_world(walk, pose), to_world(push, pose), cfg)
+        sim.load(*agent_state, pose, *block_motion)
+        executed, poses = sim.rollout(np.array(targets), cfg.settle_px, cfg.max_hold_steps)
+        coverage = tee.coverage(poses, self.goal)
+        hit = np.flatnonzero(coverage > self.success_threshold)
+        if len(hit):
+            executed = executed[: hit[0] + 1]
+            gain = to_go_now
+        else:
+            gain = to_go_now - float(self._to_go(poses[-1:])[0][0])
+        # A plan that would make the targets jitter is taken only if all the others would too.
+        jitter = self._added_jitter(executed, push_start, final=len(hit) > 0) > 0
+        return {
+            "key": (jitter, -gain / len(executed)),
+            "targets": list(executed),
+            "push_start": min(push_start, len(executed)),
+            "success": len(hit) > 0,
+            "coverage": float(coverage.max()),
+            "walk": walk,
+            "touch": touch,
+            "direction": direction,
+            "length": length,
+        }
+
+    def _to_go(self, poses: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Cost-to-go (steps) of block poses (P, 3), whether they are successes, and their coverage (0 where it
+        was not computed). Far from the goal it grows with the pose error; near it, with the coverage missing."""
+        cfg = self.config
+        error = self.tee.pose_error(poses, self.goal, cfg.px_per_rad)
+        cov = np.zeros(len(poses))
+        near = error < cfg.coverage_check_px
+        if near.any():
+            cov[near] = self.tee.coverage(poses[near], self.goal)
+            blend = np.clip(2.0 * error[near] / cfg.coverage_check_px - 1.0, 0.0, 1.0)
+            error[near] = blend * error[near] + (1.0 - blend) * (1.0 - cov[near]) * cfg.coverage_px
+        done = cov > self.success_threshold
+        to_go = np.where(done, 0.0, cfg.push_overhead_steps + cfg.steps_per_px * error)
+        return to_go, done, cov
+
+    def _walk_path(self, origin, escape, goal, how, pose) -> np.ndarray | None:
+        """The walk's polyline (block frame) from the last target (via its escape point out of the walking margin,
+        if any) to a run-up start, or None if it would leave the arena either way round the block."""
+        walk_from = origin if escape is None else escape
+        for direction in [how] if how == 0 else [how, -how]:
+            path = self.walk.path(walk_from, goal, int(direction))
+            if escape is not None:
+                path = np.concatenate([origin[None], path])
+            world = to_world(path, pose)
+            if np.all((world > 1.0) & (world < 511.0)):
+                return path
+        return None
+
+    def _added_jitter(self, targets: np.ndarray, push_start: int, final: bool, tail: int = 6) -> float:
+        """The jitter (see target_motion_stats) that appending these targets (a plan whose push begins at
+        push_start) would add to the last `tail` targets of the episode. Unless the plan is `final` (it succeeds),
+        the next plan may well begin by backing away from the block: that counts as one more move."""
+        first = max(len(self._executed) - tail, 0)
+        start = self._executed[first - 1] if first > 0 else self._start
+        recent = np.array(self._executed[first:]).reshape(-1, 2)
+        phases = [p - first for p in self.phase_starts if p >= first]
+        before = target_motion_stats(recent, start, phases)["jitter"]
+        n = len(recent)
+        phases = phases + [n] + ([n + push_start] if 0 < push_start < len(targets) else [])
+        combined = np.concatenate([start[None], recent, np.asarray(targets).reshape(-1, 2)])
+        if not final:
+            moves = np.diff(combined, axis=0)
+            moving = np.flatnonzero(np.linalg.norm(moves, axis=1) >= 2.0)
+            if len(moving):
+                back = moves[moving[-1]] / np.linalg.norm(moves[moving[-1]])
+                phases.append(len(combined) - 1)
+                combined = np.concatenate([combined, combined[-1:] - 5.0 * back])
+        combined = combined[1:]
+        return target_motion_stats(combined, start, phases)["jitter"] - before
+
+
+def _per_step_targets(walk: np.ndarray, push: np.ndarray, cfg: PushTExpertConfig) -> tuple[list[np.ndarray], int]:
+    """Per-step targets along the walk polyline (from the last target; its last point is the run-up start) and then
+    the push segment (touch -> end), paced (see `paced`); also the index of the first target on the run-up."""
+    path = np.concatenate([walk, push])
+    walk_total = float(np.linalg.norm(np.diff(walk, axis=0), axis=1).sum()) if len(walk) > 1 else 0.0
+    # float32 rounding of the actions must not take a move past the limit
+    targets, where = paced(
+        path, cfg.max_step_px - 1e-3, cfg.turn_rate, cfg.accel_px, cfg.min_step_px, cfg.corner_step_px
+    )
+    return targets, int(np.searchsorted(where, walk_total + 1e-9))
+
+
+def target_motion_stats(
+    actions: np.ndarray,
+    start: np.ndarray,
+    phase_starts: list[int] | None = None,
+    min_move_px: float = 2.0,
+    reversal_deg: float = 120.0,
+) -> dict[str, float]:
+    """How imitable a sequence of commanded targets is.
+
+    - `max_step_px`: the largest move of the target between consecutive steps (the first move is from `start`, the
+      agent's position at reset).
+    - `reversals`: moves (of at least `min_move_px`; shorter moves and holds are skipped) that turn more than
+      `reversal_deg` from the previous move: back-and-forth motion.
+    - `jitter`: reversals that are not at a phase change (walk -> push, push -> walk: `phase_starts` lists the steps
+      whose move begins a phase; None counts every reversal), plus every reversal that follows another within two
+      moves (back, forth, back). A clean demonstration has 0.
+    """
+    targets = np.concatenate([np.asarray(start, dtype=np.float64)[None], np.asarray(actions, dtype=np.float64)])
+    moves = np.diff(targets, axis=0)
+    lengths = np.linalg.norm(moves, axis=1)
+    moving = np.flatnonzero(lengths >= min_move_px)
+    cos_limit = math.cos(math.radians(reversal_deg))
+    phase = np.zeros(len(moves) + 1, dtype=int)
+    for t in phase_starts or []:
+        if 0 <= t < len(phase):
+            phase[t] = 1
+    phase_count = np.cumsum(phase)
+    reversals, jitter, last_reversal = 0, 0, -10
+    for k in range(1, len(moving)):
+        i, j = moving[k - 1], moving[k]
+        if float(moves[i] @ moves[j]) >= cos_limit * lengths[i] * lengths[j]:
+            continue
+        reversals += 1
+        # a phase that begins with move i (the turn lies inside it) up to move j counts
+        at_phase_change = phase_starts is not None and phase_count[j] > (phase_count[i - 1] if i > 0 else 0)
+        if not at_phase_change or k - last_reversal <= 2:
+            jitter += 1
+        last_reversal = k
+    return {
+        "max_step_px": float(lengths.max()) if len(lengths) else 0.0,
+        "reversals": float(reversals),
+        "jitter": float(jitter),
+    }
+
+
+def run_expert_episode(
+    env: gym.Env,
+    expert: PushTExpert,
+    seed: int | None,
+    max_steps: int = 300,
+    on_step: Callable[[int, np.ndarray, object, float, bool, bool, dict], None] | None = None,
+    on_reset: Callable[[object, dict], None] | None = None,
+) -> ExpertEpisode:
+    """Reset `env` with `seed`, drive it with `expert` until success, truncation or `max_steps`, and report.
+
+    `on_reset(obs, info)` sees the first observation; `on_step(t, action, obs, reward, terminated, truncated, info)`
+    sees each step with the observation that step returned. A recorder stores the observation *before* each action:
+    the one from on_reset for t == 0, then the one the previous on_step received.
+    """
+    obs, info = env.reset(seed=seed)
+    expert.reset(env)
+    agent_start = np.array(env.unwrapped.agent.position, dtype=np.float64)
+    if on_reset is not None:
+        on_reset(obs, info)
+    actions, rewards, coverages = [], [], []
+    success = False
+    for t in range(max_steps):
+        action = expert.act(env)
+        obs, reward, terminated, truncated, info = env.step(action)
+        actions.append(action)
+        rewards.append(float(reward))
+        coverages.append(float(info.get("coverage", np.nan)))
+        success = bool(info.get("is_success", False))
+        if on_step is not None:
+            on_step(t, action, obs, float(reward), bool(terminated), bool(truncated), info)
+        if terminated or truncated:
+            break
+    return ExpertEpisode(
+        seed=seed,
+        actions=np.array(actions, dtype=np.float32).reshape(-1, 2),
+        rewards=np.array(rewards),
+        coverages=np.array(coverages),
+        success=success,
+        n_steps=len(actions),
+        planning_cpu_s=expert.planning_cpu_s,
+        planning_wall_s=expert.planning_wall_s,
+        n_plans=expert.n_plans,
+        agent_start=agent_start,
+        phase_starts=list(expert.phase_starts),
+    )

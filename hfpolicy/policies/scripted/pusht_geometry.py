@@ -1,0 +1,401 @@
+"""Geometry of gym-pusht's T block for the scripted expert: frames, exact goal coverage, pose error, and smooth walks
+of the agent around the block.
+
+Poses are (x, y, angle) of the block body's origin, as pymunk reports `block.position` and `block.angle` (the origin
+is the middle of the bar's top edge; the centre of gravity sits at local (0, 45)).
+"""
+
+import math
+
+import numpy as np
+
+
+def rotate(vectors: np.ndarray, angle: float) -> np.ndarray:
+    """Rotate vectors (..., 2) counter-clockwise by `angle` radians."""
+    c, s = math.cos(angle), math.sin(angle)
+    return np.stack([c * vectors[..., 0] - s * vectors[..., 1], s * vectors[..., 0] + c * vectors[..., 1]], axis=-1)
+
+
+def to_world(local: np.ndarray, pose: np.ndarray) -> np.ndarray:
+    """Points (..., 2) in the frame of a body at pose (x, y, angle) -> world."""
+    return rotate(np.asarray(local, dtype=np.float64), float(pose[2])) + np.asarray(pose[:2], dtype=np.float64)
+
+
+def to_local(world: np.ndarray, pose: np.ndarray) -> np.ndarray:
+    """Points (..., 2) in the world -> the frame of a body at pose (x, y, angle)."""
+    return rotate(np.asarray(world, dtype=np.float64) - np.asarray(pose[:2], dtype=np.float64), -float(pose[2]))
+
+
+def batch_to_world(local: np.ndarray, poses: np.ndarray) -> np.ndarray:
+    """Points local (M, 2) for each of poses (P, 3) -> (P, M, 2)."""
+    c, s = np.cos(poses[:, 2])[:, None], np.sin(poses[:, 2])[:, None]
+    x, y = local[None, :, 0], local[None, :, 1]
+    return np.stack([c * x - s * y + poses[:, 0:1], s * x + c * y + poses[:, 1:2]], axis=-1)
+
+
+def _half_planes(polys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Convex CCW polygons (..., n, 2) -> outward unit normals (..., n, 2) and offsets (..., n): inside is n.x <= c."""
+    d = np.roll(polys, -1, axis=-2) - polys
+    normals = np.stack([d[..., 1], -d[..., 0]], axis=-1)
+    normals = normals / np.linalg.norm(normals, axis=-1, keepdims=True)
+    return normals, np.einsum("...k,...k->...", normals, polys)
+
+
+def _clip(polys: np.ndarray, counts: np.ndarray, normal: np.ndarray, offset: np.ndarray):
+    """One Sutherland-Hodgman step: convex polygons (N, V, 2) with `counts` vertices, cut to n.x <= c (normal (N, 2),
+    offset (N,)). Returns the cut polygons (N, 8, 2) (two convex quadrilaterals meet in at most 8 vertices)."""
+    n_rows, width = polys.shape[:2]
+    rows = np.arange(n_rows)[:, None]
+    index = np.arange(width)[None]
+    valid = index < counts[:, None]
+    nxt = polys[rows, np.where(index + 1 < counts[:, None], index + 1, 0)]
+    d_here = polys[..., 0] * normal[:, 0:1] + polys[..., 1] * normal[:, 1:2] - offset[:, None]
+    d_next = nxt[..., 0] * normal[:, 0:1] + nxt[..., 1] * normal[:, 1:2] - offset[:, None]
+    inside = d_here <= 0
+    keep = valid & inside
+    cross = valid & (inside != (d_next <= 0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(cross, d_here / (d_here - d_next), 0.0)
+    points = np.empty((n_rows, 2 * width, 2))
+    points[:, 0::2] = polys
+    points[:, 1::2] = polys + t[..., None] * (nxt - polys)
+    mask = np.empty((n_rows, 2 * width), dtype=bool)
+    mask[:, 0::2], mask[:, 1::2] = keep, cross
+    out = np.zeros((n_rows, 8, 2))
+    r, c = np.nonzero(mask)
+    out[r, np.cumsum(mask, axis=1)[r, c] - 1] = points[r, c]
+    return out, mask.sum(axis=1)
+
+
+def _intersection_area(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Areas of the intersections of convex CCW quadrilaterals first (N, 4, 2) and second (N, 4, 2)."""
+    normals, offsets = _half_planes(second)
+    polys, counts = first, np.full(len(first), first.shape[1])
+    for k in range(second.shape[1]):
+        polys, counts = _clip(polys, counts, normals[:, k], offsets[:, k])
+    index = np.arange(polys.shape[1])[None]
+    nxt = polys[np.arange(len(polys))[:, None], np.where(index + 1 < counts[:, None], index + 1, 0)]
+    cross = polys[..., 0] * nxt[..., 1] - polys[..., 1] * nxt[..., 0]
+    return 0.5 * np.sum(np.where(index < counts[:, None], cross, 0.0), axis=1)
+
+
+def _convex_hull(points: np.ndarray) -> np.ndarray:
+    """Counter-clockwise convex hull (monotone chain) of points (N, 2)."""
+    pts = sorted(map(tuple, np.asarray(points, dtype=np.float64)))
+
+    def half(seq):
+        out: list[tuple[float, float]] = []
+        for p in seq:
+            while len(out) >= 2:
+                (ax, ay), (bx, by) = out[-2], out[-1]
+                if (bx - ax) * (p[1] - ay) - (by - ay) * (p[0] - ax) > 1e-9:
+                    break
+                out.pop()
+            out.append(p)
+        return out
+
+    lower, upper = half(pts), half(reversed(pts))
+    return np.array(lower[:-1] + upper[:-1])
+
+
+def _point_segment_distance(points: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distances (N, K) from points (N, 2) to segments a -> b (K, 2), and the segment parameters (N, K) in [0, 1]."""
+    ab = b - a
+    ap = points[:, None, :] - a[None]
+    t = np.clip(np.einsum("nkj,kj->nk", ap, ab) / np.einsum("kj,kj->k", ab, ab)[None], 0.0, 1.0)
+    closest = a[None] + t[..., None] * ab[None]
+    return np.linalg.norm(points[:, None, :] - closest, axis=-1), t
+
+
+class TeeGeometry:
+    """The T block in its own frame: its two convex pieces (boxes), outline, centre of gravity and area."""
+
+    def __init__(self, pieces: np.ndarray, center_of_gravity: np.ndarray):
+        pieces = np.array(pieces, dtype=np.float64)
+        widths = pieces[:, :, 0].max(axis=1) - pieces[:, :, 0].min(axis=1)
+        pieces = pieces[np.argsort(-widths, kind="stable")]  # the bar (wide) first, then the stem
+        for i, piece in enumerate(pieces):  # pymunk keeps CCW order; make sure of it
+            area2 = np.sum(piece[:, 0] * np.roll(piece[:, 1], -1) - piece[:, 1] * np.roll(piece[:, 0], -1))
+            if area2 < 0:
+                pieces[i] = piece[::-1]
+        self.pieces = pieces  # (2, 4, 2)
+        self.rects = np.concatenate([pieces.min(axis=1), pieces.max(axis=1)], axis=1)  # (2, 4): x0, y0, x1, y1
+        (bx0, by0, bx1, by1), (sx0, sy0, sx1, sy1) = self.rects
+        if not (np.isclose(by1, sy0) and bx0 < sx0 < sx1 < bx1 and sy1 > sy0):
+            raise ValueError(f"the block is not gym-pusht's T (bar {self.rects[0]}, stem {self.rects[1]})")
+        # Outline, counter-clockwise: bar top, bar right end, underside, stem right side, stem end, stem left side ...
+        self.outline = np.array(
+            [(bx0, by0), (bx1, by0), (bx1, by1), (sx1, by1), (sx1, sy1), (sx0, sy1), (sx0, by1), (bx0, by1)]
+        )
+        edges = np.roll(self.outline, -1, axis=0) - self.outline
+        self.edge_normals = np.stack([edges[:, 1], -edges[:, 0]], axis=1) / np.linalg.norm(edges, axis=1)[:, None]
+        incoming = edges[np.arange(len(edges)) - 1]
+        self.convex = incoming[:, 0] * edges[:, 1] - incoming[:, 1] * edges[:, 0] > 0  # per vertex
+        self.cog = np.array(center_of_gravity, dtype=np.float64)
+        self.area = float(np.prod(self.rects[:, 2:] - self.rects[:, :2], axis=1).sum())
+
+    def coverage(self, poses: np.ndarray, goal: np.ndarray) -> np.ndarray:
+        """Fraction of the goal T covered by the block at each pose (P, 3): gym-pusht's coverage, computed exactly."""
+        poses = np.asarray(poses, dtype=np.float64).reshape(-1, 3)
+        flat = self.pieces.reshape(-1, 2)
+        block = batch_to_world(flat, poses).reshape(len(poses), 2, 1, 4, 2)
+        target = batch_to_world(flat, np.asarray(goal, dtype=np.float64)[None]).reshape(1, 1, 2, 4, 2)
+        # The T is two boxes with disjoint interiors: sum the four box-box intersections.
+        block, target = np.broadcast_arrays(block, target)
+        areas = _intersection_area(block.reshape(-1, 4, 2), target.reshape(-1, 4, 2)).reshape(len(poses), 4)
+        return areas.sum(axis=1) / self.area
+
+    def pose_error(self, poses: np.ndarray, goal: np.ndarray, px_per_rad: float) -> np.ndarray:
+        """Distance (px) of the centre of gravity from its goal plus px_per_rad times the angle error, poses (P, 3).
+
+        Translation and rotation add up here (in a mean corner distance they mix, and a push that turns the T the
+        right way while moving it off the goal can look like no progress at all)."""
+        poses = np.asarray(poses, dtype=np.float64).reshape(-1, 3)
+        goal = np.asarray(goal, dtype=np.float64)
+        here = batch_to_world(self.cog[None], poses)[:, 0]
+        there = to_world(self.cog, goal)
+        angle = np.abs((poses[:, 2] - goal[2] + np.pi) % (2 * np.pi) - np.pi)
+        return np.linalg.norm(here - there, axis=-1) + px_per_rad * angle
+
+    def distance(self, points: np.ndarray) -> np.ndarray:
+        """Euclidean distance (...,) from points (..., 2) (block frame) to the T (0 inside)."""
+        p = np.asarray(points, dtype=np.float64)[..., None, :]
+        gap = np.maximum(np.maximum(self.rects[:, :2] - p, p - self.rects[:, 2:]), 0.0)
+        return np.linalg.norm(gap, axis=-1).min(axis=-1)
+
+    def outward_normal(self, point: np.ndarray) -> np.ndarray:
+        """Unit vector from the T's point nearest to `point` (block frame, outside the T) towards it."""
+        nearest = np.clip(point[None], self.rects[:, :2], self.rects[:, 2:])
+        k = int(np.argmin(np.linalg.norm(point[None] - nearest, axis=1)))
+        away = point - nearest[k]
+        if float(np.linalg.norm(away)) < 1e-9:  # on the T: away from its centre of gravity
+            away = point - self.cog
+        return away / max(float(np.linalg.norm(away)), 1e-9)
+
+    def segments_clear(self, a: np.ndarray, b: np.ndarray, clearance: float) -> np.ndarray:
+        """Which segments a -> b (N, 2) (block frame) keep at least `clearance` from the T."""
+        a, b = np.atleast_2d(a).astype(np.float64), np.atleast_2d(b).astype(np.float64)
+        lo, hi = self.rects[:, :2], self.rects[:, 2:]
+        # segments through a box (slab test)
+        d = (b - a)[:, None, :]
+        p = a[:, None, :]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t0, t1 = (lo[None] - p) / d, (hi[None] - p) / d
+        parallel = d == 0
+        in_slab = (p >= lo[None]) & (p <= hi[None])
+        t_lo = np.where(parallel, np.where(in_slab, -np.inf, np.inf), np.minimum(t0, t1))
+        t_hi = np.where(parallel, np.where(in_slab, np.inf, -np.inf), np.maximum(t0, t1))
+        enter = np.maximum(t_lo.max(axis=-1), 0.0)
+        leave = np.minimum(t_hi.min(axis=-1), 1.0)
+        crossing = (leave >= enter).any(axis=1)
+        # otherwise the closest approach is at an end of the segment or at a corner of a box
+        corners = np.concatenate(
+            [self.rects[:, [0, 1]], self.rects[:, [2, 1]], self.rects[:, [2, 3]], self.rects[:, [0, 3]]]
+        )
+        ab = b - a
+        ap = corners[:, None, :] - a[None]
+        t = np.clip(np.einsum("knj,nj->kn", ap, ab) / np.maximum(np.einsum("nj,nj->n", ab, ab), 1e-12)[None], 0, 1)
+        corner_dist = np.linalg.norm(corners[:, None, :] - (a[None] + t[..., None] * ab[None]), axis=-1).min(axis=0)
+        dist = np.minimum(np.minimum(self.distance(a), self.distance(b)), corner_dist)
+        return ~crossing & (dist >= clearance - 1e-6)
+
+    def escape(self, point: np.ndarray, clearance: float) -> np.ndarray:
+        """A point at least `clearance` from the T near `point` (block frame): straight away from the nearest box,
+        then from the other one (a point in the corner between bar and stem leaves one, then the other)."""
+        point = np.array(point, dtype=np.float64)
+        for _ in range(4):
+            nearest = np.clip(point[None], self.rects[:, :2], self.rects[:, 2:])
+            gaps = np.linalg.norm(point[None] - nearest, axis=1)
+            close = np.flatnonzero(gaps < clearance - 1e-6)
+            if len(close) == 0:
+                break
+            k = close[np.argmin(gaps[close])]
+            away = point - nearest[k]
+            if gaps[k] < 1e-9:
+                away = point - (self.rects[k, :2] + self.rects[k, 2:]) / 2
+            away = away / max(float(np.linalg.norm(away)), 1e-9)
+            point = nearest[k] + away * (clearance + 0.5)
+        return point
+
+
+class WalkAround:
+    """Walks of the agent's centre around the T that keep `clearance` from it.
+
+    A walk is straight when that segment keeps the clearance; otherwise it goes along a tangent onto the boundary of
+    the T's convex hull grown by `clearance` (straight sides, arcs of radius `clearance` around the T's convex
+    corners), around it one way or the other, and along a tangent off it. Points inside the grown hull (in the
+    corners between bar and stem) join and leave it straight out of that corner. The walks have no sharp corners
+    except where they join and leave the hull."""
+
+    def __init__(self, tee: TeeGeometry, clearance: float):
+        self.tee = tee
+        self.radius = float(clearance)
+        self.corners = _convex_hull(tee.outline)  # (K, 2) CCW
+        edges = np.roll(self.corners, -1, axis=0) - self.corners
+        self.edge_len = np.linalg.norm(edges, axis=1)
+        self.edge_dir = edges / self.edge_len[:, None]
+        self.normals = np.stack([self.edge_dir[:, 1], -self.edge_dir[:, 0]], axis=1)
+        before = np.roll(self.normals, 1, axis=0)  # normal of the edge ending at corner i
+        self.arc_start = np.arctan2(before[:, 1], before[:, 0])
+        self.arc_sweep = (np.arctan2(self.normals[:, 1], self.normals[:, 0]) - self.arc_start) % (2 * np.pi)
+        arc_len = self.radius * self.arc_sweep
+        # Boundary, counter-clockwise: arc at corner 0, side 0, arc at corner 1, side 1, ...
+        piece_len = np.stack([arc_len, self.edge_len], axis=1).reshape(-1)
+        starts = np.concatenate([[0.0], np.cumsum(piece_len)[:-1]]).reshape(-1, 2)
+        self.arc_pos, self.edge_pos = starts[:, 0], starts[:, 1]
+        self.perimeter = float(piece_len.sum())
+
+    # positions along the boundary ---------------------------------------------------------------------------------
+
+    def point_at(self, u: float) -> np.ndarray:
+        u = u % self.perimeter
+        i = int(np.searchsorted(self.arc_pos, u, side="right")) - 1
+        if u < self.edge_pos[i]:
+            angle = self.arc_start[i] + (u - self.arc_pos[i]) / self.radius
+            return self.corners[i] + self.radius * np.array([math.cos(angle), math.sin(angle)])
+        return self.corners[i] + self.radius * self.normals[i] + (u - self.edge_pos[i]) * self.edge_dir[i]
+
+    def _nearest_on_boundary(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For points (N, 2): the nearest boundary point (N, 2), its position u (N,), and whether the point lies
+        inside the grown hull (N,)."""
+        a, b = self.corners, np.roll(self.corners, -1, axis=0)
+        dist, t = _point_segment_distance(points, a, b)
+        k = np.argmin(dist, axis=1)
+        rows = np.arange(len(points))
+        t_k = t[rows, k]
+        q = a[k] + t_k[:, None] * (b[k] - a[k])
+        outside_poly = np.any(np.einsum("nkj,kj->nk", points[:, None, :] - a[None], self.normals) > 0, axis=1)
+        away = points - q
+        norm = np.linalg.norm(away, axis=1)
+        direction = np.where(
+            (outside_poly & (norm > 1e-9))[:, None], away / np.maximum(norm, 1e-9)[:, None], self.normals[k]
+        )
+        boundary = q + self.radius * direction
+        inside = ~outside_poly | (norm < self.radius)
+        # position: on the side k unless the nearest point is a corner (then on that corner's arc)
+        corner = np.where(t_k <= 1e-9, k, np.where(t_k >= 1 - 1e-9, (k + 1) % len(a), -1))
+        u = self.edge_pos[k] + t_k * self.edge_len[k]
+        on_arc = corner >= 0
+        if on_arc.any():
+            c = corner[on_arc]
+            angle = np.arctan2(direction[on_arc, 1], direction[on_arc, 0])
+            rel = np.clip((angle - self.arc_start[c]) % (2 * np.pi), 0.0, self.arc_sweep[c])
+            rel = np.where((angle - self.arc_start[c]) % (2 * np.pi) > np.pi + self.arc_sweep[c] / 2, 0.0, rel)
+            u = u.copy()
+            u[on_arc] = self.arc_pos[c] + self.radius * rel
+        return boundary, u, inside
+
+    def _tangents(self, points: np.ndarray, side: int) -> tuple[np.ndarray, np.ndarray]:
+        """Where lines from points (N, 2) outside the grown hull touch it, travelling with the hull on the left
+        (side +1) or on the right (side -1): the touching points (N, 2) and their positions u (N,)."""
+        c = self.corners[None]  # (1, K, 2)
+        to_c = c - points[:, None, :]
+        dist = np.linalg.norm(to_c, axis=-1)
+        ratio = np.clip(self.radius / np.maximum(dist, 1e-9), -1.0, 1.0)
+        angle = -side * np.arcsin(ratio)
+        unit = to_c / np.maximum(dist, 1e-9)[..., None]
+        cos, sin = np.cos(angle), np.sin(angle)
+        direction = np.stack([cos * unit[..., 0] - sin * unit[..., 1], sin * unit[..., 0] + cos * unit[..., 1]], -1)
+        touch = points[:, None, :] + direction * np.sqrt(np.maximum(dist**2 - self.radius**2, 0.0))[..., None]
+        rel = (np.arctan2(touch[..., 1] - c[..., 1], touch[..., 0] - c[..., 0]) - self.arc_start[None]) % (2 * np.pi)
+        overshoot = np.minimum(np.maximum(rel - self.arc_sweep[None], 0.0), 2 * np.pi - rel)  # 0 when on the arc
+        k = np.argmin(overshoot, axis=1)
+        rows = np.arange(len(points))
+        rel_k = np.clip(rel[rows, k], 0.0, self.arc_sweep[k])
+        rel_k = np.where(rel[rows, k] > np.pi + self.arc_sweep[k] / 2, 0.0, rel_k)
+        return touch[rows, k], self.arc_pos[k] + self.radius * rel_k
+
+    def ends(self, points: np.ndarray, leaving: bool) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """How points (N, 2) join (leaving=True: walks start there) or leave (False: walks end there) the hull's
+        boundary when travelling counter-clockwise (+1) or clockwise (-1) around it: {direction: (boundary point
+        (N, 2), its position u (N,), length of the straight leg (N,))}."""
+        points = np.atleast_2d(np.asarray(points, dtype=np.float64))
+        boundary, u_near, inside = self._nearest_on_boundary(points)
+        out = {}
+        for direction in (1, -1):
+            side = direction if leaving else -direction
+            touch, u = self._tangents(points, side)
+            touch = np.where(inside[:, None], boundary, touch)
+            u = np.where(inside, u_near, u)
+            out[direction] = (touch, u, np.linalg.norm(touch - points, axis=1))
+        return out
+
+    def lengths(self, start_ends, goal_ends, direct_len: np.ndarray, direct_ok: np.ndarray):
+        """Walk lengths from one start to many goals (from `ends`): (length (N,), direction (N,): 0 straight, +1
+        counter-clockwise, -1 clockwise)."""
+        best = np.where(direct_ok, direct_len, np.inf)
+        how = np.zeros(len(direct_len), dtype=int)
+        for direction in (1, -1):
+            _, u0, leg0 = start_ends[direction]
+            _, u1, leg1 = goal_ends[direction]
+            along = ((u1 - u0) * direction) % self.perimeter
+            total = leg0 + along + leg1
+            better = total < best - 1e-9
+            best = np.where(better, total, best)
+            how = np.where(better, direction, how)
+        return best, how
+
+    def path(self, start: np.ndarray, goal: np.ndarray, direction: int, spacing: float = 4.0) -> np.ndarray:
+        """The walk's polyline (block frame) from start to goal: straight (direction 0) or around the hull."""
+        if direction == 0:
+            return np.array([start, goal], dtype=np.float64)
+        a_touch, a_u, _ = (x[0] for x in self.ends(start[None], leaving=True)[direction])
+        b_touch, b_u, _ = (x[0] for x in self.ends(goal[None], leaving=False)[direction])
+        along = ((b_u - a_u) * direction) % self.perimeter
+        count = int(along // spacing)
+        middle = [self.point_at(a_u + direction * along * k / (count + 1)) for k in range(1, count + 1)]
+        return np.array([start, a_touch, *middle, b_touch, goal], dtype=np.float64)
+
+
+def paced(
+    path: np.ndarray, max_step: float, turn_rate: float, accel: float, min_step: float, corner_step: float
+) -> tuple[list, np.ndarray]:
+    """Per-step points along a polyline (its first point excluded, its last included) at a human-like pace: at most
+    `max_step` apart, slower through bends (at most `turn_rate` radians of heading change per step, but sharp corners
+    at `corner_step`), changing pace by at most `accel` per step (starting from rest) and never under `min_step`.
+    Returns the points and their arc-length positions. A lagging follower cuts bends taken slowly less."""
+    seg = np.diff(path, axis=0)
+    seg_len = np.linalg.norm(seg, axis=1)
+    keep = seg_len > 1e-9
+    if not keep.any():
+        return [np.array(path[-1], dtype=np.float64)], np.zeros(1)
+    pts = np.concatenate([path[:1], path[1:][keep]])
+    seg, seg_len = seg[keep], seg_len[keep]
+    cum = np.concatenate([[0.0], np.cumsum(seg_len)])
+    total = float(cum[-1])
+    # speed limit at each interior vertex from its bend: radius ~ chord / (2 sin(turn / 2)) over a short chord
+    unit = seg / seg_len[:, None]
+    cos = np.clip(np.sum(unit[1:] * unit[:-1], axis=1), -1.0, 1.0)
+    turn = np.arccos(cos)
+    chord = np.minimum(np.minimum(seg_len[1:], seg_len[:-1]), 4.0)
+    with np.errstate(divide="ignore"):
+        radius = np.where(turn > 1e-6, chord / (2.0 * np.sin(turn / 2.0)), np.inf)
+    limit = np.clip(turn_rate * radius, corner_step, max_step)
+    corner_pos = cum[1:-1]
+
+    def can_take(step: float, distance: float, slowest: float) -> bool:
+        """Whether a step of this length still lets the steps that follow slow down (by `accel` each) so that the
+        step that reaches a bend `distance` ahead is at most `slowest` long."""
+        left = distance - step
+        if left <= 1e-9:  # this step reaches the bend
+            return step <= slowest
+        speed = step - accel
+        while speed > slowest:
+            left -= speed
+            if left <= 1e-9:
+                return False
+            speed -= accel
+        return True
+
+    out, where = [], []
+    s, v = 0.0, 0.0
+    while s < total - 1e-9:
+        v = min(v + accel, max_step)
+        ahead = np.flatnonzero((corner_pos > s + 1e-9) & (corner_pos < s + 4.0 * max_step))
+        while v > min_step and not all(can_take(v, corner_pos[j] - s, limit[j]) for j in ahead):
+            v = max(v - 0.5, min_step)
+        s = min(s + v, total)
+        j = min(int(np.searchsorted(cum, s, side="right")) - 1, len(seg) - 1)
+        out.append(pts[j] + (s - cum[j]) / seg_len[j] * seg[j])
+        where.append(s)
+    return out, np.array(where)
