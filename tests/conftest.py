@@ -42,6 +42,18 @@ def pusht_zarr_path() -> Path:
     return PUSHT_ZARR
 
 
+@pytest.fixture(scope="session")
+def pusht_state_dataset(pusht_zarr_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 5 zarr episodes converted to a v3.0 dataset with observation.environment_state (read-only): the
+    data of the state-only policies the training tests use (no vision encoder, fast enough for CPU tests)."""
+    from hfpolicy.datasets import convert_pusht_zarr
+
+    root = tmp_path_factory.mktemp("pusht_state") / "pusht5"
+    return convert_pusht_zarr(
+        pusht_zarr_path, root, repo_id="local/pusht5", episodes=list(range(5)), environment_state=True, progress=False
+    )
+
+
 # --- Hub-protocol test server (tests/hub_server.py) -------------------------------------------------------------------
 # Repos live for the whole session: give each test its own repo names (e.g. f"user/{test_name}-model").
 

@@ -20,3 +20,19 @@ def test_ci_installs_with_the_readme_setup_command():
     setup_command = readme_commands()[0]
     assert 'pip install -e ".[dev]"' in setup_command
     assert 'pip install -e ".[dev]"' in (ROOT / ".ci" / "run").read_text()
+
+
+def test_readme_python_tour_runs(tmp_path, monkeypatch):
+    """The tour records its own data, so it runs offline; it writes under ./tour (here a temp dir)."""
+    tour = re.findall(r"```python\n(.*?)\n```", (ROOT / "README.md").read_text(), flags=re.S)
+    assert len(tour) == 1
+    monkeypatch.chdir(tmp_path)
+    exec(compile(tour[0], "README.md", "exec"), {"__name__": "readme_tour"})
+    assert (tmp_path / "tour" / "policy" / "model.safetensors").is_file()
+
+
+def test_readme_commands_name_real_files_and_flags():
+    text = (ROOT / "README.md").read_text()
+    assert "accelerate launch examples/train_pusht.py" in text and (ROOT / "examples" / "train_pusht.py").is_file()
+    for script in re.findall(r"bench/\w+\.py", text):
+        assert (ROOT / script).is_file(), script

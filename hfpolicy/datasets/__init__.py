@@ -11,7 +11,7 @@ from hfpolicy.datasets.format import (
 )
 from hfpolicy.datasets.hub import download_dataset, make_dataset_card, push_dataset_to_hub
 from hfpolicy.datasets.metadata import DatasetMeta
-from hfpolicy.datasets.sampler import EpisodeAwareSampler, split_episodes
+from hfpolicy.datasets.sampler import EpisodeAwareSampler, EpochBatchSampler, split_episodes
 from hfpolicy.datasets.writer import DatasetWriter
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "DatasetMeta",
     "DatasetWriter",
     "EpisodeAwareSampler",
+    "EpochBatchSampler",
     "PolicyDataset",
     "TimestampError",
     "UnsupportedVersionError",

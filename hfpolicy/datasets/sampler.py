@@ -71,6 +71,39 @@ class EpisodeAwareSampler(torch.utils.data.Sampler[int]):
         return -(-len(self.indices) // self.num_replicas)
 
 
+class EpochBatchSampler(torch.utils.data.Sampler[list[int]]):
+    """Full batches of one epoch of a sampler, optionally starting at batch `start_batch` of that epoch.
+
+    A resumed training run starts mid-epoch without loading the batches it skips: `set_epoch(epoch, start_batch)`
+    forwards the epoch to the wrapped sampler (which derives its order from it) and skips index batches, not data.
+    The last incomplete batch of an epoch is dropped, so every batch has `batch_size` samples.
+    """
+
+    def __init__(self, sampler: EpisodeAwareSampler, batch_size: int):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if len(sampler) < batch_size:
+            raise ValueError(
+                f"an epoch has {len(sampler)} samples per process, fewer than batch_size={batch_size}: "
+                "use a smaller batch size or more episodes"
+            )
+        self.sampler, self.batch_size, self.start_batch = sampler, batch_size, 0
+
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        if not 0 <= start_batch < len(self):
+            raise ValueError(f"start_batch must be in [0, {len(self)}), got {start_batch}")
+        self.sampler.set_epoch(epoch)
+        self.start_batch = start_batch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        indices = list(self.sampler)
+        for first in range(self.start_batch * self.batch_size, len(self) * self.batch_size, self.batch_size):
+            yield indices[first : first + self.batch_size]
+
+    def __len__(self) -> int:
+        return len(self.sampler) // self.batch_size
+
+
 def split_episodes(
     num_episodes: int | Sequence[int], val_fraction: float, seed: int = 0
 ) -> tuple[list[int], list[int]]:

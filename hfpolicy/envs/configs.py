@@ -5,7 +5,7 @@ its observations become (`observation_features`), so a policy can be checked aga
 """
 
 import dataclasses
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -80,6 +80,27 @@ class EnvConfig(draccus.ChoiceRegistry):
                 f"no observation type of env {self.type!r} gives all of {sorted(input_keys)}; it offers {offered}"
             )
         return min(candidates)[-1]
+
+    def for_policy(self, input_features: Mapping[str, PolicyFeature]) -> "EnvConfig":
+        """This config with an obs type that gives the policy's inputs (the cheapest, unless one is set), checked
+        against the policy's shapes; ValueError naming the missing key or the shape and the flag that fixes it."""
+        config = self
+        if getattr(config, "obs_type", None) is None:
+            config = dataclasses.replace(config, obs_type=config.obs_type_for(list(input_features)))
+        offered = config.observation_features()
+        missing = sorted(set(input_features) - set(offered))
+        if missing:
+            raise ValueError(
+                f"the policy needs {missing}, which env {config.type!r} with obs_type={config.obs_type!r} does not "
+                f"give (it gives {sorted(offered)}); try --env.obs_type={self.obs_type_for(list(input_features))}"
+            )
+        for key, feature in input_features.items():
+            if tuple(feature.shape) != tuple(offered[key].shape):
+                raise ValueError(
+                    f"the policy expects {key} of shape {tuple(feature.shape)}, env {config.type!r} gives "
+                    f"{tuple(offered[key].shape)}: set the env's size options (e.g. --env.observation_size)"
+                )
+        return config
 
     def _check_obs_type(self, obs_type: str | None) -> None:
         if obs_type is not None and obs_type not in self.obs_types:

@@ -6,7 +6,6 @@
 Writes `<output_dir>/eval_info.json` (aggregates and per-episode records) and `<output_dir>/videos/*.mp4`.
 """
 
-import dataclasses
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -96,23 +95,7 @@ def load_policy_and_env_config(config: EvalPipelineConfig) -> tuple[Policy, EnvC
     policy = Policy.from_pretrained(
         config.policy.path, revision=config.policy.revision, map_location=device, config_overrides=overrides
     )
-    env_config = config.env
-    needed = policy.config.input_features
-    if env_config.obs_type is None:
-        env_config = dataclasses.replace(env_config, obs_type=env_config.obs_type_for(list(needed)))
-    offered = env_config.observation_features()
-    missing = sorted(set(needed) - set(offered))
-    if missing:
-        raise ValueError(
-            f"the policy needs {missing}, which env {env_config.type!r} with obs_type={env_config.obs_type!r} does "
-            f"not give (it gives {sorted(offered)}); try --env.obs_type={env_config.obs_type_for(list(needed))}"
-        )
-    for key, feature in needed.items():
-        if tuple(feature.shape) != tuple(offered[key].shape):
-            raise ValueError(
-                f"the policy expects {key} of shape {tuple(feature.shape)}, env {env_config.type!r} gives "
-                f"{tuple(offered[key].shape)}: set the env's size options (e.g. --env.observation_size)"
-            )
+    env_config = config.env.for_policy(policy.config.input_features)
     return policy, env_config
 
 

@@ -4,9 +4,11 @@ config.json loading; the (heavier) models are imported when first used."""
 
 from hfpolicy.policies.base import Policy, PolicyLoadError, get_policy_class, make_policy
 from hfpolicy.policies.config import FeatureType, NormMode, PolicyConfig, PolicyFeature, known_policy_types
+from hfpolicy.policies.diffusion.configuration import DiffusionConfig
 from hfpolicy.policies.normalization import MissingStatsError
 
 __all__ = [
+    "DiffusionConfig",
     "FeatureType",
     "MissingStatsError",
     "NormMode",

@@ -60,6 +60,11 @@ class PolicyConfig(draccus.ChoiceRegistry):
     ema_power: float = 0.75  # EMA warmup power: decay = 1 - (1 + step) ** -power
     ema_max_decay: float = 0.9999  # EMA decay never exceeds this
 
+    @classmethod
+    def default_choice_name(cls) -> str:
+        """The policy type the command line assumes when flags set policy fields without `--policy.type`."""
+        return "diffusion"
+
     @property
     def type(self) -> str:
         """The registered name of this policy type, saved as `type` in config.json."""
@@ -111,6 +116,12 @@ class PolicyConfig(draccus.ChoiceRegistry):
     def action_delta_indices(self) -> list[int]:
         """Frame offsets of the actions one training sample needs. Subclasses with a longer horizon override it."""
         return list(range(self.n_action_steps))
+
+    @property
+    def drop_n_last_frames(self) -> int:
+        """Frames at the end of each episode that never start a training sample: a sample's action window may run
+        past the episode's end by at most n_action_steps - 1 padded steps (Diffusion Policy's PushT setup: 7)."""
+        return max(0, max(self.action_delta_indices) - (self.n_action_steps - 1))
 
     def delta_timestamps(self, fps: float) -> dict[str, list[float]]:
         """The dataset's `delta_timestamps` for training this policy at `fps`."""

@@ -157,7 +157,7 @@ def test_push_to_hub_and_load_by_repo_id(hub_server, tmp_path):
     assert type(loaded) is ToyPolicy and loaded.config == policy.config
     torch.testing.assert_close(run_episode(loaded), run_episode(policy), rtol=0, atol=0)
     # Only config.json and model.safetensors were downloaded (the model card is not needed to act).
-    downloads = {path.rsplit("/", 1)[-1] for method, path in hub_server.requests if "/resolve/" in path}
+    downloads = {path.rsplit("/", 1)[-1] for _, path in hub_server.requests if repo_id in path and "/resolve/" in path}
     assert downloads == {CONFIG_FILE, WEIGHTS_FILE}
 
     with pytest.raises(PolicyLoadError, match="not a local directory"):

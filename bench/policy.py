@@ -1,0 +1,167 @@
+"""Benchmark of Diffusion Policy on CPU in the paper's PushT image configuration (issue 5).
+
+    python bench/policy.py                 # everything (a few minutes on 2 cores)
+    python bench/policy.py --threads 1     # torch intra-op threads (default: torch's default, one per core)
+    python bench/policy.py --repeats 1     # fewer repetitions
+
+Measures, with the default DiffusionConfig (96x96 image + agent position, ResNet18, U-Net 512/1024/2048, 262.7 M
+parameters) on synthetic PushT-shaped data:
+- train_step_s_b64: one training step at batch 64 (forward, backward, AdamW step; fused AdamW, one pass over the
+  weights), median over repeats after a warm-up step; the EMA update (hfpolicy.policies.ema.EMA.step) apart;
+- chunk latency: `select_action` at the start of an episode (so it predicts a chunk: one observation encoding and
+  N U-Net evaluations) under torch.inference_mode, at batch 1 with DDPM-100 and DDIM-10, and at batch 50 with DDIM-10;
+- params_m: parameters in millions.
+Reference, LeRobot 0.6.1's DiffusionPolicy in the same configuration on this 2-core machine: 9.2 s per training step
+at batch 64, 17.5 s per chunk at batch 1 with DDPM-100, 1.8 s with DDIM-10. Timings on a shared machine vary with
+the other processes' load: compare runs taken side by side. Prints a table; the LAST line is one JSON object.
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+LEROBOT_0_6_1 = {"train_step_s_b64": 9.2, "chunk_latency_s_b1_ddpm100": 17.5, "chunk_latency_s_b1_ddim10": 1.8}
+
+
+def make_policy(seed: int = 0):
+    from hfpolicy.constants import ACTION, OBS_IMAGE, OBS_STATE
+    from hfpolicy.policies import FeatureType, PolicyFeature
+    from hfpolicy.policies.diffusion import DiffusionConfig, DiffusionPolicy
+
+    config = DiffusionConfig(
+        input_features={
+            OBS_IMAGE: PolicyFeature(FeatureType.IMAGE, (3, 96, 96)),
+            OBS_STATE: PolicyFeature(FeatureType.STATE, (2,)),
+        },
+        output_features={ACTION: PolicyFeature(FeatureType.ACTION, (2,))},
+    )
+    workspace = {"min": torch.zeros(2), "max": torch.full((2,), 512.0)}
+    stats = {
+        OBS_IMAGE: {"mean": torch.tensor([0.95, 0.95, 0.93]), "std": torch.tensor([0.15, 0.12, 0.13])},
+        OBS_STATE: workspace,
+        ACTION: workspace,
+    }
+    torch.manual_seed(seed)
+    return DiffusionPolicy(config, dataset_stats=stats)
+
+
+def training_batch(config, batch_size: int) -> dict[str, torch.Tensor]:
+    from hfpolicy.constants import ACTION, OBS_IMAGE, OBS_STATE, pad_key
+
+    generator = torch.Generator().manual_seed(0)
+    return {
+        OBS_IMAGE: torch.rand(batch_size, config.n_obs_steps, 3, 96, 96, generator=generator),
+        OBS_STATE: torch.rand(batch_size, config.n_obs_steps, 2, generator=generator) * 512,
+        ACTION: torch.rand(batch_size, config.horizon, 2, generator=generator) * 512,
+        pad_key(ACTION): torch.zeros(batch_size, config.horizon, dtype=torch.bool),
+    }
+
+
+def bench_training(policy, batch_size: int, repeats: int) -> dict[str, float]:
+    from hfpolicy.policies.ema import EMA
+
+    config = policy.config
+    policy.train()
+    optimizer = torch.optim.AdamW(
+        policy.get_optim_params(),
+        lr=config.optimizer_lr,
+        betas=config.optimizer_betas,
+        eps=config.optimizer_eps,
+        weight_decay=config.optimizer_weight_decay,
+        fused=True,
+    )
+    ema = EMA(policy, power=config.ema_power, max_decay=config.ema_max_decay)
+    batch = training_batch(config, batch_size)
+    parts: dict[str, list[float]] = {"forward": [], "backward": [], "optimizer": [], "step": [], "ema": []}
+    for i in range(repeats + 1):  # the first step warms up (allocations, oneDNN kernel choice)
+        t0 = time.perf_counter()
+        loss = policy(batch)["loss"]
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        t3 = time.perf_counter()
+        ema.step(policy)
+        t4 = time.perf_counter()
+        if i > 0:
+            for name, value in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t3 - t0, t4 - t3), strict=True):
+                parts[name].append(value)
+    del optimizer, ema
+    return {name: statistics.median(values) for name, values in parts.items()}
+
+
+def bench_chunk(policy, batch_size: int, scheduler: str, steps: int, repeats: int) -> float:
+    """Median seconds of the select_action call that predicts a chunk (first step of an episode)."""
+    from hfpolicy.constants import OBS_IMAGE, OBS_STATE
+
+    policy.eval()
+    policy.set_sampler(scheduler, steps)
+    generator = torch.Generator().manual_seed(1)
+    observation = {
+        OBS_IMAGE: torch.rand(batch_size, 3, 96, 96, generator=generator),
+        OBS_STATE: torch.rand(batch_size, 2, generator=generator) * 512,
+    }
+    times = []
+    with torch.inference_mode():
+        for _ in range(repeats):
+            policy.reset()
+            start = time.perf_counter()
+            action = policy.select_action(observation)
+            times.append(time.perf_counter() - start)
+    assert action.shape == (batch_size, 2) and torch.isfinite(action).all()
+    return statistics.median(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--repeats", type=int, default=3, help="measured repetitions of each quantity")
+    parser.add_argument("--skip_training", action="store_true", help="only the acting latencies")
+    args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+
+    start = time.perf_counter()
+    policy = make_policy()
+    build_s = time.perf_counter() - start
+    results: dict[str, float | int | str | dict] = {
+        "params_m": round(sum(p.numel() for p in policy.parameters()) / 1e6, 3),
+        "torch_threads": torch.get_num_threads(),
+        "build_s": round(build_s, 2),
+    }
+    rows = [("parameters (M)", f"{results['params_m']:.1f}", "262.7")]
+    if not args.skip_training:
+        train = bench_training(policy, 64, args.repeats)
+        results["train_step_s_b64"] = round(train["step"], 3)
+        results["train_parts_s_b64"] = {k: round(v, 3) for k, v in train.items()}
+        rows.append(("train step, batch 64 (s)", f"{train['step']:.2f}", "9.2"))
+        rows.append(
+            ("  forward / backward / AdamW (s)", "{forward:.2f} / {backward:.2f} / {optimizer:.2f}".format(**train), "")
+        )
+        rows.append(("  EMA update (s, apart)", f"{train['ema']:.2f}", ""))
+    for batch_size, scheduler, steps, key, repeats in [
+        (1, "DDIM", 10, "chunk_latency_s_b1_ddim10", args.repeats),
+        (1, "DDPM", 100, "chunk_latency_s_b1_ddpm100", max(1, args.repeats - 1)),
+        (50, "DDIM", 10, "chunk_latency_s_b50_ddim10", max(1, args.repeats - 1)),
+    ]:
+        seconds = bench_chunk(policy, batch_size, scheduler, steps, repeats)
+        results[key] = round(seconds, 3)
+        reference = LEROBOT_0_6_1.get(key)
+        rows.append((f"chunk, batch {batch_size}, {scheduler}-{steps} (s)", f"{seconds:.2f}", f"{reference or ''}"))
+    results["lerobot_0_6_1"] = LEROBOT_0_6_1
+    results["meets_targets"] = all(results[key] <= value for key, value in LEROBOT_0_6_1.items() if key in results)
+
+    print(f"Diffusion Policy, PushT image config, CPU, {results['torch_threads']} torch threads")
+    print(f"{'measure':<36} {'hfpolicy':>10} {'LeRobot 0.6.1':>14}")
+    for name, value, reference in rows:
+        print(f"{name:<36} {value:>10} {reference:>14}")
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,233 @@
+"""Policies on the Hub: the repository layout, the model card with eval results, and the upload.
+
+A pushed policy repository holds:
+
+    config.json, model.safetensors   the policy (Policy.from_pretrained reads only these two)
+    README.md                        model card: YAML (library, tags, dataset, model-index eval results) + metrics,
+                                     the replay video, how to use it and the command that trained it
+    train_config.json                the full training config, when the policy was trained with hfpolicy.train
+    eval_info.json                   aggregate and per-episode eval results
+    replay.mp4                       the first eval episode (the Hub shows it on robotics model pages)
+    eval/episode_<i>.mp4             every filmed eval episode
+    training_curve.png               loss (and eval success) over training steps
+"""
+
+import json
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, constants
+
+from hfpolicy.constants import EVAL_INFO_FILE, REPLAY_VIDEO_FILE, TRAIN_CONFIG_FILE
+
+if TYPE_CHECKING:
+    from hfpolicy.policies.base import Policy
+
+TRAINING_CURVE_FILE = "training_curve.png"
+EVAL_VIDEOS_DIR = "eval"
+POLICY_TAGS = {"diffusion": "diffusion-policy", "act": "act"}  # Hub tags of the policy types
+ENV_NAMES = {"pusht": "PushT (gym-pusht)"}  # readable names of the simulators in eval results
+CARD_METRICS = (  # (eval_info key, model-index metric name)
+    ("avg_max_reward", "Average max reward"),
+    ("pc_success", "Success rate (%)"),
+    ("n_episodes", "Episodes"),
+)
+
+CARD_TEMPLATE = """---
+{{ card_data }}
+---
+
+# {{ repo_id }}
+
+A **{{ policy_name }}** policy for **{{ env_name }}**, trained with [hfpolicy](https://github.com/hfpolicy/hfpolicy){% if dataset_repo_id %} on [{{ dataset_repo_id }}](https://huggingface.co/datasets/{{ dataset_repo_id }}){% endif %}.
+It reads {{ inputs }} and outputs `action` {{ action_shape }}.
+
+{% if metrics_table %}## Evaluation
+
+{{ metrics_table }}
+
+{% if video_url %}<video src="{{ video_url }}" controls autoplay loop muted width="384"></video>
+
+{% endif %}Per-episode results are in [eval_info.json](eval_info.json){% if n_videos %}; {{ n_videos }} filmed episodes are in [eval/](eval/){% endif %}.
+
+{% endif %}## Use
+
+```python
+from hfpolicy.policies import Policy
+
+policy = Policy.from_pretrained("{{ repo_id }}")
+policy.reset()                           # at every episode start
+action = policy.select_action(batch)     # batch: {{ inputs }}, each with a batch dim
+```
+
+Evaluate it in simulation:
+
+```bash
+hfpolicy eval --policy.path={{ repo_id }} --env.type={{ env_type }} --eval.n_episodes=50 --eval.batch_size=50
+```
+{% if train_command %}
+## Training
+
+Reproduce the training:
+
+```bash
+{{ train_command }}
+```
+
+The full training configuration is in [train_config.json](train_config.json).{% if has_curve %}
+
+![training curve](training_curve.png){% endif %}
+{% endif %}"""
+
+
+def make_model_card(
+    repo_id: str,
+    policy: "Policy",
+    *,
+    eval_summary: dict[str, Any] | None = None,
+    env_type: str | None = None,
+    dataset_repo_id: str | None = None,
+    train_command: str | None = None,
+    n_videos: int = 0,
+    has_curve: bool = False,
+    license: str = "apache-2.0",
+) -> ModelCard:
+    """The model card: YAML metadata (with model-index eval results when `eval_summary` is given) and a body with
+    the metrics table, the replay video, usage and the training command."""
+    config = policy.config
+    env_type = env_type or "pusht"
+    env_name = ENV_NAMES.get(env_type, env_type)
+    tags = ["robotics", "hfpolicy", POLICY_TAGS.get(config.type, config.type), env_type]
+    eval_results = None
+    if eval_summary is not None:
+        eval_results = [
+            EvalResult(
+                task_type="robotics",
+                task_name="Robotics",
+                dataset_type=env_type,
+                dataset_name=env_name,
+                metric_type=key,
+                metric_name=name,
+                metric_value=float(eval_summary[key]) if key != "n_episodes" else int(eval_summary[key]),
+            )
+            for key, name in CARD_METRICS
+        ]
+    card_data = ModelCardData(
+        library_name="hfpolicy",
+        license=license,
+        pipeline_tag="robotics",
+        tags=tags,
+        datasets=[dataset_repo_id] if dataset_repo_id else None,
+        model_name=repo_id,
+        eval_results=eval_results,
+    )
+    video_url = f"{constants.ENDPOINT}/{repo_id}/resolve/main/{REPLAY_VIDEO_FILE}" if n_videos else None
+    return ModelCard.from_template(
+        card_data,
+        template_str=CARD_TEMPLATE,
+        repo_id=repo_id,
+        policy_name=POLICY_TAGS.get(config.type, config.type).replace("-", " ").title(),
+        env_name=env_name,
+        env_type=env_type,
+        dataset_repo_id=dataset_repo_id,
+        inputs=", ".join(f"`{key}` {tuple(f.shape)}" for key, f in config.input_features.items()),
+        action_shape=tuple(config.action_feature.shape),
+        metrics_table=_metrics_table(eval_summary) if eval_summary else None,
+        video_url=video_url,
+        n_videos=n_videos,
+        train_command=train_command,
+        has_curve=has_curve,
+    )
+
+
+def _metrics_table(summary: dict[str, Any]) -> str:
+    low, high = summary.get("pc_success_ci95", (float("nan"), float("nan")))
+    rows = [
+        ("Success rate", f"{summary['pc_success']:.1f}% (95% CI {low:.1f}–{high:.1f}%)"),
+        ("Average max reward", f"{summary['avg_max_reward']:.3f}"),
+        ("Average sum of rewards", f"{summary['avg_sum_reward']:.2f}"),
+        ("Episodes", f"{summary['n_episodes']}"),
+    ]
+    return "\n".join(["| Metric | Value |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows)])
+
+
+def stage_policy_repo(
+    policy: "Policy",
+    folder: Path,
+    repo_id: str,
+    *,
+    eval_info: str | Path | dict[str, Any] | None = None,
+    videos: Sequence[str | Path] = (),
+    train_config: dict[str, Any] | None = None,
+    training_curve: str | Path | None = None,
+    env_type: str | None = None,
+    dataset_repo_id: str | None = None,
+    train_command: str | None = None,
+) -> Path:
+    """Writes the whole repository (see the module docstring) into `folder`; returns it."""
+    folder = Path(folder)
+    policy.save_pretrained(folder)  # config.json, model.safetensors (and a placeholder card, replaced below)
+    summary = None
+    if eval_info is not None:
+        info = eval_info if isinstance(eval_info, dict) else json.loads(Path(eval_info).read_text())
+        if "aggregated" not in info:
+            raise ValueError("eval_info must be an eval_info.json (or its dict) with an 'aggregated' entry")
+        summary = info["aggregated"]
+        (folder / EVAL_INFO_FILE).write_text(json.dumps(info, indent=2))
+    if train_config is not None:
+        (folder / TRAIN_CONFIG_FILE).write_text(json.dumps(train_config, indent=2))
+    for i, video in enumerate(videos):
+        video = Path(video)
+        if not video.is_file():
+            raise FileNotFoundError(f"eval video {video} does not exist")
+        if i == 0:
+            shutil.copyfile(video, folder / REPLAY_VIDEO_FILE)
+        (folder / EVAL_VIDEOS_DIR).mkdir(exist_ok=True)
+        shutil.copyfile(video, folder / EVAL_VIDEOS_DIR / _episode_video_name(video, i))
+    if training_curve is not None:
+        shutil.copyfile(training_curve, folder / TRAINING_CURVE_FILE)
+    card = make_model_card(
+        repo_id,
+        policy,
+        eval_summary=summary,
+        env_type=env_type,
+        dataset_repo_id=dataset_repo_id,
+        train_command=train_command,
+        n_videos=len(videos),
+        has_curve=training_curve is not None,
+    )
+    card.save(folder / "README.md")
+    return folder
+
+
+def push_policy_to_hub(
+    policy: "Policy",
+    repo_id: str,
+    *,
+    private: bool | None = None,
+    token: str | None = None,
+    branch: str | None = None,
+    commit_message: str = "Upload policy with hfpolicy",
+    **stage_kwargs: Any,
+) -> str:
+    """Stages the repository locally, then creates the repo if needed and uploads it in one commit; returns the
+    commit URL."""
+    api = HfApi(token=token)
+    with tempfile.TemporaryDirectory(prefix="hfpolicy-push-") as tmp:
+        folder = stage_policy_repo(policy, Path(tmp), repo_id, **stage_kwargs)  # fails before anything is created
+        repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+        if branch is not None:
+            api.create_branch(repo_id, branch=branch, exist_ok=True)
+        commit = api.upload_folder(
+            repo_id=repo_id, folder_path=folder, revision=branch, commit_message=commit_message, repo_type="model"
+        )
+    return str(commit)
+
+
+def _episode_video_name(video: Path, position: int) -> str:
+    """eval/episode_<i>.mp4, with <i> the eval episode index when the file name carries it (eval_episode_<i>.mp4)."""
+    digits = video.stem.rsplit("_", 1)[-1]
+    return f"episode_{int(digits) if digits.isdigit() else position}.mp4"

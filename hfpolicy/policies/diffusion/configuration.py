@@ -1,0 +1,179 @@
+"""Configuration of Diffusion Policy (Chi et al., 2023, "Diffusion Policy: Visuomotor Policy Learning via Action
+Diffusion"), the CNN variant. The defaults are the paper's PushT image setup; the state-only PushT variant is the same
+config with `observation.state` + `observation.environment_state` as input features and no image.
+"""
+
+from dataclasses import dataclass
+
+from hfpolicy.constants import OBS_ENV_STATE
+from hfpolicy.policies.config import PolicyConfig
+
+NOISE_SCHEDULER_TYPES = ("DDPM", "DDIM")
+PREDICTION_TYPES = ("epsilon", "sample")
+BETA_SCHEDULES = ("linear", "scaled_linear", "squaredcos_cap_v2")
+VISION_BACKBONES = ("resnet18", "resnet34", "resnet50")
+
+
+@PolicyConfig.register_subclass("diffusion")
+@dataclass
+class DiffusionConfig(PolicyConfig):
+    """Diffusion Policy: a 1D conditional U-Net denoises a horizon of actions, conditioned on encoded observations."""
+
+    # --- timing -----------------------------------------------------------------------------------------------------
+    n_obs_steps: int = 2  # observations the policy conditions on: the current one and n_obs_steps - 1 before it
+    horizon: int = 16  # actions denoised per prediction, starting at the oldest observation's step
+    n_action_steps: int = 8  # actions executed per prediction: horizon[n_obs_steps - 1 :][:n_action_steps]
+
+    # --- vision encoder ---------------------------------------------------------------------------------------------
+    vision_backbone: str = (
+        "resnet18"  # torchvision ResNet used up to its last conv stage: resnet18 / resnet34 / resnet50
+    )
+    pretrained_backbone_weights: str | None = None  # torchvision weights name (e.g. "IMAGENET1K_V1"); None: random init
+    use_group_norm: bool = True  # replace the backbone's BatchNorm by GroupNorm (16 channels per group), as the paper
+    crop_shape: tuple[int, int] | None = (84, 84)  # (H, W) crop of every image; None: use the whole image
+    crop_is_random: bool = True  # random crop in training mode (center crop in eval mode); False: always center
+    spatial_softmax_num_keypoints: int = 32  # keypoints of the spatial-softmax pooling; feature = 2 * keypoints
+    use_separate_rgb_encoder_per_camera: bool = False  # one encoder per camera instead of one shared by all cameras
+
+    # --- 1D conditional U-Net ---------------------------------------------------------------------------------------
+    down_dims: tuple[int, ...] = (512, 1024, 2048)  # channels of the U-Net levels; all but the last halve the horizon
+    kernel_size: int = 5  # temporal kernel of the U-Net convolutions (odd)
+    n_groups: int = 8  # GroupNorm groups in the U-Net blocks (must divide every entry of down_dims)
+    diffusion_step_embed_dim: int = 128  # size of the sinusoidal + MLP embedding of the diffusion timestep
+    use_film_scale_modulation: bool = True  # FiLM predicts scale and bias from the conditioning (False: bias only)
+
+    # --- noise scheduler (diffusers) --------------------------------------------------------------------------------
+    noise_scheduler_type: str = "DDPM"  # sampler used to act: "DDPM" or "DDIM" (training always adds DDPM noise)
+    num_train_timesteps: int = 100  # diffusion steps of the forward (noising) process
+    beta_schedule: str = "squaredcos_cap_v2"  # beta schedule: squaredcos_cap_v2, linear or scaled_linear
+    beta_start: float = 1e-4  # first beta (linear schedules only)
+    beta_end: float = 0.02  # last beta (linear schedules only)
+    prediction_type: str = "epsilon"  # what the network predicts: "epsilon" (the noise) or "sample" (clean actions)
+    clip_sample: bool = True  # clip the predicted clean actions to [-clip_sample_range, clip_sample_range] per step
+    clip_sample_range: float = 1.0  # clipping range (normalized actions lie in [-1, 1])
+    num_inference_steps: int | None = None  # denoising steps when acting; None: num_train_timesteps (DDIM: use ~10)
+
+    # --- loss -------------------------------------------------------------------------------------------------------
+    mask_loss_for_padding: bool = True  # average the loss over valid actions only (action_is_pad excluded)
+
+    # --- training presets -------------------------------------------------------------------------------------------
+    optimizer_lr: float = 1e-4  # AdamW learning rate
+    optimizer_betas: tuple[float, float] = (0.95, 0.999)  # AdamW betas
+    optimizer_eps: float = 1e-8  # AdamW epsilon
+    optimizer_weight_decay: float = 1e-6  # AdamW weight decay
+    scheduler_name: str = "cosine"  # diffusers get_scheduler name
+    scheduler_warmup_steps: int = 500  # learning-rate warmup steps
+    use_ema: bool = True  # keep an EMA of the weights (hfpolicy.policies.ema.EMA); evaluate and save with it
+    ema_power: float = 0.75  # EMA warmup power: decay = 1 - (1 + step) ** -power
+    ema_max_decay: float = 0.9999  # EMA decay never exceeds this
+
+    def __post_init__(self):
+        self.validate_settings()
+
+    # --- validation ----------------------------------------------------------------------------------------------------
+    def validate_settings(self) -> None:
+        """Checks the fields that do not depend on the features; raises ValueError naming the field and the fix."""
+        if self.noise_scheduler_type not in NOISE_SCHEDULER_TYPES:
+            raise ValueError(
+                f"noise_scheduler_type={self.noise_scheduler_type!r} is not supported; use one of {NOISE_SCHEDULER_TYPES}"
+            )
+        if self.prediction_type not in PREDICTION_TYPES:
+            raise ValueError(
+                f"prediction_type={self.prediction_type!r} is not supported; use one of {PREDICTION_TYPES}"
+            )
+        if self.beta_schedule not in BETA_SCHEDULES:
+            raise ValueError(f"beta_schedule={self.beta_schedule!r} is not supported; use one of {BETA_SCHEDULES}")
+        if self.vision_backbone not in VISION_BACKBONES:
+            raise ValueError(
+                f"vision_backbone={self.vision_backbone!r} is not supported; use one of {VISION_BACKBONES}"
+            )
+        if self.use_group_norm and self.pretrained_backbone_weights is not None:
+            raise ValueError(
+                f"pretrained_backbone_weights={self.pretrained_backbone_weights!r} with use_group_norm=True would replace "
+                "the pretrained BatchNorm layers by untrained GroupNorm ones; set use_group_norm=False to use pretrained "
+                "weights, or pretrained_backbone_weights=None to train the backbone from scratch"
+            )
+        if self.num_train_timesteps < 1:
+            raise ValueError(f"num_train_timesteps must be >= 1, got {self.num_train_timesteps}")
+        steps = self.num_inference_steps
+        if steps is not None and not 1 <= steps <= self.num_train_timesteps:
+            raise ValueError(
+                f"num_inference_steps={steps} must be between 1 and num_train_timesteps={self.num_train_timesteps} "
+                "(or None to use num_train_timesteps)"
+            )
+        if not self.down_dims:
+            raise ValueError("down_dims is empty; the U-Net needs at least one level, e.g. (512, 1024, 2048)")
+        bad_dims = [d for d in self.down_dims if d < 1 or d % self.n_groups]
+        if self.n_groups < 1 or bad_dims:
+            raise ValueError(
+                f"n_groups={self.n_groups} must divide every entry of down_dims={self.down_dims} (GroupNorm); "
+                f"offending: {bad_dims}"
+            )
+        if self.kernel_size < 1 or self.kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size must be odd and positive (same-length convolutions), got {self.kernel_size}")
+        if self.diffusion_step_embed_dim < 2 or self.diffusion_step_embed_dim % 2:
+            raise ValueError(f"diffusion_step_embed_dim must be even and >= 2, got {self.diffusion_step_embed_dim}")
+        if self.spatial_softmax_num_keypoints < 1:
+            raise ValueError(f"spatial_softmax_num_keypoints must be >= 1, got {self.spatial_softmax_num_keypoints}")
+        if self.crop_shape is not None and (len(self.crop_shape) != 2 or min(self.crop_shape) < 1):
+            raise ValueError(f"crop_shape must be (height, width) with positive sizes or None, got {self.crop_shape}")
+        if self.n_obs_steps < 1 or self.n_action_steps < 1:
+            raise ValueError(
+                f"n_obs_steps and n_action_steps must be >= 1, got {self.n_obs_steps}, {self.n_action_steps}"
+            )
+        multiple = self.horizon_multiple
+        if self.horizon < 1 or self.horizon % multiple:
+            raise ValueError(
+                f"horizon={self.horizon} must be a positive multiple of {multiple}: the U-Net halves it "
+                f"{len(self.down_dims) - 1} times (len(down_dims) - 1); e.g. horizon={-(-max(self.horizon, 1) // multiple) * multiple}"
+            )
+        if self.n_obs_steps - 1 + self.n_action_steps > self.horizon:
+            raise ValueError(
+                f"n_action_steps={self.n_action_steps} does not fit: the executed actions start at horizon index "
+                f"n_obs_steps - 1 = {self.n_obs_steps - 1}, so n_action_steps must be <= horizon - n_obs_steps + 1 = "
+                f"{self.horizon - self.n_obs_steps + 1}"
+            )
+
+    def validate_features(self) -> None:
+        super().validate_features()
+        self.validate_settings()
+        if not self.image_features and OBS_ENV_STATE not in self.input_features:
+            raise ValueError(
+                "Diffusion Policy needs at least one image input feature (observation.image or observation.images.*) "
+                f"or {OBS_ENV_STATE!r} (the state-only variant); input features: {list(self.input_features)}"
+            )
+        shapes = {key: tuple(f.shape) for key, f in self.image_features.items()}
+        if not self.use_separate_rgb_encoder_per_camera and len(set(shapes.values())) > 1:
+            raise ValueError(
+                f"the cameras have different shapes {shapes} but share one encoder; resize them to one shape or set "
+                "use_separate_rgb_encoder_per_camera=True"
+            )
+        for key, shape in shapes.items():
+            if shape[0] != 3:
+                raise ValueError(f"image feature {key!r} has {shape[0]} channels; the ResNet encoder needs RGB (3)")
+            if self.crop_shape is not None and (self.crop_shape[0] > shape[1] or self.crop_shape[1] > shape[2]):
+                raise ValueError(
+                    f"crop_shape={tuple(self.crop_shape)} is larger than image feature {key!r} (H, W)={shape[1:]}; "
+                    "choose a smaller crop_shape or crop_shape=None"
+                )
+
+    # --- derived quantities ---------------------------------------------------------------------------------------------
+    @property
+    def horizon_multiple(self) -> int:
+        """The horizon must be a multiple of this: every U-Net level but the last halves the sequence length."""
+        return 2 ** (len(self.down_dims) - 1)
+
+    @property
+    def action_delta_indices(self) -> list[int]:
+        """The denoised horizon starts at the oldest observation: offsets 1 - n_obs_steps .. horizon - n_obs_steps."""
+        return list(range(1 - self.n_obs_steps, 1 - self.n_obs_steps + self.horizon))
+
+    @property
+    def drop_n_last_frames(self) -> int:
+        """Frames at each episode's end to skip as training samples (their windows would be mostly padding): 7 on PushT."""
+        return self.horizon - self.n_action_steps - self.n_obs_steps + 1
+
+    @property
+    def inference_steps(self) -> int:
+        """Denoising steps actually run when acting."""
+        return self.num_inference_steps if self.num_inference_steps is not None else self.num_train_timesteps

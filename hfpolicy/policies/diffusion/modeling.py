@@ -1,0 +1,425 @@
+"""Diffusion Policy (Chi et al., 2023), CNN variant: a 1D conditional U-Net denoises a horizon of actions, conditioned
+through FiLM on the diffusion step and on the encoded observation history.
+
+    observation history (B, n_obs_steps, ...)
+      images -> crop -> ResNet (GroupNorm) -> spatial softmax keypoints -> linear   (B, n_obs_steps, 64 per camera)
+      state vectors (observation.state, observation.environment_state)            (B, n_obs_steps, D)
+      -> concatenated and flattened: the global conditioning                       (B, n_obs_steps * (D + 64 * cams))
+    noise (B, horizon, A) --[U-Net(sample, step, conditioning) x N steps, DDPM or DDIM from diffusers]--> actions
+
+Everything here sees normalized data; the base class normalizes inputs and unnormalizes the actions.
+"""
+
+import dataclasses
+import math
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+import torchvision
+from diffusers.schedulers.scheduling_ddim import DDIMScheduler
+from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
+from diffusers.utils.torch_utils import randn_tensor
+from torch import Tensor, nn
+
+from hfpolicy.constants import ACTION, pad_key
+from hfpolicy.policies.base import Policy
+from hfpolicy.policies.diffusion.configuration import DiffusionConfig
+
+
+class DiffusionPolicy(Policy):
+    """Diffusion Policy for image (ResNet encoder) or state-only inputs; which one follows from the input features.
+
+    `generate_actions` and `compute_loss` take optional noise sources, so results can be reproduced exactly: set
+    `policy.noise_generator = torch.Generator().manual_seed(0)` (used by `select_action` too) or pass `generator=`.
+    """
+
+    config_class = DiffusionConfig
+
+    def __init__(self, config: DiffusionConfig, dataset_stats: dict | None = None):
+        super().__init__(config, dataset_stats)
+        self.config: DiffusionConfig = config
+        self.noise_generator: torch.Generator | None = None  # noise source for acting; None: torch's global RNG
+        self.image_keys = list(config.image_features)
+        self.state_keys = list(config.state_features)
+        self.action_dim = config.action_feature.shape[0]
+
+        feature_dim = 0
+        if self.image_keys:
+            if config.use_separate_rgb_encoder_per_camera:
+                self.rgb_encoders = nn.ModuleList(
+                    RgbEncoder(config, config.image_features[key].shape) for key in self.image_keys
+                )
+                feature_dim = sum(encoder.feature_dim for encoder in self.rgb_encoders)
+            else:
+                self.rgb_encoder = RgbEncoder(config, config.image_features[self.image_keys[0]].shape)
+                feature_dim = self.rgb_encoder.feature_dim * len(self.image_keys)
+        feature_dim += sum(config.state_features[key].shape[0] for key in self.state_keys)
+        self.global_cond_dim = feature_dim * config.n_obs_steps
+        self.unet = ConditionalUnet1d(config, self.action_dim, self.global_cond_dim)
+
+        self.noise_scheduler = make_noise_scheduler("DDPM", config)  # the forward (noising) process of training
+        self.sampler = make_noise_scheduler(config.noise_scheduler_type, config)  # the reverse process when acting
+
+    def set_sampler(self, noise_scheduler_type: str, num_inference_steps: int | None = None) -> None:
+        """Acts with another sampler from now on, e.g. `set_sampler("DDIM", 10)` on a policy trained with DDPM (the
+        weights do not depend on it). Updates the config, so save_pretrained records the choice."""
+        self.config = dataclasses.replace(
+            self.config, noise_scheduler_type=noise_scheduler_type, num_inference_steps=num_inference_steps
+        )
+        self.sampler = make_noise_scheduler(noise_scheduler_type, self.config)
+
+    # --- observation encoding -------------------------------------------------------------------------------------
+    def encode_observations(self, observation: dict[str, Tensor], random_crop: bool = False) -> Tensor:
+        """Global conditioning (B, global_cond_dim) from normalized observations with a time dim (B, n_obs_steps, ...)."""
+        n_obs = self.config.n_obs_steps
+        for key in [*self.state_keys, *self.image_keys]:
+            shape = tuple(observation[key].shape)
+            expected = tuple(self.config.input_features[key].shape)
+            if len(shape) != len(expected) + 2 or shape[1] != n_obs or shape[2:] != expected:
+                raise ValueError(
+                    f"{key!r} has shape {shape}; Diffusion Policy needs (batch, n_obs_steps={n_obs}, *{expected}): "
+                    f"build training windows with config.delta_timestamps(fps) and act through select_action"
+                )
+        features = [observation[key] for key in self.state_keys]
+        if self.image_keys:
+            batch_size = observation[self.image_keys[0]].shape[0]
+            if self.config.use_separate_rgb_encoder_per_camera:
+                for key, encoder in zip(self.image_keys, self.rgb_encoders, strict=True):
+                    encoded = encoder(observation[key].flatten(0, 1), random_crop=random_crop)
+                    features.append(encoded.unflatten(0, (batch_size, n_obs)))
+            else:  # all cameras through the one encoder as one batch
+                images = torch.stack([observation[key] for key in self.image_keys], dim=2)  # (B, T, cams, C, H, W)
+                encoded = self.rgb_encoder(images.flatten(0, 2), random_crop=random_crop)
+                features.append(encoded.unflatten(0, (batch_size, n_obs, len(self.image_keys))).flatten(2))
+        return torch.cat(features, dim=-1).flatten(1)
+
+    # --- training ---------------------------------------------------------------------------------------------------
+    def compute_loss(
+        self, batch: dict[str, Tensor], noise: Tensor | None = None, timesteps: Tensor | None = None
+    ) -> dict[str, Tensor]:
+        """MSE between the U-Net's prediction and its target (the noise, or the actions for prediction_type "sample"),
+        averaged over the actions that are not padding. `noise` (B, horizon, A) and `timesteps` (B,) default to random.
+        """
+        actions = batch[ACTION]
+        expected = (self.config.horizon, self.action_dim)
+        if actions.ndim != 3 or tuple(actions.shape[1:]) != expected:
+            raise ValueError(
+                f"{ACTION!r} has shape {tuple(actions.shape)}; Diffusion Policy trains on (batch, horizon, action_dim) = "
+                f"(batch, *{expected}): build the dataset with delta_timestamps=config.delta_timestamps(fps)"
+            )
+        random_crop = self.training and self.config.crop_is_random
+        global_cond = self.encode_observations(batch, random_crop=random_crop)
+        if noise is None:
+            noise = torch.randn_like(actions)
+        if timesteps is None:
+            timesteps = torch.randint(
+                0, self.config.num_train_timesteps, (actions.shape[0],), device=actions.device, dtype=torch.long
+            )
+        noisy_actions = self.noise_scheduler.add_noise(actions, noise, timesteps)
+        prediction = self.unet(noisy_actions, timesteps, global_cond)
+        target = noise if self.config.prediction_type == "epsilon" else actions
+        loss = F.mse_loss(prediction, target, reduction="none")
+        is_pad = batch.get(pad_key(ACTION))
+        if self.config.mask_loss_for_padding and is_pad is not None:
+            valid = (~is_pad.bool()).unsqueeze(-1).to(loss.dtype)  # (B, horizon, 1)
+            return {"loss": (loss * valid).sum() / (valid.sum() * loss.shape[-1]).clamp(min=1)}
+        return {"loss": loss.mean()}
+
+    # --- acting -----------------------------------------------------------------------------------------------------
+    def predict_action_chunk(self, observation: dict[str, Tensor]) -> Tensor:
+        """As the base class, under torch.inference_mode (no autograd bookkeeping in the denoising loop)."""
+        with torch.inference_mode():
+            return super().predict_action_chunk(observation)
+
+    def generate_actions(self, observation: dict[str, Tensor], generator: torch.Generator | None = None) -> Tensor:
+        """Denoises a horizon of actions and returns the executed part (B, n_action_steps, A), normalized.
+
+        The observations are encoded once; the sampler (config.noise_scheduler_type) then runs
+        config.inference_steps U-Net evaluations. Noise comes from `generator`, else `self.noise_generator`, else
+        torch's global RNG. Images are center-cropped.
+        """
+        generator = generator if generator is not None else self.noise_generator
+        global_cond = self.encode_observations(observation, random_crop=False)
+        batch_size = global_cond.shape[0]
+        sample = randn_tensor(
+            (batch_size, self.config.horizon, self.action_dim),
+            generator=generator,
+            device=global_cond.device,
+            dtype=global_cond.dtype,
+        )
+        self.sampler.set_timesteps(self.config.inference_steps)
+        for t in self.sampler.timesteps.tolist():
+            timesteps = torch.full((batch_size,), t, dtype=torch.long, device=sample.device)
+            prediction = self.unet(sample, timesteps, global_cond)
+            sample = self.sampler.step(prediction, t, sample, generator=generator).prev_sample
+        start = self.config.n_obs_steps - 1
+        return sample[:, start : start + self.config.n_action_steps]
+
+
+def make_noise_scheduler(kind: str, config: DiffusionConfig) -> DDPMScheduler | DDIMScheduler:
+    """A diffusers scheduler with the config's noise schedule: "DDPM" or "DDIM"."""
+    kwargs = dict(
+        num_train_timesteps=config.num_train_timesteps,
+        beta_start=config.beta_start,
+        beta_end=config.beta_end,
+        beta_schedule=config.beta_schedule,
+        clip_sample=config.clip_sample,
+        clip_sample_range=config.clip_sample_range,
+        prediction_type=config.prediction_type,
+    )
+    if kind == "DDPM":
+        return DDPMScheduler(**kwargs, variance_type="fixed_small")
+    if kind == "DDIM":
+        return DDIMScheduler(**kwargs)
+    raise ValueError(f"unknown noise scheduler {kind!r}; use 'DDPM' or 'DDIM'")
+
+
+# --- vision encoder ---------------------------------------------------------------------------------------------------
+class RgbEncoder(nn.Module):
+    """Image (N, 3, H, W) -> feature (N, 2 * keypoints): crop, ResNet conv stages, spatial softmax, linear + ReLU."""
+
+    def __init__(self, config: DiffusionConfig, image_shape: tuple[int, ...]):
+        super().__init__()
+        self.crop_shape = tuple(config.crop_shape) if config.crop_shape is not None else tuple(image_shape[1:])
+        resnet = torchvision.models.get_model(config.vision_backbone, weights=config.pretrained_backbone_weights)
+        self.backbone = nn.Sequential(*list(resnet.children())[:-2])  # without the global pooling and classifier
+        if config.use_group_norm:
+            _replace_batch_norm_by_group_norm(self.backbone)
+        # NHWC convolutions (forward and backward) are ~1.5x faster on CPU for these small feature maps.
+        self.backbone.to(memory_format=torch.channels_last)
+        with torch.no_grad():  # the feature map's shape for this crop
+            _, channels, height, width = self.backbone(torch.zeros(1, image_shape[0], *self.crop_shape)).shape
+        self.pool = SpatialSoftmax(channels, height, width, config.spatial_softmax_num_keypoints)
+        self.feature_dim = 2 * config.spatial_softmax_num_keypoints
+        self.out = nn.Linear(self.feature_dim, self.feature_dim)
+
+    def forward(self, images: Tensor, random_crop: bool = False) -> Tensor:
+        images = crop_images(images, self.crop_shape, random=random_crop)
+        keypoints = self.pool(self.backbone(images.contiguous(memory_format=torch.channels_last)))  # (N, K, 2)
+        return F.relu(self.out(keypoints.flatten(1)))
+
+
+def crop_images(images: Tensor, crop_shape: tuple[int, int], random: bool) -> Tensor:
+    """(N, C, H, W) -> (N, C, *crop_shape): an independent random crop per image, or the center crop."""
+    height, width = images.shape[-2:]
+    crop_h, crop_w = crop_shape
+    if (height, width) == (crop_h, crop_w):
+        return images
+    if not random:
+        top, left = round((height - crop_h) / 2), round((width - crop_w) / 2)
+        return images[..., top : top + crop_h, left : left + crop_w]
+    tops = torch.randint(0, height - crop_h + 1, (images.shape[0],)).tolist()
+    lefts = torch.randint(0, width - crop_w + 1, (images.shape[0],)).tolist()
+    return torch.stack(
+        [
+            image[:, top : top + crop_h, left : left + crop_w]
+            for image, top, left in zip(images, tops, lefts, strict=True)
+        ]
+    )
+
+
+def _replace_batch_norm_by_group_norm(module: nn.Module) -> None:
+    """In place: every BatchNorm2d becomes a GroupNorm with 16 channels per group (batch-independent statistics)."""
+    for name, child in module.named_children():
+        if isinstance(child, nn.BatchNorm2d):
+            setattr(module, name, nn.GroupNorm(child.num_features // 16, child.num_features))
+        else:
+            _replace_batch_norm_by_group_norm(child)
+
+
+class SpatialSoftmax(nn.Module):
+    """Feature map (N, C, H, W) -> K keypoints (N, K, 2): the expected (x, y) in [-1, 1] under a softmax over positions
+    of each of K learned 1x1-conv channels (Levine et al., 2016)."""
+
+    def __init__(self, channels: int, height: int, width: int, num_keypoints: int):
+        super().__init__()
+        self.keypoint_conv = nn.Conv2d(channels, num_keypoints, kernel_size=1)
+        ys, xs = torch.meshgrid(torch.linspace(-1, 1, height), torch.linspace(-1, 1, width), indexing="ij")
+        self.register_buffer("positions", torch.stack([xs.flatten(), ys.flatten()], dim=-1), persistent=False)
+
+    def forward(self, features: Tensor) -> Tensor:
+        attention = self.keypoint_conv(features).flatten(2).softmax(dim=-1)  # (N, K, H * W)
+        return attention @ self.positions
+
+
+# --- 1D conditional U-Net ----------------------------------------------------------------------------------------------
+class SinusoidalEmbedding(nn.Module):
+    """Diffusion step (N,) -> (N, dim): sines and cosines at geometrically spaced frequencies."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        half = dim // 2
+        frequencies = torch.exp(-math.log(10000) * torch.arange(half) / max(half - 1, 1))
+        self.register_buffer("frequencies", frequencies, persistent=False)
+
+    def forward(self, steps: Tensor) -> Tensor:
+        angles = steps.to(self.frequencies.dtype)[:, None] * self.frequencies[None, :]
+        return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+class Conv1d(nn.Conv1d):
+    """nn.Conv1d (same parameters and state dict) that, on CPU, runs as one matrix multiply over unfolded windows.
+
+    For the U-Net's wide channels and short sequences (2048 channels x 4 steps) oneDNN's and the fallback convolution
+    kernels are 1.5-3x slower than a single GEMM on 2 CPU cores, forward and backward. Results agree with F.conv1d up
+    to float rounding. Other devices (cuDNN) and other settings (groups, dilation, padding modes) use F.conv1d.
+    """
+
+    def _conv_forward(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        if (
+            x.device.type != "cpu"
+            or x.ndim != 3
+            or self.groups != 1
+            or self.dilation != (1,)
+            or self.padding_mode != "zeros"
+            or isinstance(self.padding, str)
+        ):
+            return super()._conv_forward(x, weight, bias)
+        batch, in_channels, _ = x.shape
+        out_channels, _, kernel = weight.shape
+        if self.padding[0]:
+            x = F.pad(x, (self.padding[0], self.padding[0]))
+        windows = x.unfold(2, kernel, self.stride[0])  # (B, C_in, L_out, kernel)
+        length = windows.shape[2]
+        windows = windows.transpose(1, 2).reshape(batch * length, in_channels * kernel)
+        out = _matmul_weight(windows, weight.reshape(out_channels, in_channels * kernel), bias)
+        return out.view(batch, length, out_channels).transpose(1, 2)
+
+
+class ConvTranspose1d(nn.ConvTranspose1d):
+    """nn.ConvTranspose1d that, on CPU, runs as one matrix multiply followed by col2im (F.fold): the fallback
+    transposed-convolution kernel reads its weights ~5x slower than memory allows. Same parameters and results."""
+
+    def forward(self, x: Tensor, output_size: list[int] | None = None) -> Tensor:
+        if (
+            x.device.type != "cpu"
+            or x.ndim != 3
+            or output_size is not None
+            or self.groups != 1
+            or self.dilation != (1,)
+            or self.output_padding != (0,)
+            or self.padding_mode != "zeros"
+        ):
+            return super().forward(x, output_size)
+        batch, in_channels, length = x.shape
+        _, out_channels, kernel = self.weight.shape
+        rows = x.transpose(1, 2).reshape(batch * length, in_channels)
+        columns = _matmul_weight(rows, self.weight.reshape(in_channels, out_channels * kernel).t(), None)
+        columns = columns.view(batch, length, out_channels * kernel).transpose(1, 2)  # (B, C_out * kernel, L)
+        (stride,), (padding,) = self.stride, self.padding
+        out_length = (length - 1) * stride - 2 * padding + kernel
+        out = F.fold(columns, (1, out_length), (1, kernel), stride=(1, stride), padding=(0, padding)).squeeze(2)
+        return out if self.bias is None else out + self.bias[:, None]
+
+
+def _matmul_weight(rows: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """rows (M, K) @ weight (N, K).T + bias -> (M, N). With few rows (acting with small batches) the product is
+    computed as weight @ rows.T, which MKL streams through the weights ~1.3x faster."""
+    if rows.shape[0] <= 64:
+        out = weight @ rows.t() if bias is None else torch.addmm(bias[:, None], weight, rows.t())
+        return out.t()
+    weight = weight.t()
+    return rows @ weight if bias is None else torch.addmm(bias, rows, weight)
+
+
+class Conv1dBlock(nn.Sequential):
+    """Conv1d (same length) -> GroupNorm -> Mish."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, n_groups: int):
+        super().__init__(
+            Conv1d(in_channels, out_channels, kernel_size, padding=kernel_size // 2),
+            nn.GroupNorm(n_groups, out_channels),
+            nn.Mish(),
+        )
+
+
+class FiLMResidualBlock(nn.Module):
+    """Two conv blocks; between them the conditioning modulates each channel (FiLM: scale * x + bias); residual path."""
+
+    def __init__(self, in_channels: int, out_channels: int, cond_dim: int, config: DiffusionConfig):
+        super().__init__()
+        self.scale_modulation = config.use_film_scale_modulation
+        self.conv1 = Conv1dBlock(in_channels, out_channels, config.kernel_size, config.n_groups)
+        film_dim = 2 * out_channels if self.scale_modulation else out_channels
+        self.film = nn.Linear(cond_dim, film_dim)  # applied to mish(conditioning), computed once per U-Net call
+        self.conv2 = Conv1dBlock(out_channels, out_channels, config.kernel_size, config.n_groups)
+        self.residual = Conv1d(in_channels, out_channels, 1) if in_channels != out_channels else nn.Identity()
+
+    def forward(self, x: Tensor, cond: Tensor) -> Tensor:
+        h = self.conv1(x)
+        film = self.film(cond).unsqueeze(-1)
+        if self.scale_modulation:
+            scale, bias = film.chunk(2, dim=1)
+            h = torch.addcmul(bias, h, scale)
+        else:
+            h = h + film
+        return self.conv2(h) + self.residual(x)
+
+
+class ConditionalUnet1d(nn.Module):
+    """Denoiser: (noisy actions (B, horizon, A), diffusion steps (B,), global conditioning (B, G)) -> (B, horizon, A).
+
+    Down levels (two FiLM blocks each; all but the last halve the length), two middle blocks at the widest level, and
+    up levels that take the skip connection of the matching down level and double the length again. As in the paper,
+    the first (full-length) level's skip connection is not used by the up path.
+    """
+
+    def __init__(self, config: DiffusionConfig, action_dim: int, global_cond_dim: int):
+        super().__init__()
+        step_dim = config.diffusion_step_embed_dim
+        self.step_encoder = nn.Sequential(
+            SinusoidalEmbedding(step_dim),
+            nn.Linear(step_dim, 4 * step_dim),
+            nn.Mish(),
+            nn.Linear(4 * step_dim, step_dim),
+        )
+        cond_dim = step_dim + global_cond_dim
+        dims = config.down_dims
+        levels = list(zip([action_dim, *dims[:-1]], dims, strict=True))
+
+        self.down = nn.ModuleList()
+        for i, (in_channels, out_channels) in enumerate(levels):
+            is_last = i == len(levels) - 1
+            self.down.append(
+                nn.ModuleList(
+                    [
+                        FiLMResidualBlock(in_channels, out_channels, cond_dim, config),
+                        FiLMResidualBlock(out_channels, out_channels, cond_dim, config),
+                        nn.Identity() if is_last else Conv1d(out_channels, out_channels, 3, stride=2, padding=1),
+                    ]
+                )
+            )
+        self.mid = nn.ModuleList(
+            [FiLMResidualBlock(dims[-1], dims[-1], cond_dim, config) for _ in range(2)],
+        )
+        self.up = nn.ModuleList()
+        for out_channels, deep_channels in reversed(list(zip(dims[:-1], dims[1:], strict=True))):
+            self.up.append(
+                nn.ModuleList(
+                    [
+                        FiLMResidualBlock(2 * deep_channels, out_channels, cond_dim, config),  # input + skip
+                        FiLMResidualBlock(out_channels, out_channels, cond_dim, config),
+                        ConvTranspose1d(out_channels, out_channels, 4, stride=2, padding=1),
+                    ]
+                )
+            )
+        self.final = nn.Sequential(
+            Conv1dBlock(dims[0], dims[0], config.kernel_size, config.n_groups),
+            Conv1d(dims[0], action_dim, 1),
+        )
+
+    def forward(self, sample: Tensor, steps: Tensor, global_cond: Tensor) -> Tensor:
+        cond = F.mish(torch.cat([self.step_encoder(steps), global_cond], dim=-1))
+        x = sample.transpose(1, 2)  # (B, A, horizon): channels first for the convolutions
+        skips = []
+        for i, (block1, block2, downsample) in enumerate(self.down):
+            x = block2(block1(x, cond), cond)
+            if i > 0:
+                skips.append(x)
+            x = downsample(x)
+        for block in self.mid:
+            x = block(x, cond)
+        for block1, block2, upsample in self.up:
+            x = torch.cat([x, skips.pop()], dim=1)
+            x = upsample(block2(block1(x, cond), cond))
+        return self.final(x).transpose(1, 2)

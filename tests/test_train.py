@@ -1,0 +1,217 @@
+"""Training: multi-process DDP on CPU, exact resume after a kill, push to the Hub, and errors before training starts.
+
+The runs use the state-only Diffusion Policy (no vision encoder) with tiny U-Net dims on 5 converted PushT episodes.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import HfApi, ModelCard
+from safetensors.torch import load_file
+
+from hfpolicy.checkpoints import list_checkpoints
+from hfpolicy.constants import EVAL_INFO_FILE, OBS_ENV_STATE, OBS_STATE, REPLAY_VIDEO_FILE
+from hfpolicy.envs import make_env
+from hfpolicy.eval import evaluate
+from hfpolicy.policies import Policy
+from hfpolicy.train import METRICS_FILE, main, parse_train_config, train
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_POLICY = [
+    f"--dataset.input_features=[{OBS_STATE},{OBS_ENV_STATE}]",
+    "--policy.type=diffusion",
+    "--policy.down_dims=[16,32]",
+    "--policy.diffusion_step_embed_dim=16",
+    "--policy.noise_scheduler_type=DDIM",
+    "--policy.num_inference_steps=2",
+    "--policy.scheduler_warmup_steps=2",
+    "--batch_size=8",
+    "--tracker=none",
+    "--progress=false",
+]
+
+
+def run_env() -> dict[str, str]:
+    # One thread per process: the same numerics in every run (and two processes fit on two cores).
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def losses(output_dir: Path) -> list[tuple[int, float]]:
+    lines = (output_dir / METRICS_FILE).read_text().splitlines()
+    return [(e["step"], e["loss"]) for e in map(json.loads, lines) if "loss" in e]
+
+
+@pytest.mark.slow
+def test_two_process_ddp_run_syncs_weights_saves_once_and_shards_eval(pusht_state_dataset, tmp_path):
+    out = tmp_path / "ddp"
+    n_episodes = 6
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+        "--dynamo_backend", "no", "--main_process_port", str(free_port()),
+        str(ROOT / "tests" / "scripts" / "train_and_dump_params.py"),
+        f"--dataset.root={pusht_state_dataset}", f"--output_dir={out}", *TINY_POLICY,
+        "--steps=4", "--save_freq=2", "--log_freq=1",
+        "--eval.freq=4", f"--eval.n_episodes={n_episodes}", "--eval.batch_size=2", "--eval.n_videos=2",
+        "--env.episode_length=8",
+    ]  # fmt: skip
+    result = subprocess.run(command, env=run_env(), capture_output=True, text=True, timeout=400)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+    rank0, rank1 = load_file(out / "params_rank0.safetensors"), load_file(out / "params_rank1.safetensors")
+    assert rank0.keys() == rank1.keys()
+    assert all(torch.equal(rank0[k], rank1[k]) for k in rank0), "DDP ranks ended with different parameters"
+
+    checkpoints = list_checkpoints(out)
+    assert [c.name for c in checkpoints] == ["step_000002", "step_000004"]  # one set, not one per rank
+    state_files = sorted(p.name for p in (checkpoints[-1] / "training_state").iterdir())
+    assert "random_states_0.pkl" in state_files and "random_states_1.pkl" in state_files
+    assert not list((out / "checkpoints").glob(".tmp*"))
+
+    info = json.loads((out / "eval" / "step_000004" / EVAL_INFO_FILE).read_text())
+    episodes = info["per_episode"]
+    assert sorted(e["seed"] for e in episodes) == [100_000 + i for i in range(n_episodes)]  # each seed exactly once
+    assert {e["rank"] for e in episodes} == {0, 1}
+    seeds_by_rank = [{e["seed"] for e in episodes if e["rank"] == r} for r in (0, 1)]
+    assert not seeds_by_rank[0] & seeds_by_rank[1]
+    assert info["aggregated"]["n_episodes"] == n_episodes
+    assert sorted(p.name for p in (out / "eval" / "step_000004" / "videos").glob("*.mp4")) == [
+        "eval_episode_0.mp4",
+        "eval_episode_1.mp4",
+    ]  # episode 0 ran on rank 0, episode 1 on rank 1: both filmed, in one folder
+
+
+@pytest.mark.slow
+def test_resume_after_kill_continues_with_identical_losses(pusht_state_dataset, tmp_path):
+    steps = 30
+    flags = [f"--dataset.root={pusht_state_dataset}", *TINY_POLICY, f"--steps={steps}", "--log_freq=1"]
+    flags += ["--save_freq=5", "--eval.freq=0", "--keep_last_checkpoints=2"]
+    train_cli = [sys.executable, "-m", "hfpolicy.cli", "train"]
+
+    reference = tmp_path / "reference"
+    subprocess.run([*train_cli, *flags, f"--output_dir={reference}"], env=run_env(), check=True, timeout=300)
+
+    interrupted = tmp_path / "interrupted"
+    process = subprocess.Popen([*train_cli, *flags, f"--output_dir={interrupted}"], env=run_env())
+    deadline = time.monotonic() + 240
+    while not (interrupted / "checkpoints" / "step_000005").exists():
+        assert process.poll() is None and time.monotonic() < deadline, "the run ended before its first checkpoint"
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    killed_at = max(int(c.name.split("_")[1]) for c in list_checkpoints(interrupted))
+    assert killed_at < steps, "the run finished before it was killed: nothing was resumed"
+
+    resumed = subprocess.run(
+        [*train_cli, f"--output_dir={interrupted}", "--resume=true"], env=run_env(), timeout=300, text=True
+    )
+    assert resumed.returncode == 0
+    assert losses(interrupted) == losses(reference)  # exact equality, step by step
+    assert [s for s, _ in losses(interrupted)] == list(range(1, steps + 1))
+    assert [c.name for c in list_checkpoints(interrupted)] == ["step_000025", "step_000030"]  # keep_last=2
+
+
+@pytest.mark.slow
+def test_push_to_hub_then_load_and_evaluate_by_repo_id(pusht_state_dataset, tmp_path, hub_server):
+    repo_id = "user/train-push-diffusion"
+    cfg = parse_train_config(
+        [
+            f"--dataset.root={pusht_state_dataset}",
+            f"--output_dir={tmp_path / 'run'}",
+            *TINY_POLICY,
+            "--steps=3",
+            "--log_freq=1",
+            "--eval.freq=3",
+            "--eval.n_episodes=3",
+            "--eval.batch_size=3",
+            "--eval.n_videos=2",
+            "--env.episode_length=10",
+            f"--hub.repo_id={repo_id}",
+        ]
+    )
+    result = train(cfg)
+    assert result.hub_commit is not None
+
+    files = set(HfApi().list_repo_files(repo_id))
+    expected = {"README.md", "config.json", "model.safetensors", "train_config.json", EVAL_INFO_FILE}
+    expected |= {REPLAY_VIDEO_FILE, "eval/episode_0.mp4", "eval/episode_1.mp4", "training_curve.png"}
+    assert expected <= files
+
+    measured = json.loads((result.output_dir / "eval" / "step_000003" / EVAL_INFO_FILE).read_text())["aggregated"]
+    card = ModelCard.load(repo_id)
+    assert card.data.library_name == "hfpolicy"
+    assert {"robotics", "diffusion-policy", "pusht"} <= set(card.data.tags)
+    assert card.data.datasets == [cfg.dataset.repo_id]
+    metrics = {r.metric_type: r.metric_value for r in card.data.eval_results}
+    assert metrics["pc_success"] == pytest.approx(measured["pc_success"])
+    assert metrics["avg_max_reward"] == pytest.approx(measured["avg_max_reward"])
+    assert metrics["n_episodes"] == 3
+    assert REPLAY_VIDEO_FILE in card.text and "## Training" in card.text and "| Success rate |" in card.text
+
+    policy = Policy.from_pretrained(repo_id)
+    env = make_env("pusht", 2, obs_type="environment_state_agent_pos", episode_length=10)
+    try:
+        evaluated = evaluate(policy, env, n_episodes=2, progress=False)
+    finally:
+        env.close()
+    assert len(evaluated.episodes) == 2 and all(e.length >= 1 for e in evaluated.episodes)
+
+
+def test_unknown_policy_type_fails_before_training(pusht_state_dataset, tmp_path, capsys):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as exit_info:
+        main([f"--dataset.root={pusht_state_dataset}", f"--output_dir={out}", "--policy.type=difusion"])
+    assert exit_info.value.code == 2
+    assert "difusion" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_dataset_without_a_needed_feature_fails_before_training(pusht_state_dataset, tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(
+        [
+            f"--dataset.root={pusht_state_dataset}",
+            f"--output_dir={out}",
+            "--dataset.input_features=[observation.velocity]",
+        ]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "observation.velocity" in err and OBS_ENV_STATE in err  # names what is missing and what there is
+    assert not (out / "train_config.json").exists()
+
+
+def test_image_policy_on_a_dataset_without_images_fails_before_training(pusht_state_dataset, tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(
+        [f"--dataset.root={pusht_state_dataset}", f"--output_dir={out}", f"--dataset.input_features=[{OBS_STATE}]"]
+    )
+    assert code == 2
+    assert "image" in capsys.readouterr().err
+    assert not (out / "train_config.json").exists()
+
+
+def test_output_dir_of_another_run_needs_resume(pusht_state_dataset, tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "train_config.json").write_text("{}")
+    assert main([f"--dataset.root={pusht_state_dataset}", f"--output_dir={out}", *TINY_POLICY]) == 2
+    assert "--resume=true" in capsys.readouterr().err
+
+    empty = tmp_path / "empty"
+    assert main([f"--dataset.root={pusht_state_dataset}", f"--output_dir={empty}", "--resume=true", *TINY_POLICY]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
