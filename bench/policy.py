@@ -62,17 +62,11 @@ def training_batch(config, batch_size: int) -> dict[str, torch.Tensor]:
 
 def bench_training(policy, batch_size: int, repeats: int) -> dict[str, float]:
     from hfpolicy.policies.ema import EMA
+    from hfpolicy.train import make_optimizer
 
     config = policy.config
     policy.train()
-    optimizer = torch.optim.AdamW(
-        policy.get_optim_params(),
-        lr=config.optimizer_lr,
-        betas=config.optimizer_betas,
-        eps=config.optimizer_eps,
-        weight_decay=config.optimizer_weight_decay,
-        fused=True,
-    )
+    optimizer = make_optimizer(policy, "cpu")  # exactly the trainer's optimizer (fused AdamW)
     ema = EMA(policy, power=config.ema_power, max_decay=config.ema_max_decay)
     batch = training_batch(config, batch_size)
     parts: dict[str, list[float]] = {"forward": [], "backward": [], "optimizer": [], "step": [], "ema": []}

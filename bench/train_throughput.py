@@ -7,7 +7,7 @@
 Diffusion Policy in the paper's PushT image configuration, batch 64, on this machine's device:
 - samples_per_s_w0 / samples_per_s_w2: the real training loop (`hfpolicy.train.train`, its DataLoader with 0 or 2
   workers, its optimizer, EMA and LR schedule), steady state: the mean step time of the last `--steps` steps after
-  `--warmup` steps (first epoch's video decoding excluded: the frame cache is filled before the clock starts);
+  `--warmup` steps (the videos are decoded into the frame cache before the first step, as `train` always does);
 - samples_per_s_model_only: forward + backward + AdamW step + EMA on one batch already in memory, the ceiling the
   loop can reach; data loading is "not the bottleneck" when the loop is within 5% of it.
 Prints a table; the LAST line is one JSON object.
@@ -62,6 +62,7 @@ def model_only_samples_per_s(root: Path, batch_size: int, warmup: int, steps: in
     from hfpolicy.policies import make_policy
     from hfpolicy.policies.diffusion.configuration import DiffusionConfig
     from hfpolicy.policies.ema import EMA
+    from hfpolicy.train import make_optimizer
 
     meta = DatasetMeta.load(root)
     inputs, outputs = dataset_to_policy_features(meta.features)
@@ -69,9 +70,7 @@ def model_only_samples_per_s(root: Path, batch_size: int, warmup: int, steps: in
     dataset = PolicyDataset("bench", root=root, delta_timestamps=config.delta_timestamps(meta.fps))
     batch = dataset[list(range(batch_size))]
     policy = make_policy(config, dataset.stats).train()
-    optimizer = torch.optim.AdamW(
-        policy.get_optim_params(), lr=config.optimizer_lr, betas=config.optimizer_betas, weight_decay=1e-6
-    )
+    optimizer = make_optimizer(policy, "cpu")  # exactly the trainer's optimizer
     ema = EMA(policy, config.ema_power, config.ema_max_decay)
     times = []
     for _ in range(warmup + steps):

@@ -21,6 +21,7 @@ from hfpolicy.checkpoints import list_checkpoints
 from hfpolicy.constants import EVAL_INFO_FILE, OBS_ENV_STATE, OBS_STATE, REPLAY_VIDEO_FILE
 from hfpolicy.envs import make_env
 from hfpolicy.eval import evaluate
+from hfpolicy.eval import main as eval_main
 from hfpolicy.policies import Policy
 from hfpolicy.train import METRICS_FILE, main, parse_train_config, train
 
@@ -170,6 +171,17 @@ def test_push_to_hub_then_load_and_evaluate_by_repo_id(pusht_state_dataset, tmp_
         env.close()
     assert len(evaluated.episodes) == 2 and all(e.length >= 1 for e in evaluated.episodes)
 
+    # ... and the command line runs it by repo id too
+    eval_out = tmp_path / "eval"
+    flags = ["--eval.n_episodes=2", "--eval.batch_size=2", "--eval.n_videos=0", "--env.episode_length=10"]
+    assert (
+        eval_main(
+            [f"--policy.path={repo_id}", "--env.type=pusht", *flags, f"--output_dir={eval_out}", "--progress=false"]
+        )
+        == 0
+    )
+    assert json.loads((eval_out / EVAL_INFO_FILE).read_text())["aggregated"]["n_episodes"] == 2
+
 
 def test_unknown_policy_type_fails_before_training(pusht_state_dataset, tmp_path, capsys):
     out = tmp_path / "run"
@@ -202,6 +214,30 @@ def test_image_policy_on_a_dataset_without_images_fails_before_training(pusht_st
     )
     assert code == 2
     assert "image" in capsys.readouterr().err
+    assert not (out / "train_config.json").exists()
+
+
+def test_missing_hub_dataset_fails_before_training_and_names_the_local_alternative(hub_server, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["--dataset.repo_id=user/no-such-dataset", f"--output_dir={out}", *TINY_POLICY]) == 2
+    err = capsys.readouterr().err
+    assert "user/no-such-dataset" in err and "--dataset.root" in err
+    assert not (out / "train_config.json").exists()
+
+
+def test_unknown_episodes_and_oversized_batches_fail_before_training(pusht_state_dataset, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert (
+        main(
+            [f"--dataset.root={pusht_state_dataset}", f"--output_dir={out}", "--dataset.episodes=[1,999]", *TINY_POLICY]
+        )
+        == 2
+    )
+    assert "999" in capsys.readouterr().err
+    assert (
+        main([f"--dataset.root={pusht_state_dataset}", f"--output_dir={out}", *TINY_POLICY, "--batch_size=100000"]) == 2
+    )
+    assert "batch_size=100000" in capsys.readouterr().err
     assert not (out / "train_config.json").exists()
 
 
