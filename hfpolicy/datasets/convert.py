@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import draccus
+from draccus.utils import ParsingError
 
 from hfpolicy.datasets.metadata import DatasetMeta
 
@@ -94,8 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     config_class, positional, command, _ = CONVERTERS[name]
     if rest and not rest[0].startswith("-"):  # the input path, given positionally
         rest = [f"--{positional}={rest[0]}", *rest[1:]]
-    config = draccus.parse(config_class, args=rest)
-    return command(config)
+    try:
+        return command(draccus.parse(config_class, args=rest))
+    except (ParsingError, FileNotFoundError, FileExistsError, ValueError) as e:  # bad input: one line, no traceback
+        print(f"hfpolicy convert {name}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -100,7 +100,7 @@ def test_rewards_and_success_follow_gym_pusht_coverage(converted, zarr_data):
     assert reward.max() > 0.9
 
 
-def test_cli_converts_and_pushes(pusht_zarr_path, tmp_path, hub_server, zarr_data):
+def test_cli_converts_and_pushes(pusht_zarr_path, tmp_path, hub_server, zarr_data, capsys):
     out = tmp_path / "cli"
     code = convert_main(
         [
@@ -125,7 +125,9 @@ def test_cli_converts_and_pushes(pusht_zarr_path, tmp_path, hub_server, zarr_dat
     assert "observation.environment_state" in rows.column_names
 
     assert convert_main(["pusht-zarr", str(pusht_zarr_path)]) == 2  # no --output_dir
-    with pytest.raises(FileExistsError, match="overwrite=True"):
-        convert_main(["pusht-zarr", str(pusht_zarr_path), f"--output_dir={out}", "--episodes=[0]"])
+    assert convert_main(["pusht-zarr", str(pusht_zarr_path), f"--output_dir={out}", "--episodes=[0]"]) == 2
+    assert "overwrite=True" in capsys.readouterr().err  # the command names the fix, without a traceback
+    assert convert_main(["pusht-zarr", str(tmp_path / "missing.zarr"), f"--output_dir={tmp_path / 'y'}"]) == 2
+    assert "is not a zarr folder" in capsys.readouterr().err
     with pytest.raises(FileNotFoundError, match="is not a zarr folder"):
         convert_pusht_zarr(tmp_path / "missing.zarr", tmp_path / "x")
