@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, constants
 
 from hfpolicy.constants import EVAL_INFO_FILE, REPLAY_VIDEO_FILE, TRAIN_CONFIG_FILE
+from hfpolicy.eval.videos import episode_index_of
 
 if TYPE_CHECKING:
     from hfpolicy.policies.base import Policy
@@ -186,7 +187,8 @@ def stage_policy_repo(
         if i == 0:
             shutil.copyfile(video, folder / REPLAY_VIDEO_FILE)
         (folder / EVAL_VIDEOS_DIR).mkdir(exist_ok=True)
-        shutil.copyfile(video, folder / EVAL_VIDEOS_DIR / _episode_video_name(video, i))
+        index = episode_index_of(video)
+        shutil.copyfile(video, folder / EVAL_VIDEOS_DIR / f"episode_{i if index is None else index}.mp4")
     if training_curve is not None:
         shutil.copyfile(training_curve, folder / TRAINING_CURVE_FILE)
     card = make_model_card(
@@ -225,9 +227,3 @@ def push_policy_to_hub(
             repo_id=repo_id, folder_path=folder, revision=branch, commit_message=commit_message, repo_type="model"
         )
     return str(commit)
-
-
-def _episode_video_name(video: Path, position: int) -> str:
-    """eval/episode_<i>.mp4, with <i> the eval episode index when the file name carries it (eval_episode_<i>.mp4)."""
-    digits = video.stem.rsplit("_", 1)[-1]
-    return f"episode_{int(digits) if digits.isdigit() else position}.mp4"

@@ -31,6 +31,7 @@ from diffusers.optimization import get_scheduler
 from draccus.utils import ParsingError
 from tqdm.auto import tqdm
 
+from hfpolicy.atomic_files import write_atomically, write_json_atomically
 from hfpolicy.checkpoints import (
     PRETRAINED_DIR,
     latest_checkpoint,
@@ -47,6 +48,7 @@ from hfpolicy.datasets import (
 )
 from hfpolicy.envs import EnvConfig, PushTEnvConfig
 from hfpolicy.eval import DEFAULT_START_SEED, EpisodeRecord, EvalResult, evaluate
+from hfpolicy.eval.videos import episode_index_of
 from hfpolicy.policies import Policy, PolicyConfig, make_policy
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
 from hfpolicy.policies.ema import EMA
@@ -474,7 +476,7 @@ def truncate_metrics(path: Path, after_step: int) -> None:
     if not path.exists():
         return
     kept = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= after_step]
-    write_text_atomically(path, "".join(line + "\n" for line in kept))
+    write_atomically(path, "".join(line + "\n" for line in kept))
 
 
 def evaluate_on_all_processes(
@@ -516,17 +518,12 @@ def evaluate_on_all_processes(
     episodes = sorted(
         (EpisodeRecord(**{k: v for k, v in r.items() if k != "rank"}) for r in records), key=lambda e: e.index
     )
-    merged = EvalResult(episodes, eval_s, sorted((Path(v) for v in videos), key=video_order))
+    merged = EvalResult(episodes, eval_s, sorted((Path(v) for v in videos), key=episode_index_of))
     if accelerator.is_main_process:
         info = merged.to_dict()
         info["per_episode"] = sorted(records, key=lambda r: r["index"])  # with the rank that ran each episode
         write_json_atomically(eval_dir / EVAL_INFO_FILE, info)
     return merged
-
-
-def video_order(path: Path) -> int:
-    digits = path.stem.rsplit("_", 1)[-1]
-    return int(digits) if digits.isdigit() else 0
 
 
 def save_shareable_policy(
@@ -550,7 +547,7 @@ def push_run_to_hub(
     """Pushes the policy (EMA weights), its eval results and videos, the training curve and the card."""
     curve = draw_training_curve(output_dir / METRICS_FILE, output_dir / TRAINING_CURVE_FILE)
     eval_info = eval_dir / EVAL_INFO_FILE if eval_dir is not None else None
-    videos = sorted((eval_dir / "videos").glob("*.mp4"), key=video_order) if eval_dir is not None else []
+    videos = sorted((eval_dir / "videos").glob("*.mp4"), key=episode_index_of) if eval_dir is not None else []
     model = accelerator.unwrap_model(policy)
     with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
         return model.push_to_hub(
@@ -595,11 +592,7 @@ def draw_training_curve(metrics_path: Path, png_path: Path) -> Path | None:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     plt.close(fig)
-    png_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = png_path.with_name(f".{png_path.name}.tmp")
-    tmp.write_bytes(buffer.getvalue())
-    os.replace(tmp, png_path)
-    return png_path
+    return write_atomically(png_path, buffer.getvalue())
 
 
 def reproduce_command() -> str:
@@ -648,17 +641,6 @@ def flat_hparams(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[name] = str(value)
     return flat
-
-
-def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
-    write_text_atomically(path, json.dumps(data, indent=2))
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None, config_class: type[TrainConfig] = TrainConfig) -> int:

@@ -159,11 +159,3 @@ def load_info(root: str | Path, repo_id: str | None = None) -> dict[str, Any]:
             raise DatasetFormatError(f"feature {key!r} in {path} needs 'dtype' and 'shape', got {sorted(feature)}")
         feature["shape"] = tuple(feature["shape"])
     return info
-
-
-def write_json_atomic(data: Any, path: Path) -> None:
-    """Writes JSON (indent 4, like LeRobot) through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=4, ensure_ascii=False) + "\n")
-    tmp.replace(path)

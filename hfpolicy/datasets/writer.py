@@ -40,6 +40,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from hfpolicy.atomic_files import write_json_atomically
 from hfpolicy.constants import EPISODE_INDEX, FRAME_INDEX, INDEX, TASK, TASK_INDEX, TIMESTAMP
 from hfpolicy.datasets.features import (
     IMAGE,
@@ -75,7 +76,6 @@ from hfpolicy.datasets.format import (
     ep_stats_column,
     ep_video_column,
     next_chunk_file,
-    write_json_atomic,
 )
 from hfpolicy.datasets.stats import ImageStatsAccumulator, aggregate_stats, array_stats, stats_to_json
 from hfpolicy.video import VIDEO_PIX_FMT, Mp4Writer
@@ -434,7 +434,7 @@ class DatasetWriter:
         tasks = pd.DataFrame({TASK_INDEX: list(self.tasks.values())}, index=pd.Index(list(self.tasks), name=TASK))
         tasks.to_parquet(self.tmp_root / TASKS_PATH)
 
-        write_json_atomic(stats_to_json(aggregate_stats(self._episode_stats)), self.tmp_root / STATS_PATH)
+        write_json_atomically(self.tmp_root / STATS_PATH, stats_to_json(aggregate_stats(self._episode_stats)), indent=4)
 
         features = deepcopy(self.features)
         for key in self.video_keys:
@@ -454,7 +454,7 @@ class DatasetWriter:
             "video_path": VIDEO_PATH if self.video_keys else None,
             "features": features,
         }
-        write_json_atomic(info, self.tmp_root / INFO_PATH)
+        write_json_atomically(self.tmp_root / INFO_PATH, info, indent=4)
 
     def _video_info(self, key: str) -> dict[str, Any]:
         """The "info" LeRobot keeps per video feature, probed from the first file."""

@@ -1,9 +1,7 @@
 """Evaluate a policy over many seeded episodes, in batches of lockstep envs, with metrics and videos."""
 
 import contextlib
-import json
 import math
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -13,9 +11,10 @@ from typing import Any
 from gymnasium.vector import VectorEnv
 from tqdm.auto import tqdm
 
+from hfpolicy.atomic_files import write_json_atomically
 from hfpolicy.envs import episode_step_limit
 from hfpolicy.eval.rollouts import EpisodeRecord, rollout
-from hfpolicy.eval.videos import VideoRecorder
+from hfpolicy.eval.videos import VideoRecorder, episode_video_path
 from hfpolicy.policies.base import Policy
 
 DEFAULT_START_SEED = 100_000  # episode i is seeded start_seed + i (far from seeds used for training data)
@@ -43,12 +42,7 @@ class EvalResult:
 
     def save(self, path: str | Path) -> Path:
         """Writes `to_dict()` as JSON to `path` (eval_info.json), atomically."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2))
-        os.replace(tmp, path)
-        return path
+        return write_json_atomically(path, self.to_dict())
 
 
 def evaluate(
@@ -104,7 +98,7 @@ def evaluate(
         with recorder if recorder is not None else contextlib.nullcontext():
             for first in range(0, len(indices), batch_size):
                 batch = indices[first : first + batch_size]
-                videos = {s: Path(videos_dir) / f"eval_episode_{i}.mp4" for s, i in enumerate(batch) if i < n_videos}
+                videos = {s: episode_video_path(videos_dir, i) for s, i in enumerate(batch) if i < n_videos}
                 video_of_episode.update({batch[s]: path for s, path in videos.items()})
 
                 def on_episode_end(slot: int, record: EpisodeRecord, videos=videos) -> None:

@@ -22,6 +22,7 @@ from huggingface_hub.errors import (
 )
 from torch import Tensor, nn
 
+from hfpolicy.atomic_files import write_json_atomically
 from hfpolicy.constants import ACTION, CONFIG_FILE, WEIGHTS_FILE
 from hfpolicy.policies.config import PolicyConfig, known_policy_types
 from hfpolicy.policies.normalization import Normalizer
@@ -144,7 +145,7 @@ class Policy(
     def _save_pretrained(self, save_directory: Path) -> None:
         """config.json (with `type`) and model.safetensors (weights and normalization stats), each written atomically."""
         save_directory = Path(save_directory)
-        _write_atomically(save_directory / CONFIG_FILE, json.dumps(self.config.to_dict(), indent=2).encode())
+        write_json_atomically(save_directory / CONFIG_FILE, self.config.to_dict())
         tmp = save_directory / f".{WEIGHTS_FILE}.{os.getpid()}.tmp"
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
         safetensors.torch.save_file(state, str(tmp), metadata={"format": "pt", "policy_type": self.config.type})
@@ -324,9 +325,3 @@ def get_policy_class(type_name: str) -> type[Policy]:
 def make_policy(config: PolicyConfig, dataset_stats: dict[str, dict[str, Any]] | None = None) -> Policy:
     """Builds the policy class registered for `config.type`."""
     return get_policy_class(config.type)(config, dataset_stats=dataset_stats)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
