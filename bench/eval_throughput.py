@@ -62,11 +62,11 @@ class CheapPolicy(Policy):
         self.register_buffer("offset", 0.3 * torch.stack([torch.sin(steps), torch.cos(steps)], dim=1))
         self.recorded: list[list[np.ndarray]] | None = None  # when a list: the actions of each episode (batch 1)
 
-    def generate_actions(self, observation: dict[str, Tensor]) -> Tensor:
+    def generate_actions(self, observation: dict[str, Tensor], generator=None, noise=None) -> Tensor:
         return observation[OBS_STATE][:, -1, None, :] * self.gain + self.offset
 
-    def reset(self) -> None:
-        super().reset()
+    def reset(self, seeds=None) -> None:
+        super().reset(seeds)
         if self.recorded is not None:
             self.recorded.append([])
 

@@ -44,7 +44,8 @@ def rollout(
     Sub-env `slot` plays the episode with `seeds[slot]`; when there are fewer seeds than envs the extra envs are reset
     and parked at once (they cost one reset, never a step). An episode ends at its first terminated or truncated step:
     its reward sum, max reward, success and length are frozen there, and the env is parked (see `hfpolicy.envs.vector`)
-    so nothing after that step is simulated or counted. The loop stops when every episode has ended or after
+    so nothing after that step is simulated or counted. The policy is reset with the episodes' seeds, so a sampling
+    policy draws each episode's noise from its own generator: every record is a function of its seed alone. The loop stops when every episode has ended or after
     `max_steps` steps (default: the env's time limit); episodes still running then are recorded with length max_steps.
 
     Rendering: `env.render()` is called only if `render_slots` is given, right after the reset (the first frame) and
@@ -94,7 +95,8 @@ def rollout(
             if running[slot]:
                 on_frame(slot, frames[slot])
 
-    policy.reset()
+    # Each slot's sampling noise comes from a generator seeded with its episode's seed (unused slots: seed 0, ignored).
+    policy.reset(seeds=[int(s) for s in seeds] + [0] * (n_envs - n_episodes))
     observation, _ = env.reset(seed=[int(s) for s in seeds] + [None] * (n_envs - n_episodes))
     if n_episodes < n_envs:
         observation, _ = env.reset(options={"reset_mask": ~running, PARK_OPTION: True})

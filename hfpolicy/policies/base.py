@@ -29,6 +29,8 @@ from hfpolicy.policies.normalization import Normalizer
 
 _POLICY_CLASSES: dict[str, type["Policy"]] = {}
 
+NoiseSource = torch.Generator | list[torch.Generator] | None  # one generator for the batch, or one per batch row
+
 
 class PolicyLoadError(RuntimeError):
     """A saved policy (config.json / model.safetensors) cannot be loaded as it is."""
@@ -52,6 +54,15 @@ class Policy(
     returns one action per env. It keeps the last `n_obs_steps` observations (at an episode's first step the first
     observation is repeated to fill the history) and a queue of `n_action_steps` actions, and predicts a new chunk only
     when the queue is empty. Call `reset()` at every episode start: it empties both.
+
+    Sampling noise (policies that sample, such as Diffusion Policy): `reset(seeds=[...])` gives each env slot of the
+    coming batch its own `torch.Generator` seeded with that slot's episode seed, and every chunk `select_action`
+    predicts draws slot i's noise from generator i alone, so an episode's actions depend on its seed only, not on the
+    batch size, the other episodes of the batch, or the process that runs it. Without seeds the noise comes from
+    `policy.noise_generator` (one generator, or one per slot) when set, else from torch's global random state.
+    `predict_action_chunk(observation, generator=..., noise=...)` takes the same noise sources directly; `noise` is the
+    policy's initial noise tensor (Diffusion Policy: (B, horizon, action_dim)), for reproducing another library's
+    actions exactly.
 
     The timeline for n_obs_steps=2, horizon=16, n_action_steps=8 (Diffusion Policy on PushT). `o` is an observation
     in the history, `h` a step of the predicted horizon, `a` an action that is executed; the chunk is predicted at t=0,
@@ -82,14 +93,21 @@ class Policy(
             self.normalizer.set_stats(dataset_stats)
         self._obs_history: deque[dict[str, Tensor]] = deque(maxlen=config.n_obs_steps)
         self._action_queue: deque[Tensor] = deque(maxlen=config.n_action_steps)
+        self.noise_generator: NoiseSource = None  # set by the user; used when reset() got no seeds
+        self._episode_generators: list[torch.Generator] | None = None  # one per env slot, set by reset(seeds=...)
 
     # --- what subclasses implement --------------------------------------------------------------------------------
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """Training loss on a normalized batch (inputs with a time dim, `action` (B, horizon, A), `action_is_pad`)."""
         raise NotImplementedError
 
-    def generate_actions(self, observation: dict[str, Tensor]) -> Tensor:
-        """Normalized action chunk (B, >= n_action_steps, A) from normalized observations (B, n_obs_steps, ...)."""
+    def generate_actions(
+        self, observation: dict[str, Tensor], generator: NoiseSource = None, noise: Tensor | None = None
+    ) -> Tensor:
+        """Normalized action chunk (B, >= n_action_steps, A) from normalized observations (B, n_obs_steps, ...).
+
+        Policies that sample draw their noise from `generator` (one `torch.Generator`, or a list with one per batch
+        row; None: torch's global RNG) or take it as `noise`; deterministic policies ignore both."""
         raise NotImplementedError
 
     def get_optim_params(self) -> Any:
@@ -105,15 +123,32 @@ class Policy(
         return self.compute_loss(self.normalizer.normalize(batch))
 
     # --- acting -----------------------------------------------------------------------------------------------------
-    def reset(self) -> None:
-        """Forget the observation history and queued actions. Call at every episode start."""
+    def reset(self, seeds: Sequence[int] | None = None) -> None:
+        """Forget the observation history and queued actions. Call at every episode start.
+
+        `seeds` (one per env of the coming batch, e.g. the episodes' env seeds) give each env slot its own noise
+        generator, so that sampling policies act as a function of the episode's seed alone (see the class docstring).
+        """
         self._obs_history.clear()
         self._action_queue.clear()
+        self._episode_generators = None if seeds is None else [torch.Generator().manual_seed(int(s)) for s in seeds]
 
-    @torch.no_grad()
-    def predict_action_chunk(self, observation: dict[str, Tensor]) -> Tensor:
-        """Actions (B, n_action_steps, A) in dataset units from raw observations with a time dim (B, n_obs_steps, ...)."""
-        chunk = self.generate_actions(self.normalizer.normalize(observation))
+    @torch.inference_mode()  # no autograd bookkeeping in (e.g.) a denoising loop
+    def predict_action_chunk(
+        self, observation: dict[str, Tensor], *, generator: NoiseSource = None, noise: Tensor | None = None
+    ) -> Tensor:
+        """Actions (B, n_action_steps, A) in dataset units from raw observations with a time dim (B, n_obs_steps, ...).
+
+        Noise (sampling policies only): `noise`, the policy's initial noise tensor, or drawn from `generator` (one
+        generator or one per batch row), else from `self.noise_generator`, else from torch's global RNG."""
+        if generator is None:
+            generator = self.noise_generator
+        if isinstance(generator, list | tuple):
+            batch_size = next(iter(observation.values())).shape[0]
+            if len(generator) != batch_size:
+                raise ValueError(f"{len(generator)} noise generators for a batch of {batch_size}: pass one per row")
+            generator = list(generator)
+        chunk = self.generate_actions(self.normalizer.normalize(observation), generator=generator, noise=noise)
         if chunk.ndim != 3 or chunk.shape[1] < self.config.n_action_steps:
             raise RuntimeError(
                 f"{type(self).__name__}.generate_actions returned shape {tuple(chunk.shape)}; "
@@ -131,13 +166,18 @@ class Policy(
         batch_size = next(iter(current.values())).shape[0]
         if self._obs_history and next(iter(self._obs_history[0].values())).shape[0] != batch_size:
             raise RuntimeError("the batch size changed within an episode: call policy.reset() at every episode start")
+        if self._episode_generators is not None and len(self._episode_generators) != batch_size:
+            raise RuntimeError(
+                f"policy.reset got {len(self._episode_generators)} seeds but the batch has {batch_size} envs: "
+                "pass one seed per env"
+            )
         if not self._obs_history:
             self._obs_history.extend([current] * self.config.n_obs_steps)
         else:
             self._obs_history.append(current)
         if not self._action_queue:
             stacked = {key: torch.stack([obs[key] for obs in self._obs_history], dim=1) for key in current}
-            chunk = self.predict_action_chunk(stacked)
+            chunk = self.predict_action_chunk(stacked, generator=self._episode_generators)
             self._action_queue.extend(chunk.transpose(0, 1))
         return self._action_queue.popleft()
 

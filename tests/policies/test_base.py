@@ -25,9 +25,9 @@ class ChunkSpy:
         self.outputs: list[torch.Tensor] = []
         original = policy.predict_action_chunk
 
-        def spy(obs):
+        def spy(obs, **noise_sources):
             self.inputs.append({k: v.clone() for k, v in obs.items()})
-            self.outputs.append(original(obs))
+            self.outputs.append(original(obs, **noise_sources))
             return self.outputs[-1]
 
         monkeypatch.setattr(policy, "predict_action_chunk", spy)

@@ -61,7 +61,7 @@ class ToyPolicy(Policy):
         action_dim = self.gain.shape[0]
         return state[:, None, :action_dim] * self.gain + self.offset
 
-    def generate_actions(self, observation: dict[str, Tensor]) -> Tensor:
+    def generate_actions(self, observation: dict[str, Tensor], generator=None, noise=None) -> Tensor:
         self.generate_calls += 1
         if OBS_IMAGE in observation:  # consumed only to check that it arrives well-formed
             image = observation[OBS_IMAGE]

@@ -22,15 +22,15 @@ from diffusers.utils.torch_utils import randn_tensor
 from torch import Tensor, nn
 
 from hfpolicy.constants import ACTION, pad_key
-from hfpolicy.policies.base import Policy
+from hfpolicy.policies.base import NoiseSource, Policy
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
 
 
 class DiffusionPolicy(Policy):
     """Diffusion Policy for image (ResNet encoder) or state-only inputs; which one follows from the input features.
 
-    `generate_actions` and `compute_loss` take optional noise sources, so results can be reproduced exactly: set
-    `policy.noise_generator = torch.Generator().manual_seed(0)` (used by `select_action` too) or pass `generator=`.
+    `generate_actions` and `compute_loss` take optional noise sources, so results can be reproduced exactly: per-episode
+    generators through `reset(seeds=...)`, `policy.noise_generator`, or `generator=` / `noise=` (see `Policy`).
     """
 
     config_class = DiffusionConfig
@@ -38,7 +38,6 @@ class DiffusionPolicy(Policy):
     def __init__(self, config: DiffusionConfig, dataset_stats: dict | None = None):
         super().__init__(config, dataset_stats)
         self.config: DiffusionConfig = config
-        self.noise_generator: torch.Generator | None = None  # noise source for acting; None: torch's global RNG
         self.image_keys = list(config.image_features)
         self.state_keys = list(config.state_features)
         self.action_dim = config.action_feature.shape[0]
@@ -126,27 +125,28 @@ class DiffusionPolicy(Policy):
         return {"loss": loss.mean()}
 
     # --- acting -----------------------------------------------------------------------------------------------------
-    def predict_action_chunk(self, observation: dict[str, Tensor]) -> Tensor:
-        """As the base class, under torch.inference_mode (no autograd bookkeeping in the denoising loop)."""
-        with torch.inference_mode():
-            return super().predict_action_chunk(observation)
-
-    def generate_actions(self, observation: dict[str, Tensor], generator: torch.Generator | None = None) -> Tensor:
+    def generate_actions(
+        self, observation: dict[str, Tensor], generator: NoiseSource = None, noise: Tensor | None = None
+    ) -> Tensor:
         """Denoises a horizon of actions and returns the executed part (B, n_action_steps, A), normalized.
 
         The observations are encoded once; the sampler (config.noise_scheduler_type) then runs
-        config.inference_steps U-Net evaluations. Noise comes from `generator`, else `self.noise_generator`, else
-        torch's global RNG. Images are center-cropped.
+        config.inference_steps U-Net evaluations. The initial sample is `noise` (B, horizon, A) if given, else drawn
+        from `generator` (one, or one per batch row: row i then depends on generator i alone), as is the DDPM
+        sampler's per-step noise; None: torch's global RNG. Images are center-cropped.
         """
         generator = generator if generator is not None else self.noise_generator
         global_cond = self.encode_observations(observation, random_crop=False)
         batch_size = global_cond.shape[0]
-        sample = randn_tensor(
-            (batch_size, self.config.horizon, self.action_dim),
-            generator=generator,
-            device=global_cond.device,
-            dtype=global_cond.dtype,
-        )
+        shape = (batch_size, self.config.horizon, self.action_dim)
+        if noise is not None:
+            if tuple(noise.shape) != shape:
+                raise ValueError(
+                    f"noise has shape {tuple(noise.shape)}; expected (batch, horizon, action_dim) = {shape}"
+                )
+            sample = noise.to(device=global_cond.device, dtype=global_cond.dtype)
+        else:
+            sample = randn_tensor(shape, generator=generator, device=global_cond.device, dtype=global_cond.dtype)
         self.sampler.set_timesteps(self.config.inference_steps)
         for t in self.sampler.timesteps.tolist():
             timesteps = torch.full((batch_size,), t, dtype=torch.long, device=sample.device)

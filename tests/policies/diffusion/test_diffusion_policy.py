@@ -102,9 +102,9 @@ def test_select_action_in_pusht_predicts_3_chunks_in_20_steps(variant, obs_type,
     chunks = []
     generate = policy.generate_actions
 
-    def counted(observation):
+    def counted(observation, **noise_sources):
         chunks.append({key: value.shape for key, value in observation.items()})
-        return generate(observation)
+        return generate(observation, **noise_sources)
 
     monkeypatch.setattr(policy, "generate_actions", counted)
     env = make_env("pusht", n_envs=2, obs_type=obs_type)
