@@ -43,8 +43,9 @@ CARD_TEMPLATE = """---
 
 # {{ repo_id }}
 
-A **{{ policy_name }}** policy for **{{ env_name }}**, trained with [hfpolicy](https://github.com/hfpolicy/hfpolicy){% if dataset_repo_id %} on [{{ dataset_repo_id }}](https://huggingface.co/datasets/{{ dataset_repo_id }}){% endif %}.
-It reads {{ inputs }} and outputs `action` {{ action_shape }}.
+A **{{ policy_name }}** policy for **{{ env_name }}**, trained with [hfpolicy](https://github.com/hfpolicy/hfpolicy){% if dataset_repo_id %} on [{{ dataset_repo_id }}](https://huggingface.co/datasets/{{ dataset_repo_id }}){% elif local_dataset %} on a local dataset: {{ local_dataset }}{% endif %}.
+{% if recipe %}Recipe: `{{ recipe }}`{% if recipe_reason %} ({{ recipe_reason }}){% endif %}.
+{% endif %}It reads {{ inputs }} and outputs `action` {{ action_shape }}.
 
 {% if metrics_table %}## Evaluation
 
@@ -94,10 +95,21 @@ def make_model_card(
     train_command: str | None = None,
     n_videos: int = 0,
     has_curve: bool = False,
+    train_config: dict[str, Any] | None = None,
     license: str = "apache-2.0",
 ) -> ModelCard:
     """The model card: YAML metadata (with model-index eval results when `eval_summary` is given) and a body with
-    the metrics table, the replay video, usage and the training command."""
+    the metrics table, the replay video, usage and the training command. With `train_config` (train_config.json's
+    dict) the card also says what the run trained on when that was local data, and which recipe chose its settings."""
+    train_config = train_config or {}
+    dataset_cfg = train_config.get("dataset") or {}
+    local_dataset = None
+    if dataset_cfg.get("root"):
+        local_dataset = f"`{dataset_cfg['root']}`"
+        if dataset_cfg.get("scripted_episodes"):
+            local_dataset += (
+                f", {dataset_cfg['scripted_episodes']} demonstrations recorded by hfpolicy's scripted expert"
+            )
     config = policy.config
     env_type = env_type or "pusht"
     env_name = ENV_NAMES.get(env_type, env_type)
@@ -141,6 +153,9 @@ def make_model_card(
         n_videos=n_videos,
         train_command=train_command,
         has_curve=has_curve,
+        local_dataset=local_dataset,
+        recipe=train_config.get("recipe"),
+        recipe_reason=train_config.get("recipe_reason"),
     )
 
 
@@ -200,6 +215,7 @@ def stage_policy_repo(
         train_command=train_command,
         n_videos=len(videos),
         has_curve=training_curve is not None,
+        train_config=train_config,
     )
     card.save(folder / "README.md")
     return folder

@@ -49,6 +49,7 @@ class RecordConfig:
     repo_id: str | None = None  # the dataset's name in its metadata (default: local/<output_dir name>)
     push_to: str | None = None  # Hub dataset repo id to upload the finished dataset to
     environment_state: bool = False  # also record observation.environment_state (the block's 8 keypoints)
+    images: bool = True  # record observation.image (96x96 video); false: state-only, ~3x faster to record
     discard_failures: bool = False  # leave out episodes that did not succeed within max_steps
     progress: bool = True  # show a progress bar
 
@@ -68,8 +69,10 @@ def record(cfg: RecordConfig) -> Path:
         raise ValueError(f"--output_dir={output_dir} exists; choose a new folder (nothing is overwritten)")
     from hfpolicy.policies.scripted import PushTExpert
 
+    if not cfg.images and not cfg.environment_state:
+        raise ValueError("--images=false needs --environment_state=true: the policy would see only the agent")
     env_cfg = PushTEnvConfig(
-        obs_type="pixels_agent_pos",
+        obs_type="pixels_agent_pos" if cfg.images else "environment_state_agent_pos",
         episode_length=cfg.max_steps,
         observation_size=cfg.env.observation_size,
         render_size=cfg.env.render_size,
@@ -77,7 +80,7 @@ def record(cfg: RecordConfig) -> Path:
     env = env_cfg.make_single()
     expert = PushTExpert()
     geometry = PushTGeometry() if cfg.environment_state else None
-    features = pusht_features(env_cfg.observation_size, cfg.environment_state)
+    features = pusht_features(env_cfg.observation_size, cfg.environment_state, images=cfg.images)
     writer = DatasetWriter.create(output_dir, cfg.repo_id or f"local/{output_dir.name}", env_cfg.fps, features)
     n_kept = n_successes = 0
     try:
@@ -88,7 +91,9 @@ def record(cfg: RecordConfig) -> Path:
                 expert.reset(env)
                 success = False
                 for _ in range(cfg.max_steps):
-                    frame = {OBS_IMAGE: observation["pixels"], OBS_STATE: observation["agent_pos"].astype(np.float32)}
+                    frame = {OBS_STATE: observation["agent_pos"].astype(np.float32)}
+                    if cfg.images:
+                        frame[OBS_IMAGE] = observation["pixels"]
                     if geometry is not None:
                         block = env.unwrapped.block
                         pose = np.array([[*block.position, block.angle]])

@@ -156,7 +156,12 @@ def test_push_to_hub_then_load_and_evaluate_by_repo_id(pusht_state_dataset, tmp_
     card = ModelCard.load(repo_id)
     assert card.data.library_name == "hfpolicy"
     assert {"robotics", "diffusion-policy", "pusht"} <= set(card.data.tags)
-    assert card.data.datasets == [cfg.dataset.repo_id]
+    # Trained on a local folder: the card names that folder, not the default Hub repo id (lerobot/pusht).
+    assert card.data.datasets is None
+    assert f"on a local dataset: `{pusht_state_dataset}`" in card.text
+    assert json.loads((result.output_dir / "train_config.json").read_text())["dataset"]["root"] == str(
+        pusht_state_dataset
+    )
     metrics = {r.metric_type: r.metric_value for r in card.data.eval_results}
     assert metrics["pc_success"] == pytest.approx(measured["pc_success"])
     assert metrics["avg_max_reward"] == pytest.approx(measured["avg_max_reward"])

@@ -32,7 +32,8 @@ LAST_STEP_WARMUP_FRAMES = 10  # frames replayed before an episode's last action 
 ZARR_ARRAYS = ("data/img", "data/state", "data/action", "meta/episode_ends")
 
 
-def pusht_features(image_size: int = 96, environment_state: bool = False) -> dict[str, dict]:
+def pusht_features(image_size: int = 96, environment_state: bool = False, images: bool = True) -> dict[str, dict]:
+    """The features of a PushT dataset (lerobot/pusht's, optionally with the keypoints and without the camera)."""
     features = {
         OBS_IMAGE: {"dtype": "video", "shape": [image_size, image_size, 3], "names": ["height", "width", "channels"]},
         OBS_STATE: {"dtype": "float32", "shape": [2], "names": ["x", "y"]},
@@ -44,6 +45,8 @@ def pusht_features(image_size: int = 96, environment_state: bool = False) -> dic
     if environment_state:
         names = [f"keypoint_{i}_{axis}" for i in range(8) for axis in ("x", "y")]
         features[OBS_ENV_STATE] = {"dtype": "float32", "shape": [16], "names": names}
+    if not images:
+        del features[OBS_IMAGE]
     return features
 
 
