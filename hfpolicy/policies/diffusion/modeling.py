@@ -2,7 +2,7 @@
 through FiLM on the diffusion step and on the encoded observation history.
 
     observation history (B, n_obs_steps, ...)
-      images -> crop -> ResNet (GroupNorm) -> spatial softmax keypoints -> linear   (B, n_obs_steps, 64 per camera)
+      images -> (resize) -> crop -> ResNet (GroupNorm) -> spatial softmax keypoints -> linear   (B, n_obs_steps, 64 per camera)
       state vectors (observation.state, observation.environment_state)            (B, n_obs_steps, D)
       -> concatenated and flattened: the global conditioning                       (B, n_obs_steps * (D + 64 * cams))
     noise (B, horizon, A) --[U-Net(sample, step, conditioning) x N steps, DDPM or DDIM from diffusers]--> actions
@@ -16,10 +16,12 @@ import math
 import torch
 import torch.nn.functional as F  # noqa: N812
 import torchvision
+import torchvision.transforms.functional as TF  # noqa: N812
 from diffusers.schedulers.scheduling_ddim import DDIMScheduler
 from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
 from diffusers.utils.torch_utils import randn_tensor
 from torch import Tensor, nn
+from torchvision.transforms import InterpolationMode
 
 from hfpolicy.constants import ACTION, pad_key
 from hfpolicy.policies.base import NoiseSource, Policy
@@ -176,11 +178,14 @@ def make_noise_scheduler(kind: str, config: DiffusionConfig) -> DDPMScheduler | 
 
 # --- vision encoder ---------------------------------------------------------------------------------------------------
 class RgbEncoder(nn.Module):
-    """Image (N, 3, H, W) -> feature (N, 2 * keypoints): crop, ResNet conv stages, spatial softmax, linear + ReLU."""
+    """Image (N, 3, H, W) -> feature (N, 2 * keypoints): resize (optional), crop, ResNet conv stages, spatial softmax,
+    linear + ReLU."""
 
     def __init__(self, config: DiffusionConfig, image_shape: tuple[int, ...]):
         super().__init__()
-        self.crop_shape = tuple(config.crop_shape) if config.crop_shape is not None else tuple(image_shape[1:])
+        self.resize_shape = tuple(config.resize_shape) if config.resize_shape is not None else None
+        size = self.resize_shape or tuple(image_shape[1:])
+        self.crop_shape = tuple(config.crop_shape) if config.crop_shape is not None else size
         resnet = torchvision.models.get_model(config.vision_backbone, weights=config.pretrained_backbone_weights)
         self.backbone = nn.Sequential(*list(resnet.children())[:-2])  # without the global pooling and classifier
         if config.use_group_norm:
@@ -194,6 +199,8 @@ class RgbEncoder(nn.Module):
         self.out = nn.Linear(self.feature_dim, self.feature_dim)
 
     def forward(self, images: Tensor, random_crop: bool = False) -> Tensor:
+        if self.resize_shape is not None and tuple(images.shape[-2:]) != self.resize_shape:
+            images = TF.resize(images, list(self.resize_shape), InterpolationMode.BILINEAR, antialias=True)
         images = crop_images(images, self.crop_shape, random=random_crop)
         keypoints = self.pool(self.backbone(images.contiguous(memory_format=torch.channels_last)))  # (N, K, 2)
         return F.relu(self.out(keypoints.flatten(1)))
