@@ -44,6 +44,7 @@ class DiffusionConfig(PolicyConfig):
     n_groups: int = 8  # GroupNorm groups in the U-Net blocks (must divide every entry of down_dims)
     diffusion_step_embed_dim: int = 128  # size of the sinusoidal + MLP embedding of the diffusion timestep
     use_film_scale_modulation: bool = True  # FiLM predicts scale and bias from the conditioning (False: bias only)
+    fast_kernels: bool = True  # CPU matmul convolutions + channels-last ResNet; False: PyTorch's, rounding as LeRobot
 
     # --- noise scheduler (diffusers) --------------------------------------------------------------------------------
     noise_scheduler_type: str = "DDPM"  # sampler used to act: "DDPM" or "DDIM" (training always adds DDPM noise)
