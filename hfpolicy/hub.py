@@ -45,7 +45,9 @@ CARD_TEMPLATE = """---
 
 A **{{ policy_name }}** policy for **{{ env_name }}**, trained with [hfpolicy](https://github.com/hfpolicy/hfpolicy){% if dataset_repo_id %} on [{{ dataset_repo_id }}](https://huggingface.co/datasets/{{ dataset_repo_id }}){% endif %}.
 It reads {{ inputs }} and outputs `action` {{ action_shape }}.
-
+{% if provenance %}
+**Provenance:** {{ provenance }}
+{% endif %}
 {% if metrics_table %}## Evaluation
 
 {{ metrics_table }}
@@ -95,13 +97,22 @@ def make_model_card(
     n_videos: int = 0,
     has_curve: bool = False,
     license: str = "apache-2.0",
+    provenance: str | None = None,
+    library_name: str = "hfpolicy",
 ) -> ModelCard:
     """The model card: YAML metadata (with model-index eval results when `eval_summary` is given) and a body with
-    the metrics table, the replay video, usage and the training command."""
+    the metrics table, the replay video, usage and the training command.
+
+    `provenance` says where the weights came from; by default a policy converted from another library's checkpoint
+    (`config.converted_from`) says so. `library_name` is the Hub library ("lerobot" for exported LeRobot layouts)."""
     config = policy.config
     env_type = env_type or "pusht"
     env_name = ENV_NAMES.get(env_type, env_type)
     tags = ["robotics", "hfpolicy", POLICY_TAGS.get(config.type, config.type), env_type]
+    if provenance is None and config.converted_from:
+        provenance = f"converted by hfpolicy from {config.converted_from}, with the same weights and normalization."
+    if library_name == "lerobot" or (config.converted_from or "").startswith("LeRobot"):
+        tags.append("lerobot")
     eval_results = None
     if eval_summary is not None:
         eval_results = [
@@ -117,7 +128,7 @@ def make_model_card(
             for key, name in CARD_METRICS
         ]
     card_data = ModelCardData(
-        library_name="hfpolicy",
+        library_name=library_name,
         license=license,
         pipeline_tag="robotics",
         tags=tags,
@@ -141,6 +152,7 @@ def make_model_card(
         n_videos=n_videos,
         train_command=train_command,
         has_curve=has_curve,
+        provenance=provenance,
     )
 
 
