@@ -46,7 +46,9 @@ CARD_TEMPLATE = """---
 A **{{ policy_name }}** policy for **{{ env_name }}**, trained with [hfpolicy](https://github.com/hfpolicy/hfpolicy){% if dataset_repo_id %} on [{{ dataset_repo_id }}](https://huggingface.co/datasets/{{ dataset_repo_id }}){% elif local_dataset %} on a local dataset: {{ local_dataset }}{% endif %}.
 {% if recipe %}Recipe: `{{ recipe }}`{% if recipe_reason %} ({{ recipe_reason }}){% endif %}.
 {% endif %}It reads {{ inputs }} and outputs `action` {{ action_shape }}.
-
+{% if provenance %}
+**Provenance:** {{ provenance }}
+{% endif %}
 {% if metrics_table %}## Evaluation
 
 {{ metrics_table }}
@@ -97,10 +99,15 @@ def make_model_card(
     has_curve: bool = False,
     train_config: dict[str, Any] | None = None,
     license: str = "apache-2.0",
+    provenance: str | None = None,
+    library_name: str = "hfpolicy",
 ) -> ModelCard:
     """The model card: YAML metadata (with model-index eval results when `eval_summary` is given) and a body with
     the metrics table, the replay video, usage and the training command. With `train_config` (train_config.json's
-    dict) the card also says what the run trained on when that was local data, and which recipe chose its settings."""
+    dict) the card also says what the run trained on when that was local data, and which recipe chose its settings.
+
+    `provenance` says where the weights came from; by default a policy converted from another library's checkpoint
+    (`config.converted_from`) says so. `library_name` is the Hub library ("lerobot" for exported LeRobot layouts)."""
     train_config = train_config or {}
     dataset_cfg = train_config.get("dataset") or {}
     local_dataset = None
@@ -114,6 +121,10 @@ def make_model_card(
     env_type = env_type or "pusht"
     env_name = ENV_NAMES.get(env_type, env_type)
     tags = ["robotics", "hfpolicy", POLICY_TAGS.get(config.type, config.type), env_type]
+    if provenance is None and config.converted_from:
+        provenance = f"converted by hfpolicy from {config.converted_from}, with the same weights and normalization."
+    if library_name == "lerobot" or (config.converted_from or "").startswith("LeRobot"):
+        tags.append("lerobot")
     eval_results = None
     if eval_summary is not None:
         eval_results = [
@@ -129,7 +140,7 @@ def make_model_card(
             for key, name in CARD_METRICS
         ]
     card_data = ModelCardData(
-        library_name="hfpolicy",
+        library_name=library_name,
         license=license,
         pipeline_tag="robotics",
         tags=tags,
@@ -156,6 +167,7 @@ def make_model_card(
         local_dataset=local_dataset,
         recipe=train_config.get("recipe"),
         recipe_reason=train_config.get("recipe_reason"),
+        provenance=provenance,
     )
 
 

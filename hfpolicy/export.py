@@ -1,0 +1,102 @@
+"""`hfpolicy export`: write a saved policy in another library's checkpoint layout.
+
+    hfpolicy export --policy.path=user/pusht-diffusion --format=lerobot --output_dir=outputs/pusht-diffusion-lerobot
+
+`--format=lerobot` writes what LeRobot 0.6's `save_pretrained` writes for a policy and its processors (config.json,
+model.safetensors, policy_preprocessor.json / policy_postprocessor.json with their normalizer stats) plus a README.md
+model card that says where the policy came from. LeRobot then loads it with `DiffusionPolicy.from_pretrained(DIR)` and
+`PolicyProcessorPipeline.from_pretrained(DIR, config_filename="policy_preprocessor.json")`; hfpolicy loads it back
+with `Policy.from_pretrained(DIR)`. The directory is staged beside its destination and renamed into place at the end,
+so it exists complete or not at all; an existing one is never overwritten.
+"""
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import draccus
+from draccus.utils import ParsingError
+
+from hfpolicy.hub import make_model_card
+from hfpolicy.policies.base import Policy, PolicyLoadError
+from hfpolicy.policies.lerobot_format import LEROBOT_VERSION, write_lerobot_checkpoint
+
+FORMATS = ("lerobot",)
+
+
+@dataclass
+class ExportPolicyConfig:
+    """Which saved policy to export."""
+
+    path: str | None = None  # local directory or Hub repo id of a saved policy
+    revision: str | None = None  # Hub branch, tag or commit when `path` is a repo id
+
+
+@dataclass
+class ExportConfig:
+    """`hfpolicy export` flags."""
+
+    policy: ExportPolicyConfig = field(default_factory=ExportPolicyConfig)  # the policy to export
+    format: str = "lerobot"  # the checkpoint layout to write: lerobot (LeRobot 0.6)
+    output_dir: Path | None = None  # the directory to create; it must not exist yet
+
+
+def export_policy(
+    policy: Policy, output_dir: str | Path, *, format: str = "lerobot", source: str | None = None
+) -> Path:
+    """Writes `policy` in `format`'s layout into the new directory `output_dir` (with a model card naming `source`,
+    the policy's directory or repo id, as its origin); returns the directory.
+
+    Raises FileExistsError if `output_dir` exists, ValueError for an unknown format, and the format's conversion error
+    (a `PolicyLoadError`) when the policy cannot be expressed in it, leaving nothing behind."""
+    if format not in FORMATS:
+        raise ValueError(f"unknown export format {format!r}; formats: {', '.join(FORMATS)}")
+    output_dir = Path(output_dir)
+    if output_dir.exists():
+        raise FileExistsError(f"{output_dir} already exists; choose a new --output_dir (export never overwrites)")
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = output_dir.with_name(f".{output_dir.name}.{os.getpid()}.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        write_lerobot_checkpoint(policy, staging)
+        origin = source or policy.config.converted_from or "an hfpolicy policy"
+        provenance = (
+            f"Exported by hfpolicy from {origin} to the checkpoint layout of LeRobot {LEROBOT_VERSION} "
+            "(`hfpolicy export --format=lerobot`)."
+        )
+        if policy.config.converted_from and source:
+            provenance += f" That policy was itself converted from {policy.config.converted_from}."
+        card = make_model_card(output_dir.name, policy, provenance=provenance, library_name="lerobot")
+        card.save(staging / "README.md")
+        os.rename(staging, output_dir)  # fails rather than replace a directory created meanwhile
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return output_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        config = draccus.parse(ExportConfig, args=sys.argv[1:] if argv is None else argv)
+        if not config.policy.path:
+            raise ValueError("--policy.path is required: a local directory or a Hub repo id of a saved policy")
+        if config.output_dir is None:
+            raise ValueError("--output_dir is required: the directory to create")
+        if config.format not in FORMATS:
+            raise ValueError(f"unknown --format={config.format!r}; formats: {', '.join(FORMATS)}")
+        if Path(config.output_dir).exists():  # before loading the policy, which may take a while
+            raise FileExistsError(f"{config.output_dir} already exists; choose a new --output_dir")
+        policy = Policy.from_pretrained(config.policy.path, revision=config.policy.revision)
+        output_dir = export_policy(policy, config.output_dir, format=config.format, source=config.policy.path)
+    except (ParsingError, PolicyLoadError, FileExistsError, ValueError) as e:
+        print(f"hfpolicy export: error: {e}", file=sys.stderr)
+        return 2
+    print(f"exported {config.policy.path} to {output_dir} ({config.format} layout)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
