@@ -226,6 +226,8 @@ class Policy(
         On the base class the policy type comes from config.json's `type`; on a subclass the type must match. Loading
         is strict: missing or unexpected weights and shape mismatches raise `PolicyLoadError` naming them.
         `config_overrides` replaces config fields that do not change the weights (e.g. {"n_action_steps": 4}).
+        A checkpoint saved by LeRobot (its config.json, model.safetensors and processor files) is recognised and
+        returned as hfpolicy's policy of that type, with the same weights and normalization (see `lerobot_format`).
         """
 
         def resolve(filename: str) -> Path:
@@ -264,6 +266,17 @@ class Policy(
             config_data = json.loads(config_path.read_text())
         except json.JSONDecodeError as e:
             raise PolicyLoadError(f"{config_path} is not valid JSON ({e}); re-save or re-download the policy") from e
+        from hfpolicy.policies import lerobot_format  # imports this module: imported here, not at the top
+
+        if lerobot_format.is_lerobot_config(config_data):  # saved by LeRobot: converted to hfpolicy's own class
+            policy = lerobot_format.load_lerobot_policy(
+                config_data,
+                resolve,
+                str(pretrained_name_or_path),
+                expected_class=cls,
+                config_overrides=config_overrides,
+            )
+            return policy.to(map_location).eval()
         if config_overrides:
             config_data.update(config_overrides)
         try:

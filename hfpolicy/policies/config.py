@@ -49,7 +49,7 @@ class PolicyConfig(draccus.ChoiceRegistry):
     output_features: dict[str, PolicyFeature] = field(default_factory=dict)  # filled from the dataset when empty
     normalization_mapping: dict[str, NormMode] = field(
         default_factory=lambda: {"image": NormMode.MEAN_STD, "state": NormMode.MIN_MAX, "action": NormMode.MIN_MAX}
-    )  # feature type -> normalization mode
+    )  # feature type ("image", "state", "action") or feature key -> normalization mode; a key's entry wins over its type's
     optimizer_lr: float = 1e-4  # AdamW learning rate
     optimizer_betas: tuple[float, float] = (0.9, 0.999)  # AdamW betas
     optimizer_eps: float = 1e-8  # AdamW epsilon
@@ -59,6 +59,9 @@ class PolicyConfig(draccus.ChoiceRegistry):
     use_ema: bool = False  # keep an exponential moving average of the weights; evaluate and save with it
     ema_power: float = 0.75  # EMA warmup power: decay = 1 - (1 + step) ** -power
     ema_max_decay: float = 0.9999  # EMA decay never exceeds this
+    converted_from: str | None = (
+        None  # where the weights came from when converted (e.g. a LeRobot checkpoint); on the card
+    )
 
     @classmethod
     def default_choice_name(cls) -> str:
@@ -102,9 +105,17 @@ class PolicyConfig(draccus.ChoiceRegistry):
             raise ValueError(
                 f"n_obs_steps and n_action_steps must be >= 1, got {self.n_obs_steps}, {self.n_action_steps}"
             )
+        known = {t.value for t in FeatureType} | set(self.input_features) | set(self.output_features)
+        unknown = sorted(set(self.normalization_mapping) - known)
+        if unknown:
+            raise ValueError(
+                f"normalization_mapping has entries {unknown} that are neither a feature type "
+                f"({', '.join(t.value for t in FeatureType)}) nor a feature of the policy"
+            )
 
-    def norm_mode(self, feature: PolicyFeature) -> NormMode:
-        return NormMode(self.normalization_mapping.get(feature.type.value, NormMode.IDENTITY))
+    def norm_mode(self, feature: PolicyFeature, key: str | None = None) -> NormMode:
+        """The feature's normalization mode: its key's entry in normalization_mapping, else its type's, else identity."""
+        return feature_norm_mode(self.normalization_mapping, key, feature)
 
     # --- dataset windows ----------------------------------------------------------------------------------------
     @property
@@ -155,6 +166,14 @@ class PolicyConfig(draccus.ChoiceRegistry):
         if unknown:
             raise ValueError(f"config for policy type {type_name!r} has unknown fields {unknown}")
         return draccus.decode(config_class, data)
+
+
+def feature_norm_mode(mapping: dict[str, NormMode], key: str | None, feature: PolicyFeature) -> NormMode:
+    """A feature's normalization mode under `mapping` (feature key or feature type -> mode): key, then type, then
+    identity."""
+    if key is not None and key in mapping:
+        return NormMode(mapping[key])
+    return NormMode(mapping.get(feature.type.value, NormMode.IDENTITY))
 
 
 def known_policy_types() -> list[str]:

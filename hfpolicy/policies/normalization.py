@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from hfpolicy.policies.config import FeatureType, NormMode, PolicyFeature
+from hfpolicy.policies.config import FeatureType, NormMode, PolicyFeature, feature_norm_mode
 
 STAT_NAMES = {NormMode.MEAN_STD: ("mean", "std"), NormMode.MIN_MAX: ("min", "max")}
 EPS = 1e-8
@@ -71,14 +71,15 @@ class FeatureStats(nn.Module):
 
 
 class Normalizer(nn.Module):
-    """Normalizes and unnormalizes named features of a batch. Features with mode IDENTITY pass through."""
+    """Normalizes and unnormalizes named features of a batch. `modes` maps a feature type or a feature key (which wins)
+    to a mode; features with mode IDENTITY pass through."""
 
     def __init__(self, features: Mapping[str, PolicyFeature], modes: Mapping[str, NormMode]):
         super().__init__()
         self.features = dict(features)
         stats = {}
         for key, feature in features.items():
-            mode = NormMode(modes.get(feature.type.value, NormMode.IDENTITY))
+            mode = feature_norm_mode(dict(modes), key, feature)
             if mode != NormMode.IDENTITY:
                 stats[_module_name(key)] = FeatureStats(key, feature, mode)
         self.stats = nn.ModuleDict(stats)

@@ -30,7 +30,10 @@ class DiffusionConfig(PolicyConfig):
     )
     pretrained_backbone_weights: str | None = None  # torchvision weights name (e.g. "IMAGENET1K_V1"); None: random init
     use_group_norm: bool = True  # replace the backbone's BatchNorm by GroupNorm (16 channels per group), as the paper
-    crop_shape: tuple[int, int] | None = (84, 84)  # (H, W) crop of every image; None: use the whole image
+    resize_shape: tuple[int, int] | None = (
+        None  # (H, W) every image is resized to (bilinear, antialiased) before cropping
+    )
+    crop_shape: tuple[int, int] | None = (84, 84)  # (H, W) crop of every (resized) image; None: use the whole image
     crop_is_random: bool = True  # random crop in training mode (center crop in eval mode); False: always center
     spatial_softmax_num_keypoints: int = 32  # keypoints of the spatial-softmax pooling; feature = 2 * keypoints
     use_separate_rgb_encoder_per_camera: bool = False  # one encoder per camera instead of one shared by all cameras
@@ -41,6 +44,7 @@ class DiffusionConfig(PolicyConfig):
     n_groups: int = 8  # GroupNorm groups in the U-Net blocks (must divide every entry of down_dims)
     diffusion_step_embed_dim: int = 128  # size of the sinusoidal + MLP embedding of the diffusion timestep
     use_film_scale_modulation: bool = True  # FiLM predicts scale and bias from the conditioning (False: bias only)
+    fast_kernels: bool = True  # CPU matmul convolutions + channels-last ResNet; False: PyTorch's, rounding as LeRobot
 
     # --- noise scheduler (diffusers) --------------------------------------------------------------------------------
     noise_scheduler_type: str = "DDPM"  # sampler used to act: "DDPM" or "DDIM" (training always adds DDPM noise)
@@ -55,6 +59,7 @@ class DiffusionConfig(PolicyConfig):
 
     # --- loss -------------------------------------------------------------------------------------------------------
     mask_loss_for_padding: bool = True  # average the loss over valid actions only (action_is_pad excluded)
+    drop_last_frames: int | None = None  # episode-end frames that start no training sample; None: derived (see below)
 
     # --- training presets -------------------------------------------------------------------------------------------
     optimizer_lr: float = 1e-4  # AdamW learning rate
@@ -115,6 +120,12 @@ class DiffusionConfig(PolicyConfig):
             raise ValueError(f"diffusion_step_embed_dim must be even and >= 2, got {self.diffusion_step_embed_dim}")
         if self.spatial_softmax_num_keypoints < 1:
             raise ValueError(f"spatial_softmax_num_keypoints must be >= 1, got {self.spatial_softmax_num_keypoints}")
+        if self.resize_shape is not None and (len(self.resize_shape) != 2 or min(self.resize_shape) < 1):
+            raise ValueError(
+                f"resize_shape must be (height, width) with positive sizes or None, got {self.resize_shape}"
+            )
+        if self.drop_last_frames is not None and self.drop_last_frames < 0:
+            raise ValueError(f"drop_last_frames must be >= 0 or None, got {self.drop_last_frames}")
         if self.crop_shape is not None and (len(self.crop_shape) != 2 or min(self.crop_shape) < 1):
             raise ValueError(f"crop_shape must be (height, width) with positive sizes or None, got {self.crop_shape}")
         if self.n_obs_steps < 1 or self.n_action_steps < 1:
@@ -151,9 +162,11 @@ class DiffusionConfig(PolicyConfig):
         for key, shape in shapes.items():
             if shape[0] != 3:
                 raise ValueError(f"image feature {key!r} has {shape[0]} channels; the ResNet encoder needs RGB (3)")
-            if self.crop_shape is not None and (self.crop_shape[0] > shape[1] or self.crop_shape[1] > shape[2]):
+            size = tuple(self.resize_shape) if self.resize_shape is not None else shape[1:]
+            if self.crop_shape is not None and (self.crop_shape[0] > size[0] or self.crop_shape[1] > size[1]):
+                resized = " resized to resize_shape" if self.resize_shape is not None else ""
                 raise ValueError(
-                    f"crop_shape={tuple(self.crop_shape)} is larger than image feature {key!r} (H, W)={shape[1:]}; "
+                    f"crop_shape={tuple(self.crop_shape)} is larger than image feature {key!r}{resized} (H, W)={size}; "
                     "choose a smaller crop_shape or crop_shape=None"
                 )
 
@@ -170,7 +183,10 @@ class DiffusionConfig(PolicyConfig):
 
     @property
     def drop_n_last_frames(self) -> int:
-        """Frames at each episode's end to skip as training samples (their windows would be mostly padding): 7 on PushT."""
+        """Frames at each episode's end to skip as training samples (their windows would be mostly padding):
+        `drop_last_frames` when set, else horizon - n_action_steps - n_obs_steps + 1 (7 on PushT)."""
+        if self.drop_last_frames is not None:
+            return self.drop_last_frames
         return self.horizon - self.n_action_steps - self.n_obs_steps + 1
 
     @property

@@ -2,7 +2,7 @@
 through FiLM on the diffusion step and on the encoded observation history.
 
     observation history (B, n_obs_steps, ...)
-      images -> crop -> ResNet (GroupNorm) -> spatial softmax keypoints -> linear   (B, n_obs_steps, 64 per camera)
+      images -> (resize) -> crop -> ResNet (GroupNorm) -> spatial softmax keypoints -> linear   (B, n_obs_steps, 64 per camera)
       state vectors (observation.state, observation.environment_state)            (B, n_obs_steps, D)
       -> concatenated and flattened: the global conditioning                       (B, n_obs_steps * (D + 64 * cams))
     noise (B, horizon, A) --[U-Net(sample, step, conditioning) x N steps, DDPM or DDIM from diffusers]--> actions
@@ -16,10 +16,12 @@ import math
 import torch
 import torch.nn.functional as F  # noqa: N812
 import torchvision
+import torchvision.transforms.functional as TF  # noqa: N812
 from diffusers.schedulers.scheduling_ddim import DDIMScheduler
 from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
 from diffusers.utils.torch_utils import randn_tensor
 from torch import Tensor, nn
+from torchvision.transforms import InterpolationMode
 
 from hfpolicy.constants import ACTION, pad_key
 from hfpolicy.policies.base import NoiseSource, Policy
@@ -55,6 +57,10 @@ class DiffusionPolicy(Policy):
         feature_dim += sum(config.state_features[key].shape[0] for key in self.state_keys)
         self.global_cond_dim = feature_dim * config.n_obs_steps
         self.unet = ConditionalUnet1d(config, self.action_dim, self.global_cond_dim)
+        if not config.fast_kernels:  # PyTorch's own convolution kernels: the rounding of LeRobot's implementation
+            for module in self.unet.modules():
+                if isinstance(module, Conv1d | ConvTranspose1d):
+                    module.matmul_on_cpu = False
 
         self.noise_scheduler = make_noise_scheduler("DDPM", config)  # the forward (noising) process of training
         self.sampler = make_noise_scheduler(config.noise_scheduler_type, config)  # the reverse process when acting
@@ -176,17 +182,21 @@ def make_noise_scheduler(kind: str, config: DiffusionConfig) -> DDPMScheduler | 
 
 # --- vision encoder ---------------------------------------------------------------------------------------------------
 class RgbEncoder(nn.Module):
-    """Image (N, 3, H, W) -> feature (N, 2 * keypoints): crop, ResNet conv stages, spatial softmax, linear + ReLU."""
+    """Image (N, 3, H, W) -> feature (N, 2 * keypoints): resize (optional), crop, ResNet conv stages, spatial softmax,
+    linear + ReLU."""
 
     def __init__(self, config: DiffusionConfig, image_shape: tuple[int, ...]):
         super().__init__()
-        self.crop_shape = tuple(config.crop_shape) if config.crop_shape is not None else tuple(image_shape[1:])
+        self.resize_shape = tuple(config.resize_shape) if config.resize_shape is not None else None
+        size = self.resize_shape or tuple(image_shape[1:])
+        self.crop_shape = tuple(config.crop_shape) if config.crop_shape is not None else size
         resnet = torchvision.models.get_model(config.vision_backbone, weights=config.pretrained_backbone_weights)
         self.backbone = nn.Sequential(*list(resnet.children())[:-2])  # without the global pooling and classifier
         if config.use_group_norm:
             _replace_batch_norm_by_group_norm(self.backbone)
         # NHWC convolutions (forward and backward) are ~1.5x faster on CPU for these small feature maps.
-        self.backbone.to(memory_format=torch.channels_last)
+        self.memory_format = torch.channels_last if config.fast_kernels else torch.contiguous_format
+        self.backbone.to(memory_format=self.memory_format)
         with torch.no_grad():  # the feature map's shape for this crop
             _, channels, height, width = self.backbone(torch.zeros(1, image_shape[0], *self.crop_shape)).shape
         self.pool = SpatialSoftmax(channels, height, width, config.spatial_softmax_num_keypoints)
@@ -194,8 +204,10 @@ class RgbEncoder(nn.Module):
         self.out = nn.Linear(self.feature_dim, self.feature_dim)
 
     def forward(self, images: Tensor, random_crop: bool = False) -> Tensor:
+        if self.resize_shape is not None and tuple(images.shape[-2:]) != self.resize_shape:
+            images = TF.resize(images, list(self.resize_shape), InterpolationMode.BILINEAR, antialias=True)
         images = crop_images(images, self.crop_shape, random=random_crop)
-        keypoints = self.pool(self.backbone(images.contiguous(memory_format=torch.channels_last)))  # (N, K, 2)
+        keypoints = self.pool(self.backbone(images.contiguous(memory_format=self.memory_format)))  # (N, K, 2)
         return F.relu(self.out(keypoints.flatten(1)))
 
 
@@ -249,7 +261,7 @@ class SinusoidalEmbedding(nn.Module):
     def __init__(self, dim: int):
         super().__init__()
         half = dim // 2
-        frequencies = torch.exp(-math.log(10000) * torch.arange(half) / max(half - 1, 1))
+        frequencies = torch.exp(torch.arange(half) * -(math.log(10000) / max(half - 1, 1)))
         self.register_buffer("frequencies", frequencies, persistent=False)
 
     def forward(self, steps: Tensor) -> Tensor:
@@ -265,9 +277,12 @@ class Conv1d(nn.Conv1d):
     to float rounding. Other devices (cuDNN) and other settings (groups, dilation, padding modes) use F.conv1d.
     """
 
+    matmul_on_cpu = True  # False: always F.conv1d (DiffusionConfig.fast_kernels=False)
+
     def _conv_forward(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         if (
-            x.device.type != "cpu"
+            not self.matmul_on_cpu
+            or x.device.type != "cpu"
             or x.ndim != 3
             or self.groups != 1
             or self.dilation != (1,)
@@ -290,9 +305,12 @@ class ConvTranspose1d(nn.ConvTranspose1d):
     """nn.ConvTranspose1d that, on CPU, runs as one matrix multiply followed by col2im (F.fold): the fallback
     transposed-convolution kernel reads its weights ~5x slower than memory allows. Same parameters and results."""
 
+    matmul_on_cpu = True  # False: always nn.ConvTranspose1d's kernel (DiffusionConfig.fast_kernels=False)
+
     def forward(self, x: Tensor, output_size: list[int] | None = None) -> Tensor:
         if (
-            x.device.type != "cpu"
+            not self.matmul_on_cpu
+            or x.device.type != "cpu"
             or x.ndim != 3
             or output_size is not None
             or self.groups != 1
@@ -350,7 +368,7 @@ class FiLMResidualBlock(nn.Module):
         film = self.film(cond).unsqueeze(-1)
         if self.scale_modulation:
             scale, bias = film.chunk(2, dim=1)
-            h = torch.addcmul(bias, h, scale)
+            h = scale * h + bias
         else:
             h = h + film
         return self.conv2(h) + self.residual(x)

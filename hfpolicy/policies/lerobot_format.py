@@ -1,0 +1,440 @@
+"""LeRobot checkpoints as hfpolicy policies, and hfpolicy policies in LeRobot's checkpoint layout.
+
+A LeRobot policy directory (or Hub repo), as LeRobot's `save_pretrained` writes it:
+
+    config.json        LeRobot's config: `type` ("diffusion", "act", ...), `input_features` / `output_features` whose
+                       `type` is VISUAL, STATE, ENV or ACTION, `normalization_mapping` {feature type: MEAN_STD, MIN_MAX
+                       or IDENTITY}, and the policy's own fields
+    model.safetensors  the weights under LeRobot's module names (e.g. `diffusion.unet.down_modules.0.0.conv1.block.0.weight`)
+    policy_preprocessor.json, policy_preprocessor_step_<i>_normalizer_processor.safetensors
+                       (LeRobot 0.4 and later) the input pipeline: its normalizer step names the normalized features,
+                       their `norm_map` and `eps`; its state file holds one tensor per `<feature>.<stat>`
+    policy_postprocessor.json, policy_postprocessor_step_<i>_unnormalizer_processor.safetensors
+                       the output pipeline: the unnormalizer of the actions, laid out the same way
+
+Before LeRobot 0.4 there were no processor files: the stats were buffers of the policy, saved in model.safetensors as
+`normalize_inputs.buffer_<feature key, dots as underscores>.<stat>` for the inputs, and `normalize_targets.buffer_action.
+<stat>` / `unnormalize_outputs.buffer_action.<stat>` for the actions (inf where never set). Both layouts load; only JSON
+and safetensors are read, nothing is unpickled and no code from the checkpoint runs.
+
+Feature types map as VISUAL -> image, STATE and ENV -> state, ACTION -> action. LeRobot normalizes by LeRobot type (an
+ENV feature is left as it is unless the mapping names ENV), hfpolicy by its own type; where they differ the converted
+config's `normalization_mapping` gets an entry for that feature key (keys win over types).
+
+Each policy type that converts has a module `hfpolicy/policies/<type>/lerobot.py` (found by LeRobot's `type` through
+importlib) with four functions:
+
+    config_from_lerobot(lerobot_config: dict[str, Any], input_features: dict[str, PolicyFeature],
+                        output_features: dict[str, PolicyFeature]) -> PolicyConfig
+        hfpolicy's config from LeRobot's config.json dict; the features are already converted (same keys and order as
+        LeRobot's). It raises `LeRobotConversionError` naming a field hfpolicy cannot honour when its value changes
+        the actions, and warns (`LeRobotConversionWarning`) about fields it ignores. The caller then sets
+        `normalization_mapping` and `converted_from`.
+    state_dict_from_lerobot(state_dict: dict[str, Tensor], config: PolicyConfig) -> dict[str, Tensor]
+        LeRobot's model weights (normalization buffers already removed) -> hfpolicy's names and layout, without the
+        normalizer's buffers.
+    config_to_lerobot(config: PolicyConfig) -> dict[str, Any]
+        the type's own LeRobot config.json fields (the caller adds `type`, the features, `normalization_mapping` and
+        LeRobot's common fields such as `device`); raises `LeRobotConversionError` for settings LeRobot cannot express.
+    state_dict_to_lerobot(state_dict: dict[str, Tensor], config: PolicyConfig) -> dict[str, Tensor]
+        hfpolicy's model weights (without `normalizer.*`) -> LeRobot's names and layout, with every tensor LeRobot's
+        module has (including persistent buffers), so LeRobot loads it strictly.
+"""
+
+import dataclasses
+import importlib
+import json
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import safetensors
+import safetensors.torch
+import torch
+from torch import Tensor
+
+from hfpolicy.atomic_files import write_json_atomically
+from hfpolicy.constants import ACTION, CONFIG_FILE, OBS_ENV_STATE, WEIGHTS_FILE
+from hfpolicy.policies.base import Policy, PolicyLoadError, get_policy_class
+from hfpolicy.policies.config import FeatureType, NormMode, PolicyConfig, PolicyFeature, feature_norm_mode
+from hfpolicy.policies.normalization import EPS, STAT_NAMES
+
+PREPROCESSOR_FILE = "policy_preprocessor.json"
+POSTPROCESSOR_FILE = "policy_postprocessor.json"
+NORMALIZER_STEP = "normalizer_processor"
+UNNORMALIZER_STEP = "unnormalizer_processor"
+# Processor steps that leave the values a policy sees unchanged (renaming is warned about: it changes input keys only).
+PASSIVE_STEPS = ("rename_observations_processor", "to_batch_processor", "device_processor")
+LEGACY_INPUT_PREFIX = "normalize_inputs."  # LeRobot < 0.4: input stats inside model.safetensors
+LEGACY_OUTPUT_PREFIX = "unnormalize_outputs."  # LeRobot < 0.4: the action stats used when acting
+LEGACY_PREFIXES = (LEGACY_INPUT_PREFIX, "normalize_targets.", LEGACY_OUTPUT_PREFIX)
+
+FEATURE_TYPES_FROM_LEROBOT = {
+    "VISUAL": FeatureType.IMAGE,
+    "STATE": FeatureType.STATE,
+    "ENV": FeatureType.STATE,
+    "ACTION": FeatureType.ACTION,
+}
+NORM_MODES_FROM_LEROBOT = {"MEAN_STD": NormMode.MEAN_STD, "MIN_MAX": NormMode.MIN_MAX, "IDENTITY": NormMode.IDENTITY}
+NORM_MODES_TO_LEROBOT = {mode: name for name, mode in NORM_MODES_FROM_LEROBOT.items()}
+HFPOLICY_TYPE_OF_LEROBOT_TYPE = {"VISUAL": "image", "STATE": "state", "ACTION": "action"}  # ENV: per feature key
+LEROBOT_VERSION = "0.6.1"  # the LeRobot release whose layout export writes (and that tests check against)
+
+
+class LeRobotConversionError(PolicyLoadError):
+    """A LeRobot checkpoint (or an hfpolicy policy to export) uses something the other library cannot reproduce."""
+
+
+class LeRobotConversionWarning(UserWarning):
+    """A LeRobot setting that does not change the actions was ignored (or a setting was mapped approximately)."""
+
+
+def warn_ignored(message: str) -> None:
+    """Reports a LeRobot field hfpolicy ignores because it does not change the actions."""
+    warnings.warn(message, LeRobotConversionWarning, stacklevel=3)
+
+
+# --- recognising and loading a LeRobot checkpoint ------------------------------------------------------------------
+def is_lerobot_config(config_data: Mapping[str, Any]) -> bool:
+    """True when a config.json dict was written by LeRobot: its feature types or normalization keys are LeRobot's
+    upper-case enums (VISUAL, STATE, ...), where hfpolicy writes lower-case ones (image, state, ...)."""
+    features = {**(config_data.get("input_features") or {}), **(config_data.get("output_features") or {})}
+    feature_types = {f.get("type") for f in features.values() if isinstance(f, Mapping)}
+    mapping_keys = set(config_data.get("normalization_mapping") or {})
+    lerobot_names = {"VISUAL", "STATE", "ENV", "ACTION", "REWARD", "LANGUAGE"}
+    return bool((feature_types | mapping_keys) & lerobot_names)
+
+
+def policy_module(lerobot_type: str) -> ModuleType:
+    """`hfpolicy.policies.<type>.lerobot`, the conversion functions of one policy type."""
+    try:
+        return importlib.import_module(f"hfpolicy.policies.{lerobot_type}.lerobot")
+    except ModuleNotFoundError as e:
+        if e.name is None or not f"hfpolicy.policies.{lerobot_type}.lerobot".startswith(e.name):
+            raise
+        raise LeRobotConversionError(
+            f"this is a LeRobot {lerobot_type!r} policy; hfpolicy converts LeRobot policies of types "
+            f"{', '.join(supported_lerobot_types())} only"
+        ) from None
+
+
+def supported_lerobot_types() -> list[str]:
+    folder = Path(__file__).parent
+    return sorted(p.parent.name for p in folder.glob("*/lerobot.py"))
+
+
+def load_lerobot_policy(
+    config_data: Mapping[str, Any],
+    resolve: Callable[[str], Path],
+    source: str,
+    *,
+    expected_class: type[Policy] = Policy,
+    config_overrides: Mapping[str, Any] | None = None,
+) -> Policy:
+    """hfpolicy's policy (in eval mode, on the CPU) from a LeRobot checkpoint.
+
+    `config_data` is its parsed config.json; `resolve(filename)` returns the local path of one of its files (raising
+    `PolicyLoadError` when it is absent); `source` (a directory or repo id) is recorded as `config.converted_from`.
+    `config_overrides` are hfpolicy config fields to replace after conversion (e.g. {"n_action_steps": 4}).
+    """
+    lerobot_type = config_data.get("type")
+    if not isinstance(lerobot_type, str):
+        raise LeRobotConversionError(f"{source}: LeRobot's config.json has no policy 'type'")
+    module = policy_module(lerobot_type)
+    lerobot_types, input_features, output_features = features_from_lerobot(config_data, source)
+
+    weights_path = resolve(WEIGHTS_FILE)
+    weights = read_safetensors(weights_path)
+    legacy = {k: weights.pop(k) for k in [k for k in weights if k.startswith(LEGACY_PREFIXES)]}
+    if legacy:
+        modes, stats = _legacy_normalization(config_data, lerobot_types, legacy, source)
+    else:
+        modes, stats = _processor_normalization(lerobot_types, resolve, source)
+
+    config = module.config_from_lerobot(dict(config_data), input_features, output_features)
+    normalization_mapping = normalization_mapping_from_lerobot(
+        config_data, {**input_features, **output_features}, modes
+    )
+    config = dataclasses.replace(
+        config, normalization_mapping=normalization_mapping, converted_from=f"LeRobot checkpoint {source}"
+    )
+    if config_overrides:
+        try:
+            config = PolicyConfig.from_dict({**config.to_dict(), **config_overrides})
+        except ValueError as e:
+            raise PolicyLoadError(f"{source}: config_overrides {dict(config_overrides)}: {e}") from e
+
+    policy_class = get_policy_class(config.type)
+    if not issubclass(policy_class, expected_class):
+        raise PolicyLoadError(f"{source} holds a {config.type!r} policy, not a {expected_class.__name__}")
+    try:
+        policy = policy_class(config, dataset_stats=stats)
+    except (KeyError, ValueError) as e:
+        raise LeRobotConversionError(f"{source}: the normalization stats do not fit the features: {e}") from e
+    model_weights = module.state_dict_from_lerobot(weights, config)
+    normalizer_state = {k: v for k, v in policy.state_dict().items() if k.startswith("normalizer.")}
+    policy.load_strict({**model_weights, **normalizer_state}, source=f"{weights_path} (converted from LeRobot)")
+    return policy.eval()
+
+
+def read_safetensors(path: Path) -> dict[str, Tensor]:
+    try:
+        return safetensors.torch.load_file(str(path), device="cpu")
+    except (safetensors.SafetensorError, OSError, ValueError) as e:
+        raise PolicyLoadError(
+            f"{path} is not a readable safetensors file ({e}); it may be truncated or corrupt: download it again"
+        ) from e
+
+
+def features_from_lerobot(
+    config_data: Mapping[str, Any], source: str
+) -> tuple[dict[str, str], dict[str, PolicyFeature], dict[str, PolicyFeature]]:
+    """(LeRobot type of every feature, hfpolicy input features, hfpolicy output features), in LeRobot's order."""
+    lerobot_types: dict[str, str] = {}
+    converted: list[dict[str, PolicyFeature]] = []
+    for field_name, allowed in (("input_features", ("VISUAL", "STATE", "ENV")), ("output_features", ("ACTION",))):
+        features = {}
+        for key, feature in (config_data.get(field_name) or {}).items():
+            kind = feature.get("type")
+            if kind not in allowed:
+                raise LeRobotConversionError(
+                    f"{source}: {field_name}[{key!r}] has LeRobot type {kind!r}; hfpolicy converts "
+                    f"{'/'.join(allowed)} {field_name.split('_')[0]} features only"
+                )
+            lerobot_types[key] = kind
+            features[key] = PolicyFeature(FEATURE_TYPES_FROM_LEROBOT[kind], tuple(int(d) for d in feature["shape"]))
+        converted.append(features)
+    if ACTION not in converted[1]:
+        raise LeRobotConversionError(f"{source}: LeRobot's config has no {ACTION!r} output feature")
+    return lerobot_types, converted[0], converted[1]
+
+
+def _norm_mode_from_lerobot(name: Any, key: str, source: str) -> NormMode:
+    if name not in NORM_MODES_FROM_LEROBOT:
+        raise LeRobotConversionError(
+            f"{source}: feature {key!r} uses LeRobot normalization {name!r}; hfpolicy implements "
+            f"{', '.join(NORM_MODES_FROM_LEROBOT)} only (the actions would differ)"
+        )
+    return NORM_MODES_FROM_LEROBOT[name]
+
+
+def _legacy_normalization(
+    config_data: Mapping[str, Any], lerobot_types: dict[str, str], buffers: dict[str, Tensor], source: str
+) -> tuple[dict[str, NormMode], dict[str, dict[str, Tensor]]]:
+    """Modes (from config.json) and stats (from the normalize_inputs / unnormalize_outputs buffers) per feature."""
+    mapping = config_data.get("normalization_mapping") or {}
+    modes, stats = {}, {}
+    for key, kind in lerobot_types.items():
+        mode = _norm_mode_from_lerobot(mapping.get(kind, "IDENTITY"), key, source)
+        modes[key] = mode
+        if mode == NormMode.IDENTITY:
+            continue
+        prefix = LEGACY_OUTPUT_PREFIX if kind == "ACTION" else LEGACY_INPUT_PREFIX
+        stats[key] = {}
+        for name in STAT_NAMES[mode]:
+            buffer_name = f"{prefix}buffer_{key.replace('.', '_')}.{name}"
+            value = buffers.get(buffer_name)
+            if value is None or not torch.isfinite(value).all():
+                raise LeRobotConversionError(
+                    f"{source}: model.safetensors has no usable {buffer_name!r} ({'missing' if value is None else 'not set'}"
+                    f"): this older LeRobot checkpoint lacks the {mode.value} stats of {key!r}"
+                )
+            stats[key][name] = value
+    return modes, stats
+
+
+def _processor_normalization(
+    lerobot_types: dict[str, str], resolve: Callable[[str], Path], source: str
+) -> tuple[dict[str, NormMode], dict[str, dict[str, Tensor]]]:
+    """Modes and stats per feature from the pre- (inputs) and post-processor (actions) files of LeRobot >= 0.4."""
+    modes: dict[str, NormMode] = {}
+    stats: dict[str, dict[str, Tensor]] = {}
+    for filename, step_name, keys in (
+        (PREPROCESSOR_FILE, NORMALIZER_STEP, [k for k, t in lerobot_types.items() if t != "ACTION"]),
+        (POSTPROCESSOR_FILE, UNNORMALIZER_STEP, [k for k, t in lerobot_types.items() if t == "ACTION"]),
+    ):
+        path = resolve(filename)
+        try:
+            pipeline = json.loads(Path(path).read_text())
+            steps = list(pipeline["steps"])
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise LeRobotConversionError(f"{path} is not a LeRobot processor pipeline ({e})") from e
+        step = None
+        for entry in steps:
+            name = entry.get("registry_name")
+            if name == step_name and step is None:
+                step = entry
+            elif name == "rename_observations_processor" and entry.get("config", {}).get("rename_map"):
+                warn_ignored(
+                    f"{filename} renames observations {entry['config']['rename_map']}; hfpolicy's policy takes the "
+                    "renamed keys (its input features) directly"
+                )
+            elif name not in PASSIVE_STEPS:
+                raise LeRobotConversionError(
+                    f"{path} has a processor step {name!r} that hfpolicy does not reproduce (it may change what the "
+                    f"policy sees or outputs); hfpolicy converts pipelines of {', '.join(PASSIVE_STEPS)}, "
+                    f"{NORMALIZER_STEP} and {UNNORMALIZER_STEP}"
+                )
+        if step is None:
+            raise LeRobotConversionError(f"{path} has no {step_name!r} step, so the normalization is unknown")
+        step_config = step.get("config", {})
+        eps = float(step_config.get("eps", EPS))
+        if eps > 1e-6:
+            raise LeRobotConversionError(
+                f"{path}: {step_name} eps={eps} differs from hfpolicy's {EPS} enough to change the actions"
+            )
+        norm_map, normalized = step_config.get("norm_map", {}), step_config.get("features", {})
+        state = read_safetensors(resolve(step["state_file"])) if step.get("state_file") else {}
+        for key in keys:
+            name = norm_map.get(lerobot_types[key], "IDENTITY") if key in normalized else "IDENTITY"
+            mode = modes[key] = _norm_mode_from_lerobot(name, key, source)
+            if mode == NormMode.IDENTITY:
+                continue
+            missing = [s for s in STAT_NAMES[mode] if f"{key}.{s}" not in state]
+            if missing:
+                raise LeRobotConversionError(
+                    f"{source}: {step.get('state_file')} lacks {[f'{key}.{s}' for s in missing]} ({mode.value} stats)"
+                )
+            stats[key] = {s: state[f"{key}.{s}"] for s in STAT_NAMES[mode]}
+    return modes, stats
+
+
+def normalization_mapping_from_lerobot(
+    config_data: Mapping[str, Any], features: dict[str, PolicyFeature], modes: dict[str, NormMode]
+) -> dict[str, NormMode]:
+    """hfpolicy's normalization_mapping: one entry per hfpolicy type (from LeRobot's mapping of the same type), plus
+    an entry per feature key whose mode differs from its type's (ENV features, features the processor skips)."""
+    lerobot_mapping = config_data.get("normalization_mapping") or {}
+    mapping: dict[str, NormMode] = {}
+    for lerobot_type, hf_type in HFPOLICY_TYPE_OF_LEROBOT_TYPE.items():
+        if lerobot_mapping.get(lerobot_type) in NORM_MODES_FROM_LEROBOT:
+            mapping[hf_type] = NORM_MODES_FROM_LEROBOT[lerobot_mapping[lerobot_type]]
+    for key, feature in features.items():
+        if feature_norm_mode(mapping, key, feature) != modes[key]:
+            mapping[key] = modes[key]
+    return mapping
+
+
+# --- writing LeRobot's layout -----------------------------------------------------------------------------------------
+def lerobot_feature_type(key: str, feature: PolicyFeature) -> str:
+    """LeRobot's type of an hfpolicy feature: the environment state is ENV, other states STATE."""
+    if feature.type == FeatureType.IMAGE:
+        return "VISUAL"
+    if feature.type == FeatureType.ACTION:
+        return "ACTION"
+    return "ENV" if key == OBS_ENV_STATE else "STATE"
+
+
+def lerobot_normalization(config: PolicyConfig) -> tuple[dict[str, str], dict[str, str]]:
+    """(LeRobot type of each feature, LeRobot's normalization_mapping). LeRobot normalizes per type, so the features of
+    one LeRobot type must share a mode."""
+    features = {**config.input_features, **config.output_features}
+    lerobot_types = {key: lerobot_feature_type(key, f) for key, f in features.items()}
+    mapping: dict[str, str] = {}
+    for lerobot_type, hf_type in HFPOLICY_TYPE_OF_LEROBOT_TYPE.items():  # types absent from the features too
+        mode = NormMode(config.normalization_mapping.get(hf_type, NormMode.IDENTITY))
+        mapping[lerobot_type] = NORM_MODES_TO_LEROBOT[mode]
+    for lerobot_type in dict.fromkeys(lerobot_types.values()):
+        keys = [k for k, t in lerobot_types.items() if t == lerobot_type]
+        names = {NORM_MODES_TO_LEROBOT[config.norm_mode(features[k], k)] for k in keys}
+        if len(names) > 1:
+            raise LeRobotConversionError(
+                f"features {keys} are all LeRobot type {lerobot_type} but use different normalizations {sorted(names)}; "
+                "LeRobot normalizes per type: give them one mode in normalization_mapping"
+            )
+        mapping[lerobot_type] = names.pop()
+    return lerobot_types, mapping
+
+
+def lerobot_config(config: PolicyConfig) -> dict[str, Any]:
+    """LeRobot's config.json for an hfpolicy config (LeRobot's common fields, then the type's own)."""
+    lerobot_types, mapping = lerobot_normalization(config)
+
+    def features(group: dict[str, PolicyFeature]) -> dict[str, Any]:
+        return {k: {"type": lerobot_types[k], "shape": list(f.shape)} for k, f in group.items()}
+
+    data: dict[str, Any] = {
+        "type": config.type,
+        "n_obs_steps": config.n_obs_steps,
+        "input_features": features(config.input_features),
+        "output_features": features(config.output_features),
+        "device": "cpu",
+        "use_amp": False,
+        "use_peft": False,
+        "push_to_hub": False,
+        "repo_id": None,
+        "private": None,
+        "tags": None,
+        "license": None,
+        "pretrained_path": None,
+        "pretrained_revision": None,
+        "normalization_mapping": mapping,
+    }
+    data.update(policy_module(config.type).config_to_lerobot(config))
+    return data
+
+
+def _processor_pipeline(name: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"name": name, "steps": steps}
+
+
+def write_lerobot_checkpoint(policy: Policy, folder: str | Path) -> list[Path]:
+    """Writes `policy` in LeRobot's layout (config.json, model.safetensors and the two processor pipelines with their
+    stats, as LeRobot's save_pretrained would) into the existing directory `folder`; returns the files written.
+
+    Raises `LeRobotConversionError` before writing anything when LeRobot cannot express the policy."""
+    folder = Path(folder)
+    config = policy.config
+    module = policy_module(config.type)
+    data = lerobot_config(config)
+    weights = {k: v.detach().cpu() for k, v in policy.state_dict().items() if not k.startswith("normalizer.")}
+    lerobot_weights = {k: v.contiguous() for k, v in module.state_dict_to_lerobot(weights, config).items()}
+
+    stats: dict[str, Tensor] = {}
+    for module_stats in policy.normalizer.stats.values():
+        for name in STAT_NAMES[module_stats.mode]:
+            stats[f"{module_stats.key}.{name}"] = getattr(module_stats, name).detach().cpu().contiguous()
+    features = {**data["input_features"], **data["output_features"]}
+    pre_state = "policy_preprocessor_step_3_normalizer_processor.safetensors"
+    post_state = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
+    device = {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}}
+    normalizer_config = {"eps": EPS, "norm_map": data["normalization_mapping"]}
+    preprocessor = _processor_pipeline(
+        "policy_preprocessor",
+        [
+            {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
+            {"registry_name": "to_batch_processor", "config": {}},
+            device,
+            {
+                "registry_name": NORMALIZER_STEP,
+                "config": {**normalizer_config, "features": features},
+                "state_file": pre_state,
+            },
+        ],
+    )
+    postprocessor = _processor_pipeline(
+        "policy_postprocessor",
+        [
+            {
+                "registry_name": UNNORMALIZER_STEP,
+                "config": {**normalizer_config, "features": data["output_features"]},
+                "state_file": post_state,
+            },
+            device,
+        ],
+    )
+    written = [
+        write_json_atomically(folder / CONFIG_FILE, data, indent=4),
+        write_json_atomically(folder / PREPROCESSOR_FILE, preprocessor),
+        write_json_atomically(folder / POSTPROCESSOR_FILE, postprocessor),
+    ]
+    for filename, tensors in (
+        (WEIGHTS_FILE, lerobot_weights),
+        (pre_state, stats),  # LeRobot saves every feature's stats in both files
+        (post_state, stats),
+    ):
+        safetensors.torch.save_file(tensors, str(folder / filename))
+        written.append(folder / filename)
+    return written
