@@ -1,9 +1,13 @@
-"""LeRobot's ACT checkpoints <-> hfpolicy's ACTPolicy: the config fields and the weight names.
+"""ACT to and from LeRobot (0.4 to 0.6 field names and weight layout): the four functions that
+`hfpolicy.policies.lerobot_format` calls (see its docstring).
 
-LeRobot (0.6.x) keeps the network under `model.` with its own layer names; the layers compute the same functions, so
-a renamed state dict gives identical actions. The normalization stats live in LeRobot's processor files and are handled
-by the generic loader (`hfpolicy.policies.lerobot_format`), not here. The CVAE's fixed sinusoidal positions, which
-LeRobot saves as `model.vae_encoder_pos_enc`, are recomputed by hfpolicy (a non-persistent buffer).
+The networks compute the same functions; what differs:
+- module names: LeRobot keeps the network under `model.` (`model.encoder_robot_state_input_proj` is hfpolicy's
+  `state_proj`, `model.vae_encoder` is `cvae.encoder`, a decoder layer's `multihead_attn` / `linear1` / `norm2` are
+  `cross_attn` / `ff_in` / `norm_cross_attn`, ...);
+- the CVAE's fixed sinusoidal positions, which LeRobot saves as `model.vae_encoder_pos_enc`, are recomputed by
+  hfpolicy (a non-persistent buffer); on loading they are checked against hfpolicy's table.
+The normalization stats (LeRobot's processor files) are lerobot_format's.
 """
 
 import re
@@ -12,9 +16,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
 from hfpolicy.policies.act.configuration import ACTConfig
 from hfpolicy.policies.act.modeling import sinusoidal_positions_1d
-from hfpolicy.policies.config import PolicyFeature
+from hfpolicy.policies.config import FeatureType, PolicyFeature
+from hfpolicy.policies.lerobot_format import LeRobotConversionError, warn_ignored
 
 # LeRobot ACTConfig fields that are ACTConfig fields of the same name and meaning.
 SHARED_FIELDS = (
@@ -41,6 +47,19 @@ SHARED_FIELDS = (
     "optimizer_weight_decay",
     "optimizer_lr_backbone",
 )
+
+# LeRobot fields mapped by hand below (or deliberately not carried over).
+HANDLED_FIELDS = (
+    "type",
+    "input_features",
+    "output_features",
+    "normalization_mapping",  # mapped by lerobot_format
+    "pretrained_backbone_weights",  # the backbone's weights are in the checkpoint: never downloaded again
+    "use_peft",
+)
+IGNORED_FIELDS = {"use_amp": False}  # LeRobot's autocast; hfpolicy acts in float32
+RUNTIME_FIELDS = ("device", "push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path")
+RUNTIME_FIELDS += ("pretrained_revision",)  # where LeRobot runs or uploads: nothing to do with the policy
 
 # (LeRobot name prefix, hfpolicy name prefix), most specific first; applied to whole dotted components.
 _TOP_LEVEL = (
@@ -78,22 +97,41 @@ def config_from_lerobot(
     input_features: dict[str, PolicyFeature],
     output_features: dict[str, PolicyFeature],
 ) -> ACTConfig:
-    """An ACTConfig from a LeRobot ACT config.json (a dict) and the features already converted to hfpolicy's.
+    """ACTConfig from LeRobot's ACT config.json dict (features already converted).
 
-    `pretrained_backbone_weights` is dropped (set to None): the checkpoint's weights replace the backbone's
-    initialization, so downloading torchvision's ImageNet weights to build the policy would be wasted (and fails
-    offline)."""
-    if lerobot_config.get("type", "act") != "act":
-        raise ValueError(f"not a LeRobot ACT config: type {lerobot_config.get('type')!r}")
+    `pretrained_backbone_weights` is not carried over: the checkpoint holds the backbone's weights, so downloading
+    torchvision's ImageNet weights to build the policy would be wasted (and fails offline)."""
+    if lerobot_config.get("use_peft"):
+        raise LeRobotConversionError(
+            "use_peft=true: this LeRobot checkpoint holds PEFT adapter weights, which hfpolicy does not apply; "
+            "merge the adapters into the model in LeRobot and save it again"
+        )
+    unknown = sorted(set(lerobot_config) - {*SHARED_FIELDS, *HANDLED_FIELDS, *IGNORED_FIELDS, *RUNTIME_FIELDS})
+    if unknown:
+        warn_ignored(f"LeRobot ACT config fields {unknown} are unknown to hfpolicy's conversion and ignored")
+    for name, default in IGNORED_FIELDS.items():
+        if name in lerobot_config and lerobot_config[name] != default:
+            warn_ignored(f"LeRobot's {name}={lerobot_config[name]!r} does not change the actions; hfpolicy ignores it")
+    inputs = {}
+    for key, feature in input_features.items():  # LeRobot's ACT reads only these keys
+        if key in (OBS_STATE, OBS_ENV_STATE) or feature.type == FeatureType.IMAGE:
+            inputs[key] = feature
+        else:
+            warn_ignored(f"input feature {key!r}: LeRobot's ACT does not condition on it; dropped")
     fields = {name: lerobot_config[name] for name in SHARED_FIELDS if name in lerobot_config}
     fields["pretrained_backbone_weights"] = None
     fields["replace_final_stride_with_dilation"] = bool(fields.get("replace_final_stride_with_dilation", False))
-    return ACTConfig(input_features=dict(input_features), output_features=dict(output_features), **fields)
+    try:
+        return ACTConfig(input_features=inputs, output_features=dict(output_features), **fields)
+    except ValueError as e:
+        raise LeRobotConversionError(f"this LeRobot ACT config cannot be reproduced by hfpolicy's ACT: {e}") from e
 
 
 def config_to_lerobot(config: ACTConfig) -> dict[str, Any]:
-    """The ACT-specific fields of a LeRobot ACT config.json (features and normalization are the generic loader's)."""
-    return {"type": "act", **{name: getattr(config, name) for name in SHARED_FIELDS}}
+    """LeRobot's ACT config.json fields (besides the common ones lerobot_format writes)."""
+    fields = {name: getattr(config, name) for name in SHARED_FIELDS}
+    fields.update(pretrained_backbone_weights=None, use_amp=False)  # the weights are in model.safetensors
+    return fields
 
 
 def _rename_from_lerobot(name: str) -> str:
@@ -127,14 +165,14 @@ def _rename_to_lerobot(name: str) -> str:
 def state_dict_from_lerobot(state_dict: dict[str, Tensor], config: ACTConfig) -> dict[str, Tensor]:
     """LeRobot ACT weights (model.safetensors) renamed to hfpolicy's ACTPolicy names (without normalization stats).
 
-    Raises ValueError naming the keys that are not ACT weights, and when the saved CVAE positions differ from the
-    ones hfpolicy computes (which would mean different actions)."""
+    Raises LeRobotConversionError naming the keys that are not ACT weights, and when the saved CVAE positions differ
+    from the ones hfpolicy computes (which would mean different actions)."""
     renamed, unknown = {}, []
     for name, value in state_dict.items():
         if name == VAE_POSITIONS_KEY:
             expected = sinusoidal_positions_1d(value.shape[1], config.dim_model).unsqueeze(0)
             if value.shape != expected.shape or not torch.allclose(value.float(), expected, atol=1e-6):
-                raise ValueError(
+                raise LeRobotConversionError(
                     f"{VAE_POSITIONS_KEY} of shape {tuple(value.shape)} is not the sinusoidal table hfpolicy computes "
                     f"for dim_model={config.dim_model}: the checkpoint does not come from a LeRobot ACT it can load"
                 )
@@ -144,7 +182,9 @@ def state_dict_from_lerobot(state_dict: dict[str, Tensor], config: ACTConfig) ->
         except KeyError:
             unknown.append(name)
     if unknown:
-        raise ValueError(f"the LeRobot checkpoint has weights that are not LeRobot ACT weights: {sorted(unknown)}")
+        raise LeRobotConversionError(
+            f"the LeRobot checkpoint has weights that are not LeRobot ACT weights: {sorted(unknown)}"
+        )
     return renamed
 
 

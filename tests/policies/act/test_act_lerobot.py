@@ -1,19 +1,18 @@
-"""ACT checkpoints written by LeRobot 0.6.1 act exactly as LeRobot does: the predicted chunk and the actions that
-temporal ensembling executes over 5 steps, within 1e-4, for the state fixture in ../shared and (when
-HFPOLICY_ACT_IMAGE_FIXTURE names one, made by make_act_fixture.py --variant image) the image fixture; and the weight
-names convert both ways."""
+"""ACT checkpoints written by LeRobot 0.6.1 load with `Policy.from_pretrained` and act exactly as LeRobot does: the
+predicted chunk and the actions that temporal ensembling executes over 5 steps, within 1e-4, for the state fixture in
+../shared and (when HFPOLICY_ACT_IMAGE_FIXTURE names one, made by make_act_fixture.py --variant image) the image
+fixture. The weight names convert both ways, and an hfpolicy ACT exported in LeRobot's layout loads back identically."""
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 import torch
-from act_setup import image_config, pusht_stats
+from act_setup import image_config, observation, pusht_stats
 from safetensors.torch import load_file
 
-from hfpolicy.constants import OBS_ENV_STATE
-from hfpolicy.policies import FeatureType, PolicyFeature
+from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
+from hfpolicy.policies import NormMode, Policy
 from hfpolicy.policies.act import ACTPolicy
 from hfpolicy.policies.act.lerobot import (
     VAE_POSITIONS_KEY,
@@ -22,37 +21,19 @@ from hfpolicy.policies.act.lerobot import (
     state_dict_from_lerobot,
     state_dict_to_lerobot,
 )
+from hfpolicy.policies.lerobot_format import LeRobotConversionError, write_lerobot_checkpoint
 
 FIXTURES = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "lerobot-0.6.1"
 STATE_FIXTURE = FIXTURES / "lerobot_act_state"
 IMAGE_FIXTURE_ENV = "HFPOLICY_ACT_IMAGE_FIXTURE"
-LEROBOT_TYPES = {"VISUAL": FeatureType.IMAGE, "STATE": FeatureType.STATE, "ENV": FeatureType.STATE}
 TOLERANCE = 1e-4
 
 
 def load_lerobot_act(folder: Path) -> ACTPolicy:
-    """An ACTPolicy from a LeRobot ACT checkpoint folder: config and weights through hfpolicy.policies.act.lerobot,
-    the stats from LeRobot's normalizer processor file (LeRobot leaves ENV features unnormalized: identity stats)."""
-    model = folder / "pretrained_model"
-    lerobot_config = json.loads((model / "config.json").read_text())
-    inputs = {
-        key: PolicyFeature(LEROBOT_TYPES[f["type"]], tuple(f["shape"]))
-        for key, f in lerobot_config["input_features"].items()
-    }
-    outputs = {"action": PolicyFeature(FeatureType.ACTION, tuple(lerobot_config["output_features"]["action"]["shape"]))}
-    config = config_from_lerobot(lerobot_config, inputs, outputs)
-    (stats_file,) = model.glob("policy_preprocessor_*normalizer_processor.safetensors")
-    stats: dict[str, dict[str, torch.Tensor]] = {}
-    for name, value in load_file(stats_file).items():
-        key, stat = name.rsplit(".", 1)
-        stats.setdefault(key, {})[stat] = value
-    for key, feature in lerobot_config["input_features"].items():
-        if feature["type"] == "ENV":
-            stats[key] = {"mean": torch.zeros(feature["shape"]), "std": torch.ones(feature["shape"])}
-    policy = ACTPolicy(config, dataset_stats=stats)
-    weights = state_dict_from_lerobot(load_file(model / "model.safetensors"), config)
-    policy.load_strict({**{k: v for k, v in policy.state_dict().items() if k.startswith("normalizer.")}, **weights})
-    return policy.eval()
+    """hfpolicy's policy from a LeRobot fixture folder, through the one public loader."""
+    policy = Policy.from_pretrained(folder / "pretrained_model")
+    assert type(policy) is ACTPolicy and not policy.training
+    return policy
 
 
 def max_errors(policy: ACTPolicy, folder: Path) -> tuple[float, float]:
@@ -78,6 +59,8 @@ def test_state_checkpoint_acts_as_lerobot():
         pytest.skip(f"{STATE_FIXTURE} is not present (it sits beside the clone on CI and dev machines)")
     policy = load_lerobot_act(STATE_FIXTURE)
     assert policy.config.chunk_size == 20 and OBS_ENV_STATE in policy.config.input_features
+    assert policy.config.norm_mode(policy.config.input_features[OBS_ENV_STATE], OBS_ENV_STATE) == NormMode.IDENTITY
+    assert policy.config.norm_mode(policy.config.input_features[OBS_STATE], OBS_STATE) == NormMode.MEAN_STD
     chunk_error, ensemble_error = max_errors(policy, STATE_FIXTURE)
     assert chunk_error < TOLERANCE and ensemble_error < TOLERANCE, (chunk_error, ensemble_error)
 
@@ -108,5 +91,23 @@ def test_weight_names_convert_both_ways(pre_norm):
     back = state_dict_from_lerobot(lerobot, config)
     assert back.keys() == weights.keys() and all(torch.equal(back[k], weights[k]) for k in weights)
     assert config_from_lerobot(config_to_lerobot(config), config.input_features, config.output_features) == config
-    with pytest.raises(ValueError, match="model.not_an_act_weight"):
+    with pytest.raises(LeRobotConversionError, match="model.not_an_act_weight"):
         state_dict_from_lerobot({**lerobot, "model.not_an_act_weight": torch.zeros(1)}, config)
+
+
+def test_exported_checkpoint_loads_back_with_identical_actions(tmp_path):
+    torch.manual_seed(0)
+    policy = ACTPolicy(image_config(temporal_ensemble_coeff=0.05, n_action_steps=1), dataset_stats=pusht_stats())
+    policy.eval()
+    write_lerobot_checkpoint(policy, tmp_path)
+    loaded = Policy.from_pretrained(tmp_path)
+    assert type(loaded) is ACTPolicy and loaded.config.converted_from is not None
+    assert loaded.config.temporal_ensemble_coeff == 0.05
+    for name, value in policy.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], value), name
+    steps = [observation(policy.config, 2, phase=0.4 * t, time_dim=False) for t in range(3)]
+    actions = []
+    for p in (policy, loaded):
+        p.reset()
+        actions.append(torch.stack([p.select_action(o) for o in steps]))
+    torch.testing.assert_close(actions[1], actions[0], rtol=0, atol=0)
