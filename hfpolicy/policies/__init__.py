@@ -2,12 +2,14 @@
 `<type>/modeling.py`). Configurations are imported here so that every type is known to the command line and to
 config.json loading; the (heavier) models are imported when first used."""
 
+from hfpolicy.policies.act.configuration import ACTConfig
 from hfpolicy.policies.base import Policy, PolicyLoadError, get_policy_class, make_policy
 from hfpolicy.policies.config import FeatureType, NormMode, PolicyConfig, PolicyFeature, known_policy_types
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
 from hfpolicy.policies.normalization import MissingStatsError
 
 __all__ = [
+    "ACTConfig",
     "DiffusionConfig",
     "FeatureType",
     "MissingStatsError",

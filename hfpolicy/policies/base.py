@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from hfpolicy.atomic_files import write_json_atomically
 from hfpolicy.constants import ACTION, CONFIG_FILE, WEIGHTS_FILE
+from hfpolicy.policies.action_selection import ActionBuffer, ActionQueue
 from hfpolicy.policies.config import PolicyConfig, known_policy_types
 from hfpolicy.policies.normalization import Normalizer
 
@@ -53,7 +54,9 @@ class Policy(
     Acting step by step: `select_action(observation)` takes one observation per env (tensors with a batch dim) and
     returns one action per env. It keeps the last `n_obs_steps` observations (at an episode's first step the first
     observation is repeated to fill the history) and a queue of `n_action_steps` actions, and predicts a new chunk only
-    when the queue is empty. Call `reset()` at every episode start: it empties both.
+    when the queue is empty. Call `reset()` at every episode start: it empties both. The queue is the policy's action
+    buffer (`hfpolicy.policies.action_selection`); a subclass that executes chunks differently overrides
+    `make_action_buffer` (ACT's temporal ensembling predicts a chunk at every step and averages the predictions).
 
     Sampling noise (policies that sample, such as Diffusion Policy): `reset(seeds=[...])` gives each env slot of the
     coming batch its own `torch.Generator` seeded with that slot's episode seed, and every chunk `select_action`
@@ -92,7 +95,7 @@ class Policy(
         if dataset_stats is not None:
             self.normalizer.set_stats(dataset_stats)
         self._obs_history: deque[dict[str, Tensor]] = deque(maxlen=config.n_obs_steps)
-        self._action_queue: deque[Tensor] = deque(maxlen=config.n_action_steps)
+        self._actions: ActionBuffer = self.make_action_buffer()
         self.noise_generator: NoiseSource = None  # set by the user; used when reset() got no seeds
         self._episode_generators: list[torch.Generator] | None = None  # one per env slot, set by reset(seeds=...)
 
@@ -109,6 +112,11 @@ class Policy(
         Policies that sample draw their noise from `generator` (one `torch.Generator`, or a list with one per batch
         row; None: torch's global RNG) or take it as `noise`; deterministic policies ignore both."""
         raise NotImplementedError
+
+    def make_action_buffer(self) -> ActionBuffer:
+        """How `select_action` executes predicted chunks; called by `__init__` and `reset()`. Default: a queue of each
+        chunk's first `n_action_steps` actions. See `hfpolicy.policies.action_selection` for the interface."""
+        return ActionQueue(self.config.n_action_steps)
 
     def get_optim_params(self) -> Any:
         """Parameters (or param groups) for the optimizer."""
@@ -130,17 +138,25 @@ class Policy(
         generator, so that sampling policies act as a function of the episode's seed alone (see the class docstring).
         """
         self._obs_history.clear()
-        self._action_queue.clear()
+        self._actions = self.make_action_buffer()
         self._episode_generators = None if seeds is None else [torch.Generator().manual_seed(int(s)) for s in seeds]
 
     @torch.inference_mode()  # no autograd bookkeeping in (e.g.) a denoising loop
     def predict_action_chunk(
-        self, observation: dict[str, Tensor], *, generator: NoiseSource = None, noise: Tensor | None = None
+        self,
+        observation: dict[str, Tensor],
+        *,
+        generator: NoiseSource = None,
+        noise: Tensor | None = None,
+        n_steps: int | None = None,
     ) -> Tensor:
-        """Actions (B, n_action_steps, A) in dataset units from raw observations with a time dim (B, n_obs_steps, ...).
+        """Actions (B, n_steps, A) in dataset units from raw observations with a time dim (B, n_obs_steps, ...).
 
-        Noise (sampling policies only): `noise`, the policy's initial noise tensor, or drawn from `generator` (one
-        generator or one per batch row), else from `self.noise_generator`, else from torch's global RNG."""
+        `n_steps`: how many of the predicted actions to return (default n_action_steps; at most as many as the policy
+        predicts). Noise (sampling policies only): `noise`, the policy's initial noise tensor, or drawn from
+        `generator` (one generator or one per batch row), else from `self.noise_generator`, else from torch's global
+        RNG."""
+        n_steps = self.config.n_action_steps if n_steps is None else n_steps
         if generator is None:
             generator = self.noise_generator
         if isinstance(generator, list | tuple):
@@ -149,16 +165,17 @@ class Policy(
                 raise ValueError(f"{len(generator)} noise generators for a batch of {batch_size}: pass one per row")
             generator = list(generator)
         chunk = self.generate_actions(self.normalizer.normalize(observation), generator=generator, noise=noise)
-        if chunk.ndim != 3 or chunk.shape[1] < self.config.n_action_steps:
+        if chunk.ndim != 3 or chunk.shape[1] < n_steps:
             raise RuntimeError(
                 f"{type(self).__name__}.generate_actions returned shape {tuple(chunk.shape)}; "
-                f"expected (batch, >= {self.config.n_action_steps}, action_dim)"
+                f"expected (batch, >= {n_steps}, action_dim)"
             )
-        return self.normalizer.unnormalize(ACTION, chunk[:, : self.config.n_action_steps])
+        return self.normalizer.unnormalize(ACTION, chunk[:, :n_steps])
 
     @torch.no_grad()
     def select_action(self, observation: dict[str, Tensor]) -> Tensor:
-        """One action per env (B, A) for one observation per env; see the class docstring for the queue."""
+        """One action per env (B, A) for one observation per env; see the class docstring for the history and the
+        action buffer (`make_action_buffer`)."""
         missing = [key for key in self.config.input_features if key not in observation]
         if missing:
             raise KeyError(f"the observation lacks {missing} (policy inputs: {list(self.config.input_features)})")
@@ -175,11 +192,11 @@ class Policy(
             self._obs_history.extend([current] * self.config.n_obs_steps)
         else:
             self._obs_history.append(current)
-        if not self._action_queue:
+        if self._actions.needs_chunk():
             stacked = {key: torch.stack([obs[key] for obs in self._obs_history], dim=1) for key in current}
-            chunk = self.predict_action_chunk(stacked, generator=self._episode_generators)
-            self._action_queue.extend(chunk.transpose(0, 1))
-        return self._action_queue.popleft()
+            steps = self._actions.steps_per_chunk
+            self._actions.push(self.predict_action_chunk(stacked, generator=self._episode_generators, n_steps=steps))
+        return self._actions.pop()
 
     # --- saving and loading -----------------------------------------------------------------------------------------
     def _save_pretrained(self, save_directory: Path) -> None:
