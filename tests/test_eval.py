@@ -7,6 +7,7 @@ import math
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from envs.toy_env import (
     MAX_END_STEP,
     TOY_ENV_ID,
@@ -267,3 +268,59 @@ def test_max_steps_default_is_the_env_time_limit(toy_policy):
         env.close()
     assert all(r.length <= 4 for r in records)
     assert MAX_END_STEP > 4
+
+
+# --- invalid actions: non-finite ones stop the evaluation, out-of-space ones are clipped and counted ---------------
+class BoundedToyEnv(ScriptedEpisodesEnv):
+    """The toy env with a bounded action space; it keeps every action it receives."""
+
+    bound = 1.0
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = gym.spaces.Box(-self.bound, self.bound, (2,), np.float32)
+        self.received = []
+
+    def step(self, action):
+        self.received.append(np.array(action))
+        return super().step(action)
+
+
+def test_non_finite_action_stops_the_evaluation_naming_episode_and_step():
+    from hfpolicy.eval import InvalidActionError
+
+    policy = make_toy_policy(low=-50.0, high=150.0)
+    with torch.no_grad():
+        policy.offset[3, 1] = float("nan")  # the 3rd executed action of every chunk (n_obs_steps=2: index 1 + 2)
+    env = toy_vector_env(2)
+    try:
+        with pytest.raises(InvalidActionError, match=r"non-finite action .* in episode 0 \(seed 100000\) at step 3"):
+            evaluate(policy, env, 2, START_SEED, max_steps=MAX_STEPS, progress=False)
+    finally:
+        env.close()
+
+
+def test_out_of_space_actions_are_clipped_and_counted(toy_policy, reference):
+    env = make_vector_env([BoundedToyEnv] * 3, parallel=False)
+    try:
+        result = evaluate(toy_policy, env, 3, START_SEED, max_steps=MAX_STEPS, progress=False)
+        received = np.concatenate([np.stack(e.unwrapped.received) for e in env.envs])
+    finally:
+        env.close()
+    assert np.abs(received).max() <= BoundedToyEnv.bound  # the env only ever saw actions inside its space
+    # the toy policy's actions are far outside [-1, 1]: every step of every episode was clipped, and it is counted
+    assert [e.n_clipped_actions for e in result.episodes] == [e.length for e in result.episodes]
+    assert result.aggregated["n_clipped_actions"] == sum(e.length for e in result.episodes) > 0
+    assert [e.length for e in result.episodes] == [r["length"] for r in reference[:3]]  # the episodes still ran
+
+
+def test_actions_inside_the_space_are_not_clipped(toy_policy, reference):
+    class WideToyEnv(BoundedToyEnv):
+        bound = 1e6
+
+    env = make_vector_env([WideToyEnv] * 3, parallel=False)
+    try:
+        result = evaluate(toy_policy, env, 3, START_SEED, max_steps=MAX_STEPS, progress=False)
+    finally:
+        env.close()
+    assert as_dicts(result) == reference[:3]  # exact: nothing clipped, nothing changed

@@ -142,6 +142,7 @@ def summarize_episodes(episodes: Sequence[EpisodeRecord], eval_s: float) -> dict
         "pc_success": 100 * n_successes / n,
         "pc_success_ci95": [100 * low, 100 * high],
         "avg_length": sum(e.length for e in episodes) / n,
+        "n_clipped_actions": sum(e.n_clipped_actions for e in episodes),  # steps whose action was clipped
         "eval_s": eval_s,
         "episodes_per_s": n / eval_s if eval_s > 0 else math.inf,
     }

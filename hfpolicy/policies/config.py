@@ -8,7 +8,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, ClassVar
 
 import draccus
 
@@ -59,6 +59,23 @@ class PolicyConfig(draccus.ChoiceRegistry):
     use_ema: bool = False  # keep an exponential moving average of the weights; evaluate and save with it
     ema_power: float = 0.75  # EMA warmup power: decay = 1 - (1 + step) ** -power
     ema_max_decay: float = 0.9999  # EMA decay never exceeds this
+
+    # Fields a saved policy's config.json may change after training: they steer acting or training, not what the
+    # weights mean (every other field must match the config recorded in model.safetensors; see Policy.from_pretrained).
+    acting_fields: ClassVar[frozenset[str]] = frozenset(
+        {
+            "n_action_steps",
+            "optimizer_lr",
+            "optimizer_betas",
+            "optimizer_eps",
+            "optimizer_weight_decay",
+            "scheduler_name",
+            "scheduler_warmup_steps",
+            "use_ema",
+            "ema_power",
+            "ema_max_decay",
+        }
+    )
 
     @classmethod
     def default_choice_name(cls) -> str:

@@ -1,6 +1,7 @@
 """The policy base class: the select_action queue and history, normalization stats, strict save / load (local, Hub)."""
 
 import json
+import re
 
 import pytest
 import safetensors.torch
@@ -230,3 +231,41 @@ def test_make_policy_builds_the_registered_class():
     assert type(policy) is ToyPolicy
     with pytest.raises(TypeError, match="ToyConfig"):
         ToyPolicy(object())
+
+
+# --- loaded files that would silently mean something else --------------------------------------------------------
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_weights_with_nan_or_inf_are_refused_by_name(tmp_path, value):
+    make_toy_policy().save_pretrained(tmp_path)
+    with safetensors.safe_open(tmp_path / WEIGHTS_FILE, framework="pt") as f:
+        metadata = f.metadata()
+    state = safetensors.torch.load_file(tmp_path / WEIGHTS_FILE)
+    state["offset"][2, 1] = value  # a corrupted but parseable file
+    safetensors.torch.save_file(state, tmp_path / WEIGHTS_FILE, metadata=metadata)
+    with pytest.raises(PolicyLoadError, match=r"NaN or inf in offset \(1 values\)"):
+        Policy.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize(("field", "value"), [("horizon", 32), ("n_obs_steps", 3), ("offset_scale", [0.1, 0.1])])
+def test_config_edited_to_contradict_the_weights_is_refused(tmp_path, field, value):
+    make_toy_policy().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / CONFIG_FILE).read_text())
+    trained_with = config[field]
+    config[field] = value
+    (tmp_path / CONFIG_FILE).write_text(json.dumps(config))
+    with pytest.raises(
+        PolicyLoadError, match=rf"contradicts the weights.*{field}: .*trained with {re.escape(repr(trained_with))}"
+    ):
+        Policy.from_pretrained(tmp_path)
+    # the same change as an override is refused too
+    (tmp_path / CONFIG_FILE).write_text(json.dumps({**config, field: trained_with}))
+    with pytest.raises(PolicyLoadError, match=f"contradicts the weights.*{field}"):
+        Policy.from_pretrained(tmp_path, config_overrides={field: value})
+
+
+def test_acting_fields_may_change_after_training(tmp_path):
+    make_toy_policy().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / CONFIG_FILE).read_text())
+    (tmp_path / CONFIG_FILE).write_text(json.dumps({**config, "n_action_steps": 4, "optimizer_lr": 0.5}))
+    loaded = Policy.from_pretrained(tmp_path)
+    assert loaded.config.n_action_steps == 4 and loaded.config.optimizer_lr == 0.5
