@@ -14,16 +14,12 @@ import safetensors
 import safetensors.torch
 import torch
 from huggingface_hub import PyTorchModelHubMixin, hf_hub_download
-from huggingface_hub.errors import (
-    EntryNotFoundError,
-    HFValidationError,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
+from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, HFValidationError
 from torch import Tensor, nn
 
 from hfpolicy.atomic_files import write_json_atomically
 from hfpolicy.constants import ACTION, CONFIG_FILE, WEIGHTS_FILE
+from hfpolicy.hub_errors import describe_hub_error, is_missing_file
 from hfpolicy.policies.config import PolicyConfig, known_policy_types
 from hfpolicy.policies.normalization import Normalizer
 
@@ -238,14 +234,14 @@ class Policy(
                         local_files_only=local_files_only,
                     )
                 )
-            except EntryNotFoundError as e:
+            except (EntryNotFoundError, HFValidationError, HfHubHTTPError, OSError) as e:
+                if isinstance(e, HFValidationError) and not str(pretrained_name_or_path).count("/") == 1:
+                    raise PolicyLoadError(
+                        f"{pretrained_name_or_path!r} is not a local directory, nor a Hub repo id (user/name)"
+                    ) from e
                 raise PolicyLoadError(
-                    f"the Hub repo {pretrained_name_or_path!r} has no {filename}: is it an hfpolicy policy?"
-                ) from e
-            except (HFValidationError, RepositoryNotFoundError, RevisionNotFoundError) as e:
-                raise PolicyLoadError(
-                    f"{pretrained_name_or_path!r} is not a local directory, nor a Hub repo (at revision {revision}) "
-                    f"that can be read: {e}"
+                    describe_hub_error(e, str(pretrained_name_or_path), filename, revision)
+                    + (": is it an hfpolicy policy?" if is_missing_file(e) else "")
                 ) from e
 
         config_path = resolve(CONFIG_FILE)
