@@ -272,7 +272,10 @@ class Policy(
         check_config_matches_weights(config, weights_metadata, config_path, weights_path)
         check_weights_finite(state_dict, weights_path)
 
-        policy = policy_class(config)
+        try:
+            policy = policy_class(config)
+        except ValueError as e:  # settings that do not fit together, e.g. n_action_steps > horizon - n_obs_steps + 1
+            raise PolicyLoadError(f"{config_path}: {e}") from e
         policy.load_strict(state_dict, source=str(weights_path))
         policy.to(map_location)
         policy.eval()

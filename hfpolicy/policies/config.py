@@ -11,6 +11,7 @@ from enum import Enum
 from typing import Any, ClassVar
 
 import draccus
+from draccus.utils import DecodingError, ParsingError
 
 from hfpolicy.constants import ACTION
 
@@ -155,8 +156,15 @@ class PolicyConfig(draccus.ChoiceRegistry):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PolicyConfig":
         """Builds the registered config class named by data["type"] (nested dataclasses and tuples restored)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a policy config is a JSON object with a 'type' field, got a {type(data).__name__}")
         data = dict(data)
         type_name = data.pop("type", None)
+        if type_name is not None and not isinstance(type_name, str):
+            raise ValueError(
+                f"'type' must be a policy type name (a string such as 'diffusion'), got {json.dumps(type_name)}; "
+                f"known types: {', '.join(known_policy_types())}"
+            )
         if type_name is None:
             raise ValueError(f"a policy config needs a 'type' field; known types: {', '.join(known_policy_types())}")
         try:
@@ -171,7 +179,14 @@ class PolicyConfig(draccus.ChoiceRegistry):
         unknown = sorted(set(data) - known_fields)
         if unknown:
             raise ValueError(f"config for policy type {type_name!r} has unknown fields {unknown}")
-        return draccus.decode(config_class, data)
+        try:
+            return draccus.decode(config_class, data)
+        except DecodingError as e:  # a field of the wrong type, e.g. "horizon": "abc"
+            raise ValueError(f"{' '.join(str(e).split())} (field types: see {config_class.__name__})") from e
+        except ParsingError as e:  # __post_init__ refused the combination of settings: its message says why
+            raise ValueError(str(e.__cause__ or e)) from e
+        except TypeError as e:
+            raise ValueError(f"a field has a value of the wrong type: {e}") from e
 
 
 def known_policy_types() -> list[str]:

@@ -269,3 +269,32 @@ def test_acting_fields_may_change_after_training(tmp_path):
     (tmp_path / CONFIG_FILE).write_text(json.dumps({**config, "n_action_steps": 4, "optimizer_lr": 0.5}))
     loaded = Policy.from_pretrained(tmp_path)
     assert loaded.config.n_action_steps == 4 and loaded.config.optimizer_lr == 0.5
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda c: {**c, "horizon": "abc"}, r"config\.json: `horizon`: Couldn't parse 'abc' into an int"),
+        (lambda c: {**c, "type": {}}, r"'type' must be a policy type name .* got \{\}"),
+        (lambda c: [c], r"a policy config is a JSON object .* got a list"),
+        (lambda c: {**c, "n_action_steps": 20}, r"config\.json: n_obs_steps - 1 \+ n_action_steps must be <= horizon"),
+    ],
+    ids=["wrong-type", "type-not-a-string", "not-an-object", "invalid-combination"],
+)
+def test_bad_config_json_is_one_clear_error(tmp_path, edit, message):
+    make_toy_policy().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / CONFIG_FILE).read_text())
+    (tmp_path / CONFIG_FILE).write_text(json.dumps(edit(config)))
+    with pytest.raises(PolicyLoadError, match=message):
+        Policy.from_pretrained(tmp_path)
+
+
+def test_diffusion_config_combination_errors_are_plain_value_errors():
+    from hfpolicy.policies import PolicyConfig
+    from hfpolicy.policies.diffusion import DiffusionConfig
+
+    data = DiffusionConfig().to_dict()
+    with pytest.raises(ValueError, match=r"n_action_steps=20 does not fit.*<= horizon - n_obs_steps \+ 1 = 15"):
+        PolicyConfig.from_dict({**data, "n_action_steps": 20})
+    with pytest.raises(ValueError, match=r"`down_dims.0`: Couldn't parse 'a' into an int"):
+        PolicyConfig.from_dict({**data, "down_dims": "abc"})
