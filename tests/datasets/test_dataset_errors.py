@@ -128,3 +128,21 @@ def test_nan_in_stats_json_is_named(tmp_path, tiny_dataset):
     (root / "meta/stats.json").write_text(json.dumps(stats))  # json writes NaN, as a careless tool would
     with pytest.raises(DatasetFormatError, match=r"stats of user/nanstats .* NaN or inf in action\.max"):
         PolicyDataset("user/nanstats", root=root)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("fps", "ten", r'fps must be a positive number of frames per second, got "ten"'),
+        ("fps", 0, "fps must be a positive number of frames per second, got 0"),
+        ("features", ["action", "observation.state"], "features must be an object .* got a list"),
+    ],
+)
+def test_bad_info_json_values_are_one_clear_error(tmp_path, tiny_dataset, field, value, message):
+    root = tmp_path / "badinfo"
+    shutil.copytree(tiny_dataset.root, root)
+    info = json.loads((root / "meta/info.json").read_text())
+    info[field] = value
+    (root / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(DatasetFormatError, match=message):
+        PolicyDataset("user/badinfo", root=root)
