@@ -98,3 +98,31 @@ def test_legacy_pickle_checkpoint_is_refused_not_loaded(tmp_path):
     (tmp_path / "optimizer.bin").write_bytes(pickle.dumps({"not": "read"}))
     with pytest.raises(CheckpointError, match=r"optimizer.bin.*pickle format.*never loaded"):
         load_training_state(accelerator, tmp_path, model=model, optimizer=optimizer, lr_scheduler=scheduler, ema=ema)
+
+
+def test_a_failed_save_removes_its_temporary_folder_and_names_a_full_disk(tmp_path):
+    import errno
+
+    from hfpolicy.checkpoints import CHECKPOINTS_DIR, list_checkpoints, save_checkpoint
+
+    accelerator = Accelerator(cpu=True)
+    model, optimizer, scheduler, ema = make_training()
+    objects = {"model": model, "optimizer": optimizer, "lr_scheduler": scheduler, "ema": ema}
+    save_checkpoint(accelerator, tmp_path, 1, save_policy=lambda folder: folder.mkdir(), keep_last=0, **objects)
+
+    def disk_full(folder):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"x" * 1000)  # half-written when the disk fills up
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(CheckpointError, match=r"disk full while writing the checkpoint .*step_000002.*intact"):
+        save_checkpoint(accelerator, tmp_path, 2, save_policy=disk_full, keep_last=0, **objects)
+    assert sorted(p.name for p in (tmp_path / CHECKPOINTS_DIR).iterdir()) == ["last", "step_000001"]  # no .tmp_*
+    assert [c.name for c in list_checkpoints(tmp_path)] == ["step_000001"]
+
+    def read_only(folder):
+        raise PermissionError(errno.EACCES, "Permission denied", str(folder))
+
+    with pytest.raises(CheckpointError, match=r"could not write the checkpoint .*Permission denied"):
+        save_checkpoint(accelerator, tmp_path, 3, save_policy=read_only, keep_last=0, **objects)
+    assert not list((tmp_path / CHECKPOINTS_DIR).glob(".tmp*"))
