@@ -3,10 +3,12 @@
 import functools
 import json
 import math
+import time
 
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from envs.toy_env import (
     MAX_END_STEP,
     TOY_ENV_ID,
@@ -229,11 +231,15 @@ def test_eval_cli_end_to_end(tmp_path, capsys):
         f"--output_dir={out}",
         "--policy.device=cpu",
         "--progress=false",
+        "--num_threads=1",
     ]
     assert main(argv) == 0
+    assert torch.get_num_threads() == 1  # set deliberately, not left to the environment
     assert "success" in capsys.readouterr().out
     info = json.loads((out / EVAL_INFO_FILE).read_text())
     assert [e["index"] for e in info["per_episode"]] == [0, 1, 2]
+    streamed = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert sorted(streamed, key=lambda e: e["index"]) == info["per_episode"]  # written as the episodes ended
     assert all(e["length"] == 10 for e in info["per_episode"])
     assert sorted(p.name for p in (out / "videos").iterdir()) == ["eval_episode_0.mp4", "eval_episode_1.mp4"]
     assert read_video_frames(out / "videos" / "eval_episode_0.mp4").shape == (11, 96, 96, 3)
@@ -267,3 +273,103 @@ def test_max_steps_default_is_the_env_time_limit(toy_policy):
         env.close()
     assert all(r.length <= 4 for r in records)
     assert MAX_END_STEP > 4
+
+
+# --- invalid actions: non-finite ones stop the evaluation, out-of-space ones are clipped and counted ---------------
+class BoundedToyEnv(ScriptedEpisodesEnv):
+    """The toy env with a bounded action space; it keeps every action it receives."""
+
+    bound = 1.0
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = gym.spaces.Box(-self.bound, self.bound, (2,), np.float32)
+        self.received = []
+
+    def step(self, action):
+        self.received.append(np.array(action))
+        return super().step(action)
+
+
+def test_non_finite_action_stops_the_evaluation_naming_episode_and_step():
+    from hfpolicy.eval import InvalidActionError
+
+    policy = make_toy_policy(low=-50.0, high=150.0)
+    with torch.no_grad():
+        policy.offset[3, 1] = float("nan")  # the 3rd executed action of every chunk (n_obs_steps=2: index 1 + 2)
+    env = toy_vector_env(2)
+    try:
+        with pytest.raises(InvalidActionError, match=r"non-finite action .* in episode 0 \(seed 100000\) at step 3"):
+            evaluate(policy, env, 2, START_SEED, max_steps=MAX_STEPS, progress=False)
+    finally:
+        env.close()
+
+
+def test_out_of_space_actions_are_clipped_and_counted(toy_policy, reference):
+    env = make_vector_env([BoundedToyEnv] * 3, parallel=False)
+    try:
+        result = evaluate(toy_policy, env, 3, START_SEED, max_steps=MAX_STEPS, progress=False)
+        received = np.concatenate([np.stack(e.unwrapped.received) for e in env.envs])
+    finally:
+        env.close()
+    assert np.abs(received).max() <= BoundedToyEnv.bound  # the env only ever saw actions inside its space
+    # the toy policy's actions are far outside [-1, 1]: every step of every episode was clipped, and it is counted
+    assert [e.n_clipped_actions for e in result.episodes] == [e.length for e in result.episodes]
+    assert result.aggregated["n_clipped_actions"] == sum(e.length for e in result.episodes) > 0
+    assert [e.length for e in result.episodes] == [r["length"] for r in reference[:3]]  # the episodes still ran
+
+
+def test_actions_inside_the_space_are_not_clipped(toy_policy, reference):
+    class WideToyEnv(BoundedToyEnv):
+        bound = 1e6
+
+    env = make_vector_env([WideToyEnv] * 3, parallel=False)
+    try:
+        result = evaluate(toy_policy, env, 3, START_SEED, max_steps=MAX_STEPS, progress=False)
+    finally:
+        env.close()
+    assert as_dicts(result) == reference[:3]  # exact: nothing clipped, nothing changed
+
+
+def test_eval_cli_checks_the_output_dir_before_running_episodes(tmp_path, capsys):
+    policy = pusht_policy("environment_state_agent_pos")
+    policy.save_pretrained(tmp_path / "policy")
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    argv = [f"--policy.path={tmp_path / 'policy'}", "--eval.n_episodes=2", "--progress=false", "--num_threads=1"]
+    start = time.monotonic()
+    assert main([*argv, f"--output_dir={blocker / 'eval'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err.startswith(f"hfpolicy eval: error: --output_dir={blocker / 'eval'} cannot be written") and "\n" not in err
+    )
+    assert time.monotonic() - start < 10  # before any episode ran
+
+
+def test_records_are_handed_out_as_episodes_end_so_a_failure_keeps_them():
+    from hfpolicy.eval import InvalidActionError
+
+    policy = make_toy_policy(low=-50.0, high=150.0)
+    with torch.no_grad():
+        policy.offset[3, 1] = float("nan")  # the 3rd action: episode 13 (1 step long) ends before it, 14 does not
+    env = toy_vector_env(1)
+    kept = []
+    try:
+        with pytest.raises(InvalidActionError, match="episode 14"):
+            evaluate(
+                policy, env, episode_indices=[13, 14], max_steps=MAX_STEPS, progress=False, on_episode_end=kept.append
+            )
+    finally:
+        env.close()
+    assert [(r.index, r.length) for r in kept] == [(13, 1)]
+
+
+def test_eval_cli_refuses_nan_weights_before_running(tmp_path, capsys):
+    policy = pusht_policy("environment_state_agent_pos")
+    with torch.no_grad():
+        next(p for p in policy.parameters() if p.is_floating_point()).fill_(float("nan"))
+    policy.save_pretrained(tmp_path / "policy")
+    out = tmp_path / "eval"
+    argv = [f"--policy.path={tmp_path / 'policy'}", f"--output_dir={out}", "--eval.n_episodes=2", "--num_threads=1"]
+    assert main([*argv, "--env.episode_length=5", "--progress=false", "--eval.n_videos=0"]) == 2
+    assert "NaN or inf" in capsys.readouterr().err  # refused at load: NaN weights never reach the env

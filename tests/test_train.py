@@ -80,7 +80,8 @@ def test_two_process_ddp_run_syncs_weights_saves_once_and_shards_eval(pusht_stat
     checkpoints = list_checkpoints(out)
     assert [c.name for c in checkpoints] == ["step_000002", "step_000004"]  # one set, not one per rank
     state_files = sorted(p.name for p in (checkpoints[-1] / "training_state").iterdir())
-    assert "random_states_0.pkl" in state_files and "random_states_1.pkl" in state_files
+    assert "rng_state_0.safetensors" in state_files and "rng_state_1.safetensors" in state_files  # one per rank
+    assert not [name for name in state_files if name.endswith((".pkl", ".bin", ".pt"))]  # nothing pickled
     assert not list((out / "checkpoints").glob(".tmp*"))
 
     info = json.loads((out / "eval" / "step_000004" / EVAL_INFO_FILE).read_text())

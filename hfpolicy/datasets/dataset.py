@@ -82,6 +82,7 @@ class PolicyDataset(torch.utils.data.Dataset):
         self.episodes = self._select_episodes(episodes)
         self.camera_keys = [k for k in self.meta.camera_keys if download_videos or self.features[k]["dtype"] != VIDEO]
         self._load_columns()
+        self._check_stats_finite()
         if not self.stats:  # no meta/stats.json and no per-episode stats: the numeric features' stats, from the frames
             self.stats = stats_to_torch({key: array_stats(values) for key, values in self._columns.items()})
         self.delta_timestamps = {k: [float(t) for t in v] for k, v in (delta_timestamps or {}).items()}
@@ -179,6 +180,42 @@ class PolicyDataset(torch.utils.data.Dataset):
         self.episode_bounds = np.stack([starts, ends], axis=1).astype(np.int64)  # (E, 2): [start, end) positions
         self._row_episode = np.repeat(np.arange(len(starts)), ends - starts)  # row -> episode position
         self._check_timestamps()
+        self._check_finite()
+
+    def _check_stats_finite(self) -> None:
+        """Stats with NaN/inf (meta/stats.json) would normalize every batch into NaN."""
+        bad = [
+            f"{key}.{name}"
+            for key, part in self.stats.items()
+            for name, value in part.items()
+            if value.is_floating_point() and not torch.isfinite(value).all()
+        ]
+        if bad:
+            raise DatasetFormatError(
+                f"the stats of {self.repo_id} (meta/stats.json or the per-episode stats) hold NaN or inf in {', '.join(bad)}: recompute them "
+                "(delete meta/stats.json to have them computed from the frames at load)"
+            )
+
+    def _check_finite(self) -> None:
+        """NaN or inf in a numeric feature (actions, states) would train silently into NaN: name where they are."""
+        problems, bad_episodes = [], set()
+        for key, values in self._columns.items():
+            if not np.issubdtype(values.dtype, np.floating):
+                continue
+            bad_rows = ~np.isfinite(values.reshape(len(values), -1)).all(axis=1)
+            if bad_rows.any():
+                episodes = sorted({self.episodes[i] for i in self._row_episode[bad_rows]})
+                bad_episodes.update(episodes)
+                shown = ", ".join(map(str, episodes[:10])) + (
+                    f" and {len(episodes) - 10} more" if len(episodes) > 10 else ""
+                )
+                problems.append(f"{key!r} in {int(bad_rows.sum())} frames of episodes {shown}")
+        if problems:
+            keep = [e for e in self.episodes if e not in bad_episodes]
+            raise DatasetFormatError(
+                f"{self.repo_id} holds NaN or inf values: {'; '.join(problems)}. Fix those frames, or leave the "
+                f"episodes out (episodes=[...] / --dataset.episodes; {len(keep)} of {len(self.episodes)} are clean)"
+            )
 
     def _check_timestamps(self) -> None:
         """Timestamps must advance by 1/fps inside every episode; a gap means frames are missing."""
@@ -221,6 +258,13 @@ class PolicyDataset(torch.utils.data.Dataset):
                 raise ValueError(f"delta_timestamps key {key!r} is a video, but download_videos=False")
             if len(offsets) == 0:
                 raise ValueError(f"delta_timestamps[{key!r}] is empty: give at least one offset (0.0 is the frame)")
+            longest_s = max(int(self.meta.episodes.at[ep, EP_LENGTH]) for ep in self.episodes) / self.fps
+            absurd = [t for t in offsets if not math.isfinite(t) or abs(t) > longest_s]
+            if absurd:
+                raise ValueError(
+                    f"delta_timestamps[{key!r}] has offsets {absurd} that are not finite or reach beyond the longest "
+                    f"episode ({longest_s:.2f} s): offsets are seconds relative to the frame, e.g. [-0.1, 0.0]"
+                )
             steps = [t * self.fps for t in offsets]
             off = [t for t, s in zip(offsets, steps, strict=True) if abs(s - round(s)) / self.fps > self.tolerance_s]
             if off:

@@ -21,6 +21,7 @@ Chunks are folders of at most `chunks_size` files; a new file starts when the cu
 """
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +155,21 @@ def load_info(root: str | Path, repo_id: str | None = None) -> dict[str, Any]:
     missing = [name for name in REQUIRED_INFO_FIELDS if name not in info]
     if missing:
         raise DatasetFormatError(f"{path} lacks the fields {missing} that every {CODEBASE_VERSION} info.json has")
+    fps = info["fps"]
+    if isinstance(fps, bool) or not isinstance(fps, int | float) or not math.isfinite(fps) or fps <= 0:
+        raise DatasetFormatError(f"{path}: fps must be a positive number of frames per second, got {json.dumps(fps)}")
+    if not isinstance(info["features"], dict):
+        raise DatasetFormatError(
+            f"{path}: features must be an object mapping each feature name to its dtype and shape, got a "
+            f"{type(info['features']).__name__}"
+        )
     for key, feature in info["features"].items():
+        if not isinstance(feature, dict):
+            raise DatasetFormatError(f"feature {key!r} in {path} must be an object with 'dtype' and 'shape'")
+        if not isinstance(feature.get("shape", []), list | tuple):
+            raise DatasetFormatError(
+                f"feature {key!r} in {path}: shape must be a list, got {json.dumps(feature['shape'])}"
+            )
         if "dtype" not in feature or "shape" not in feature:
             raise DatasetFormatError(f"feature {key!r} in {path} needs 'dtype' and 'shape', got {sorted(feature)}")
         feature["shape"] = tuple(feature["shape"])

@@ -16,7 +16,7 @@ from hfpolicy.eval.evaluation import (
     summarize_episodes,
     wilson_interval,
 )
-from hfpolicy.eval.rollouts import EpisodeRecord, policy_device, rollout
+from hfpolicy.eval.rollouts import EpisodeRecord, InvalidActionError, policy_device, rollout
 from hfpolicy.eval.videos import VideoRecorder
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "EvalConfig",
     "EvalPipelineConfig",
     "EvalResult",
+    "InvalidActionError",
     "PolicyLoadConfig",
     "VideoRecorder",
     "evaluate",

@@ -3,9 +3,17 @@
     hfpolicy eval --policy.path=user/pusht-diffusion --env.type=pusht --eval.n_episodes=50 --eval.batch_size=50 \\
         [--eval.parallel=true] [--eval.n_videos=4] --output_dir=outputs/eval/pusht [--policy.device=cpu]
 
-Writes `<output_dir>/eval_info.json` (aggregates and per-episode records) and `<output_dir>/videos/*.mp4`.
+Checks first that `--output_dir` can be written, then writes each episode's record to `<output_dir>/episodes.jsonl`
+as the episode ends (so an interrupted evaluation keeps what it ran), and at the end `<output_dir>/eval_info.json`
+(aggregates and per-episode records, written atomically) and `<output_dir>/videos/*.mp4`.
+
+Threads: torch runs the policy with `--num_threads` intra-op threads (default: the CPU cores this process may use),
+set explicitly rather than left to whatever the environment says, so a standalone evaluation uses the machine as one
+inside training does (accelerate launch sets OMP_NUM_THREADS=1 for its processes).
 """
 
+import json
+import os
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,6 +26,7 @@ from draccus.utils import ParsingError
 from hfpolicy.constants import EVAL_INFO_FILE
 from hfpolicy.envs import EnvConfig, PushTEnvConfig
 from hfpolicy.eval.evaluation import DEFAULT_START_SEED, EvalResult, evaluate
+from hfpolicy.eval.rollouts import EpisodeRecord, InvalidActionError
 from hfpolicy.policies.base import Policy, PolicyLoadError
 
 
@@ -51,6 +60,7 @@ class EvalPipelineConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)  # episodes, batching, videos
     output_dir: Path | None = None  # eval_info.json and videos/ go here; default outputs/eval/<date>_<time>_<env>
     progress: bool = True  # show a progress bar
+    num_threads: int | None = None  # torch threads for the policy; default: the CPU cores available to this process
 
 
 def run_eval(config: EvalPipelineConfig) -> EvalResult:
@@ -60,9 +70,18 @@ def run_eval(config: EvalPipelineConfig) -> EvalResult:
 
 
 def evaluate_and_save(config: EvalPipelineConfig, policy: Policy, env_config: EnvConfig) -> EvalResult:
-    output_dir = config.output_dir or default_output_dir(env_config)
+    output_dir = Path(config.output_dir or default_output_dir(env_config))
+    check_writable(output_dir)
     batch_size = min(config.eval.batch_size, config.eval.n_episodes)
     env = env_config.make(batch_size, parallel=config.eval.parallel)
+    records_path = output_dir / EPISODES_FILE
+    records_path.unlink(missing_ok=True)
+    records_file = open(records_path, "a")  # noqa: SIM115 (closed in the finally below)
+
+    def save_record(record: EpisodeRecord) -> None:
+        records_file.write(json.dumps(record.to_dict()) + "\n")
+        records_file.flush()
+
     try:
         result = evaluate(
             policy,
@@ -73,11 +92,43 @@ def evaluate_and_save(config: EvalPipelineConfig, policy: Policy, env_config: En
             videos_dir=output_dir / "videos",
             fps=env_config.fps,
             progress=config.progress,
+            on_episode_end=save_record,
         )
     finally:
         env.close()
+        records_file.close()
     result.save(output_dir / EVAL_INFO_FILE)
     return result
+
+
+EPISODES_FILE = "episodes.jsonl"  # one JSON line per episode, written as episodes end
+
+
+class OutputDirError(ValueError):
+    """--output_dir cannot be written."""
+
+
+def check_writable(output_dir: Path) -> None:
+    """Creates `output_dir` and writes a probe file in it, so an unwritable folder fails before any episode runs."""
+    probe = output_dir / f".write_probe.{os.getpid()}"
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise OutputDirError(
+            f"--output_dir={output_dir} cannot be written ({e.strerror or e}): choose another --output_dir"
+        ) from e
+
+
+def set_torch_threads(num_threads: int | None) -> int:
+    """torch intra-op threads for acting: `num_threads`, else the CPU cores this process may run on."""
+    if num_threads is None:
+        num_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if num_threads < 1:
+        raise ValueError(f"--num_threads must be >= 1, got {num_threads}")
+    torch.set_num_threads(num_threads)
+    return num_threads
 
 
 def default_output_dir(env_config: EnvConfig) -> Path:
@@ -102,20 +153,31 @@ def load_policy_and_env_config(config: EvalPipelineConfig) -> tuple[Policy, EnvC
 def main(argv: list[str] | None = None) -> int:
     try:
         config = draccus.parse(EvalPipelineConfig, args=sys.argv[1:] if argv is None else argv)
+        set_torch_threads(config.num_threads)
         policy, env_config = load_policy_and_env_config(config)
+        config.output_dir = config.output_dir or default_output_dir(env_config)
+        check_writable(config.output_dir)
     except (ParsingError, PolicyLoadError, ValueError) as e:
         cause = f" ({e.__cause__})" if isinstance(e, ParsingError) and e.__cause__ else ""
         print(f"hfpolicy eval: error: {e}{cause}", file=sys.stderr)
         return 2
-    config.output_dir = config.output_dir or default_output_dir(env_config)
-    result = evaluate_and_save(config, policy, env_config)
+    try:
+        result = evaluate_and_save(config, policy, env_config)
+    except InvalidActionError as e:
+        print(f"hfpolicy eval: error: {e}", file=sys.stderr)
+        return 1
     summary = result.aggregated
     low, high = summary["pc_success_ci95"]
     print(
         f"success {summary['pc_success']:.1f}% (95% CI {low:.1f}-{high:.1f}), "
         f"avg max reward {summary['avg_max_reward']:.3f}, avg sum reward {summary['avg_sum_reward']:.2f}; "
-        f"{summary['n_episodes']} episodes in {summary['eval_s']:.1f} s ({summary['episodes_per_s']:.2f}/s)\n"
-        f"results: {config.output_dir / EVAL_INFO_FILE}"
+        f"{summary['n_episodes']} episodes in {summary['eval_s']:.1f} s ({summary['episodes_per_s']:.2f}/s)"
+        + (
+            f"\nwarning: {summary['n_clipped_actions']} actions lay outside the env's action space and were clipped"
+            if summary["n_clipped_actions"]
+            else ""
+        )
+        + f"\nresults: {config.output_dir / EVAL_INFO_FILE}"
         + (f", videos: {config.output_dir / 'videos'}" if result.video_paths else "")
     )
     return 0

@@ -3,7 +3,7 @@
 import contextlib
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,7 @@ def evaluate(
     videos_dir: str | Path | None = None,
     fps: float | None = None,
     progress: bool = True,
+    on_episode_end: Callable[[EpisodeRecord], None] | None = None,
 ) -> EvalResult:
     """Runs episodes 0..n_episodes-1 (or exactly `episode_indices`), episode i seeded `start_seed + i`.
 
@@ -68,6 +69,7 @@ def evaluate(
     The policy acts in eval mode under `torch.inference_mode` on its own device, and is reset at every batch start.
     Episodes with index < n_videos are rendered to `videos_dir/eval_episode_{index}.mp4` (frame rate `fps`, default
     the env's render_fps), encoded in a background thread. `max_steps` defaults to the env's time limit.
+    `on_episode_end(record)` is called as each episode ends (e.g. to save records as they come).
     """
     if (n_episodes is None) == (episode_indices is None):
         raise ValueError("pass either n_episodes or episode_indices")
@@ -101,12 +103,14 @@ def evaluate(
                 videos = {s: episode_video_path(videos_dir, i) for s, i in enumerate(batch) if i < n_videos}
                 video_of_episode.update({batch[s]: path for s, path in videos.items()})
 
-                def on_episode_end(slot: int, record: EpisodeRecord, videos=videos) -> None:
+                def episode_ended(slot: int, record: EpisodeRecord, videos=videos) -> None:
                     nonlocal n_ended, n_successes
                     if slot in videos:
                         recorder.finish(videos[slot])
                     n_ended += 1
                     n_successes += record.success
+                    if on_episode_end is not None:
+                        on_episode_end(record)
                     bar.set_postfix_str(f"success {100 * n_successes / n_ended:.1f}%", refresh=False)
                     bar.update(1)
 
@@ -118,7 +122,7 @@ def evaluate(
                     episode_indices=batch,
                     render_slots=sorted(videos),
                     on_frame=lambda slot, frame, videos=videos: recorder.add_frame(videos[slot], frame),
-                    on_episode_end=on_episode_end,
+                    on_episode_end=episode_ended,
                 )
         eval_s = time.perf_counter() - start  # includes waiting for the last videos to be encoded
     finally:
@@ -142,6 +146,7 @@ def summarize_episodes(episodes: Sequence[EpisodeRecord], eval_s: float) -> dict
         "pc_success": 100 * n_successes / n,
         "pc_success_ci95": [100 * low, 100 * high],
         "avg_length": sum(e.length for e in episodes) / n,
+        "n_clipped_actions": sum(e.n_clipped_actions for e in episodes),  # steps whose action was clipped
         "eval_s": eval_s,
         "episodes_per_s": n / eval_s if eval_s > 0 else math.inf,
     }

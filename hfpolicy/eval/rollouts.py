@@ -1,10 +1,19 @@
-"""One batch of episodes stepped in lockstep: the rollout loop and the per-episode record it produces."""
+"""One batch of episodes stepped in lockstep: the rollout loop and the per-episode record it produces.
+
+Invalid actions are never scored as if they were valid:
+- a non-finite action (NaN or inf) stops the evaluation with `InvalidActionError` naming the episode and the step;
+- an action outside the env's action space (a Box) is clipped into it before it is applied, as a robot's controller
+  would saturate it, and counted: each episode's record carries `n_clipped_actions`, the number of its steps whose
+  action had to be clipped (0 for a policy that stays inside the space). Clipping rather than rejecting keeps
+  undertrained policies evaluable; the count keeps it from being silent.
+"""
 
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
@@ -23,9 +32,14 @@ class EpisodeRecord:
     max_reward: float  # largest reward of the episode
     success: bool  # the env reported info["is_success"] at some step of the episode
     length: int  # steps taken: the first terminated/truncated step's number (1-based), or max_steps
+    n_clipped_actions: int = 0  # steps whose action lay outside the env's action space and was clipped into it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class InvalidActionError(RuntimeError):
+    """The policy returned an action that cannot be applied (NaN or inf)."""
 
 
 def rollout(
@@ -75,6 +89,8 @@ def rollout(
     max_reward = np.full(n_envs, -np.inf)
     success = np.zeros(n_envs, dtype=bool)
     length = np.zeros(n_envs, dtype=np.int64)
+    n_clipped = np.zeros(n_envs, dtype=np.int64)
+    low, high = action_bounds(env)
     records: list[EpisodeRecord | None] = [None] * n_episodes
 
     def end_episode(slot: int) -> None:
@@ -85,6 +101,7 @@ def rollout(
             max_reward=float(max_reward[slot]),
             success=bool(success[slot]),
             length=int(length[slot]),
+            n_clipped_actions=int(n_clipped[slot]),
         )
         if on_episode_end is not None:
             on_episode_end(slot, records[slot])
@@ -106,8 +123,20 @@ def rollout(
 
     with torch.inference_mode():
         for _ in range(max_steps):
-            action = policy.select_action(observations_to_batch(observation, device, input_keys))
-            observation, reward, terminated, truncated, info = env.step(action.cpu().numpy())
+            action = policy.select_action(observations_to_batch(observation, device, input_keys)).cpu().numpy()
+            finite = np.isfinite(action).reshape(n_envs, -1).all(axis=1)
+            if not finite[running].all():
+                slot = int(np.flatnonzero(running & ~finite)[0])
+                raise InvalidActionError(
+                    f"the policy returned a non-finite action {action[slot].tolist()} in episode {indices[slot]} "
+                    f"(seed {int(seeds[slot])}) at step {int(length[slot]) + 1}: its weights or inputs hold NaN/inf, "
+                    "or its normalization stats are degenerate; check the checkpoint and the dataset stats"
+                )
+            if low is not None:
+                outside = ((action < low) | (action > high)).reshape(n_envs, -1).any(axis=1)
+                n_clipped[running & outside] += 1
+                action = np.clip(action, low, high)
+            observation, reward, terminated, truncated, info = env.step(action)
 
             sum_reward[running] += reward[running]
             np.maximum(max_reward, reward, out=max_reward, where=running)
@@ -131,6 +160,14 @@ def rollout(
     for slot in np.flatnonzero(running):  # reached max_steps without ending
         end_episode(int(slot))
     return records
+
+
+def action_bounds(env: VectorEnv) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The (low, high) of a sub-env's Box action space, or (None, None) when it is unbounded or not a Box."""
+    space = env.single_action_space
+    if not isinstance(space, gym.spaces.Box) or not (np.isfinite(space.low).any() or np.isfinite(space.high).any()):
+        return None, None
+    return space.low, space.high
 
 
 def policy_device(policy: torch.nn.Module) -> torch.device:

@@ -14,22 +14,19 @@ import safetensors
 import safetensors.torch
 import torch
 from huggingface_hub import PyTorchModelHubMixin, hf_hub_download
-from huggingface_hub.errors import (
-    EntryNotFoundError,
-    HFValidationError,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
+from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, HFValidationError
 from torch import Tensor, nn
 
 from hfpolicy.atomic_files import write_json_atomically
 from hfpolicy.constants import ACTION, CONFIG_FILE, WEIGHTS_FILE
+from hfpolicy.hub_errors import describe_hub_error, is_missing_file
 from hfpolicy.policies.action_selection import ActionBuffer, ActionQueue
 from hfpolicy.policies.config import PolicyConfig, known_policy_types
 from hfpolicy.policies.normalization import Normalizer
 
 _POLICY_CLASSES: dict[str, type["Policy"]] = {}
 
+WEIGHTS_CONFIG_METADATA = "hfpolicy_config"  # model.safetensors metadata: the config the weights were trained as
 NoiseSource = torch.Generator | list[torch.Generator] | None  # one generator for the batch, or one per batch row
 
 
@@ -205,7 +202,12 @@ class Policy(
         write_json_atomically(save_directory / CONFIG_FILE, self.config.to_dict())
         tmp = save_directory / f".{WEIGHTS_FILE}.{os.getpid()}.tmp"
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        safetensors.torch.save_file(state, str(tmp), metadata={"format": "pt", "policy_type": self.config.type})
+        metadata = {
+            "format": "pt",
+            "policy_type": self.config.type,
+            WEIGHTS_CONFIG_METADATA: json.dumps(self.config.to_dict()),  # what the weights were trained as
+        }
+        safetensors.torch.save_file(state, str(tmp), metadata=metadata)
         os.replace(tmp, save_directory / WEIGHTS_FILE)
 
     @classmethod
@@ -251,14 +253,14 @@ class Policy(
                         local_files_only=local_files_only,
                     )
                 )
-            except EntryNotFoundError as e:
+            except (EntryNotFoundError, HFValidationError, HfHubHTTPError, OSError) as e:
+                if isinstance(e, HFValidationError) and not str(pretrained_name_or_path).count("/") == 1:
+                    raise PolicyLoadError(
+                        f"{pretrained_name_or_path!r} is not a local directory, nor a Hub repo id (user/name)"
+                    ) from e
                 raise PolicyLoadError(
-                    f"the Hub repo {pretrained_name_or_path!r} has no {filename}: is it an hfpolicy policy?"
-                ) from e
-            except (HFValidationError, RepositoryNotFoundError, RevisionNotFoundError) as e:
-                raise PolicyLoadError(
-                    f"{pretrained_name_or_path!r} is not a local directory, nor a Hub repo (at revision {revision}) "
-                    f"that can be read: {e}"
+                    describe_hub_error(e, str(pretrained_name_or_path), filename, revision)
+                    + (": is it an hfpolicy policy?" if is_missing_file(e) else "")
                 ) from e
 
         config_path = resolve(CONFIG_FILE)
@@ -290,13 +292,20 @@ class Policy(
         weights_path = resolve(WEIGHTS_FILE)
         try:
             state_dict = safetensors.torch.load_file(str(weights_path), device="cpu")
+            with safetensors.safe_open(str(weights_path), framework="pt") as weights_file:
+                weights_metadata = weights_file.metadata() or {}
         except (safetensors.SafetensorError, OSError, ValueError) as e:
             raise PolicyLoadError(
                 f"{weights_path} is not a readable safetensors file ({e}); it may be truncated or corrupt: "
                 "download it again (force_download=True) or re-save the policy"
             ) from e
+        check_config_matches_weights(config, weights_metadata, config_path, weights_path)
+        check_weights_finite(state_dict, weights_path)
 
-        policy = policy_class(config)
+        try:
+            policy = policy_class(config)
+        except ValueError as e:  # settings that do not fit together, e.g. n_action_steps > horizon - n_obs_steps + 1
+            raise PolicyLoadError(f"{config_path}: {e}") from e
         policy.load_strict(state_dict, source=str(weights_path))
         policy.to(map_location)
         policy.eval()
@@ -375,6 +384,58 @@ class Policy(
                 f"{source} does not fit {type(self).__name__} built from its config: {', '.join(problems)}"
             )
         self.load_state_dict(state_dict, strict=True)
+
+
+def check_config_matches_weights(
+    config: PolicyConfig, weights_metadata: dict[str, str], config_path: Path, weights_path: Path
+) -> None:
+    """Refuses a config.json (or config_overrides) that contradicts what the weights were trained as.
+
+    `save_pretrained` records the config in model.safetensors' metadata. Fields that only steer acting or training
+    (`config.acting_fields`: n_action_steps, the sampler, the optimizer presets, ...) may differ; any other field
+    that differs (horizon, crop_shape, n_obs_steps, features, ...) would give the weights another meaning. Weights
+    saved without that record (older files, other tools) are not checked."""
+    saved_json = weights_metadata.get(WEIGHTS_CONFIG_METADATA)
+    if saved_json is None:
+        return
+    try:
+        saved = json.loads(saved_json)
+    except json.JSONDecodeError as e:
+        raise PolicyLoadError(f"{weights_path}: its config metadata is not valid JSON ({e}); re-save the policy") from e
+    current = config.to_dict()
+    differing = [
+        name
+        for name in sorted(set(saved) | set(current))
+        if name not in config.acting_fields and saved.get(name) != current.get(name)
+    ]
+    if differing:
+        changes = "; ".join(f"{name}: {current.get(name)!r} (trained with {saved.get(name)!r})" for name in differing)
+        raise PolicyLoadError(
+            f"{config_path} contradicts the weights in {weights_path}, which were trained with other settings: "
+            f"{changes}. These fields decide what the weights mean; restore them in config.json (only "
+            f"{', '.join(sorted(config.acting_fields))} may be changed after training)"
+        )
+
+
+def check_weights_finite(state_dict: dict[str, Tensor], weights_path: Path) -> None:
+    """Refuses weights holding NaN or inf (a corrupted but readable file, or a diverged training), naming them.
+
+    All-NaN normalization buffers are the normalizer's "no stats yet" marker (using them raises MissingStatsError),
+    not damage, and are let through."""
+    bad = {
+        name: int((~torch.isfinite(tensor)).sum())
+        for name, tensor in state_dict.items()
+        if tensor.is_floating_point()
+        and not torch.isfinite(tensor).all()
+        and not (name.startswith("normalizer.") and torch.isnan(tensor).all())
+    }
+    if bad:
+        listed = ", ".join(f"{name} ({count} values)" for name, count in list(bad.items())[:5])
+        more = f" and {len(bad) - 5} more tensors" if len(bad) > 5 else ""
+        raise PolicyLoadError(
+            f"{weights_path} holds NaN or inf in {listed}{more}: the file is corrupt or the training diverged; "
+            "download it again (force_download=True) or load an earlier checkpoint"
+        )
 
 
 def get_policy_class(type_name: str) -> type[Policy]:

@@ -8,9 +8,10 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, ClassVar
 
 import draccus
+from draccus.utils import DecodingError, ParsingError
 
 from hfpolicy.constants import ACTION
 
@@ -61,6 +62,23 @@ class PolicyConfig(draccus.ChoiceRegistry):
     ema_max_decay: float = 0.9999  # EMA decay never exceeds this
     converted_from: str | None = (
         None  # where the weights came from when converted (e.g. a LeRobot checkpoint); on the card
+    )
+
+    # Fields a saved policy's config.json may change after training: they steer acting or training, not what the
+    # weights mean (every other field must match the config recorded in model.safetensors; see Policy.from_pretrained).
+    acting_fields: ClassVar[frozenset[str]] = frozenset(
+        {
+            "n_action_steps",
+            "optimizer_lr",
+            "optimizer_betas",
+            "optimizer_eps",
+            "optimizer_weight_decay",
+            "scheduler_name",
+            "scheduler_warmup_steps",
+            "use_ema",
+            "ema_power",
+            "ema_max_decay",
+        }
     )
 
     @classmethod
@@ -149,8 +167,15 @@ class PolicyConfig(draccus.ChoiceRegistry):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PolicyConfig":
         """Builds the registered config class named by data["type"] (nested dataclasses and tuples restored)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a policy config is a JSON object with a 'type' field, got a {type(data).__name__}")
         data = dict(data)
         type_name = data.pop("type", None)
+        if type_name is not None and not isinstance(type_name, str):
+            raise ValueError(
+                f"'type' must be a policy type name (a string such as 'diffusion'), got {json.dumps(type_name)}; "
+                f"known types: {', '.join(known_policy_types())}"
+            )
         if type_name is None:
             raise ValueError(f"a policy config needs a 'type' field; known types: {', '.join(known_policy_types())}")
         try:
@@ -165,7 +190,14 @@ class PolicyConfig(draccus.ChoiceRegistry):
         unknown = sorted(set(data) - known_fields)
         if unknown:
             raise ValueError(f"config for policy type {type_name!r} has unknown fields {unknown}")
-        return draccus.decode(config_class, data)
+        try:
+            return draccus.decode(config_class, data)
+        except DecodingError as e:  # a field of the wrong type, e.g. "horizon": "abc"
+            raise ValueError(f"{' '.join(str(e).split())} (field types: see {config_class.__name__})") from e
+        except ParsingError as e:  # __post_init__ refused the combination of settings: its message says why
+            raise ValueError(str(e.__cause__ or e)) from e
+        except TypeError as e:
+            raise ValueError(f"a field has a value of the wrong type: {e}") from e
 
 
 def feature_norm_mode(mapping: dict[str, NormMode], key: str | None, feature: PolicyFeature) -> NormMode:

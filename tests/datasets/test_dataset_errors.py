@@ -85,3 +85,64 @@ def test_unknown_episodes_and_missing_files(tmp_path, tiny_dataset):
     shutil.rmtree(root / "data")
     with pytest.raises(DatasetFormatError, match="lacks the data files"):
         PolicyDataset("user/partial", root=root)
+
+
+def _with_value(table: pa.Table, column: str, rows: list[int], value: float) -> pa.Table:
+    """The table with `value` written into the vector column `column` at the given rows."""
+    values = table.column(column).to_pylist()
+    for row in rows:
+        values[row] = [value] * len(values[row])
+    position = table.schema.get_field_index(column)
+    return table.set_column(position, column, pa.array(values, type=table.schema.field(column).type))
+
+
+def test_nan_and_inf_in_actions_and_states_name_episodes_and_features(tmp_path, tiny_dataset):
+    root = tmp_path / "nonfinite"
+    shutil.copytree(tiny_dataset.root, root)
+    path = root / "data/chunk-000/file-000.parquet"
+    table = pq.read_table(path)
+    table = _with_value(table, "action", [13, 30], float("nan"))  # episode 1 (rows 12..16) and 2 (17..36)
+    table = _with_value(table, "observation.state", [3], float("inf"))  # episode 0
+    pq.write_table(table, path)
+    with pytest.raises(DatasetFormatError) as error:
+        PolicyDataset("user/nonfinite", root=root)
+    message = str(error.value)
+    assert "'action' in 2 frames of episodes 1, 2" in message
+    assert "'observation.state' in 1 frames of episodes 0" in message
+    assert "episodes=[...]" in message
+    with pytest.raises(DatasetFormatError, match="'action' in 1 frames of episodes 2"):
+        PolicyDataset("user/nonfinite", root=root, episodes=[2])
+
+
+@pytest.mark.parametrize("offset", [float("nan"), float("inf"), 1e30])
+def test_delta_timestamps_that_are_not_finite_or_absurdly_far(tiny_dataset, offset):
+    with pytest.raises(ValueError, match=r"delta_timestamps\['action'\] has offsets .* not finite or reach beyond"):
+        PolicyDataset(tiny_dataset.repo_id, root=tiny_dataset.root, delta_timestamps={"action": [0.0, offset]})
+
+
+def test_nan_in_stats_json_is_named(tmp_path, tiny_dataset):
+    root = tmp_path / "nanstats"
+    shutil.copytree(tiny_dataset.root, root)
+    stats = json.loads((root / "meta/stats.json").read_text())
+    stats["action"]["max"] = [float("nan")] * len(stats["action"]["max"])
+    (root / "meta/stats.json").write_text(json.dumps(stats))  # json writes NaN, as a careless tool would
+    with pytest.raises(DatasetFormatError, match=r"stats of user/nanstats .* NaN or inf in action\.max"):
+        PolicyDataset("user/nanstats", root=root)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("fps", "ten", r'fps must be a positive number of frames per second, got "ten"'),
+        ("fps", 0, "fps must be a positive number of frames per second, got 0"),
+        ("features", ["action", "observation.state"], "features must be an object .* got a list"),
+    ],
+)
+def test_bad_info_json_values_are_one_clear_error(tmp_path, tiny_dataset, field, value, message):
+    root = tmp_path / "badinfo"
+    shutil.copytree(tiny_dataset.root, root)
+    info = json.loads((root / "meta/info.json").read_text())
+    info[field] = value
+    (root / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(DatasetFormatError, match=message):
+        PolicyDataset("user/badinfo", root=root)

@@ -88,7 +88,15 @@ def reference_episode(policy, seed: int, max_steps: int) -> dict:
         success = success or info["is_success"]
         if terminated or truncated:
             break
-    return {"seed": seed, "sum_reward": total, "max_reward": best, "success": success, "length": length}
+    # the toy env's action space is unbounded: nothing is ever clipped
+    return {
+        "seed": seed,
+        "sum_reward": total,
+        "max_reward": best,
+        "success": success,
+        "length": length,
+        "n_clipped_actions": 0,
+    }
 
 
 if TOY_ENV_ID not in gym.registry:

@@ -1,6 +1,7 @@
 """The policy base class: the select_action queue and history, normalization stats, strict save / load (local, Hub)."""
 
 import json
+import re
 
 import pytest
 import safetensors.torch
@@ -230,3 +231,70 @@ def test_make_policy_builds_the_registered_class():
     assert type(policy) is ToyPolicy
     with pytest.raises(TypeError, match="ToyConfig"):
         ToyPolicy(object())
+
+
+# --- loaded files that would silently mean something else --------------------------------------------------------
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_weights_with_nan_or_inf_are_refused_by_name(tmp_path, value):
+    make_toy_policy().save_pretrained(tmp_path)
+    with safetensors.safe_open(tmp_path / WEIGHTS_FILE, framework="pt") as f:
+        metadata = f.metadata()
+    state = safetensors.torch.load_file(tmp_path / WEIGHTS_FILE)
+    state["offset"][2, 1] = value  # a corrupted but parseable file
+    safetensors.torch.save_file(state, tmp_path / WEIGHTS_FILE, metadata=metadata)
+    with pytest.raises(PolicyLoadError, match=r"NaN or inf in offset \(1 values\)"):
+        Policy.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize(("field", "value"), [("horizon", 32), ("n_obs_steps", 3), ("offset_scale", [0.1, 0.1])])
+def test_config_edited_to_contradict_the_weights_is_refused(tmp_path, field, value):
+    make_toy_policy().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / CONFIG_FILE).read_text())
+    trained_with = config[field]
+    config[field] = value
+    (tmp_path / CONFIG_FILE).write_text(json.dumps(config))
+    with pytest.raises(
+        PolicyLoadError, match=rf"contradicts the weights.*{field}: .*trained with {re.escape(repr(trained_with))}"
+    ):
+        Policy.from_pretrained(tmp_path)
+    # the same change as an override is refused too
+    (tmp_path / CONFIG_FILE).write_text(json.dumps({**config, field: trained_with}))
+    with pytest.raises(PolicyLoadError, match=f"contradicts the weights.*{field}"):
+        Policy.from_pretrained(tmp_path, config_overrides={field: value})
+
+
+def test_acting_fields_may_change_after_training(tmp_path):
+    make_toy_policy().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / CONFIG_FILE).read_text())
+    (tmp_path / CONFIG_FILE).write_text(json.dumps({**config, "n_action_steps": 4, "optimizer_lr": 0.5}))
+    loaded = Policy.from_pretrained(tmp_path)
+    assert loaded.config.n_action_steps == 4 and loaded.config.optimizer_lr == 0.5
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda c: {**c, "horizon": "abc"}, r"config\.json: `horizon`: Couldn't parse 'abc' into an int"),
+        (lambda c: {**c, "type": {}}, r"'type' must be a policy type name .* got \{\}"),
+        (lambda c: [c], r"a policy config is a JSON object .* got a list"),
+        (lambda c: {**c, "n_action_steps": 20}, r"config\.json: n_obs_steps - 1 \+ n_action_steps must be <= horizon"),
+    ],
+    ids=["wrong-type", "type-not-a-string", "not-an-object", "invalid-combination"],
+)
+def test_bad_config_json_is_one_clear_error(tmp_path, edit, message):
+    make_toy_policy().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / CONFIG_FILE).read_text())
+    (tmp_path / CONFIG_FILE).write_text(json.dumps(edit(config)))
+    with pytest.raises(PolicyLoadError, match=message):
+        Policy.from_pretrained(tmp_path)
+
+
+def test_diffusion_config_combination_errors_are_plain_value_errors():
+    from hfpolicy.policies import PolicyConfig
+    from hfpolicy.policies.diffusion import DiffusionConfig
+
+    data = DiffusionConfig().to_dict()
+    with pytest.raises(ValueError, match=r"n_action_steps=20 does not fit.*<= horizon - n_obs_steps \+ 1 = 15"):
+        PolicyConfig.from_dict({**data, "n_action_steps": 20})
+    with pytest.raises(ValueError, match=r"`down_dims.0`: Couldn't parse 'a' into an int"):
+        PolicyConfig.from_dict({**data, "down_dims": "abc"})

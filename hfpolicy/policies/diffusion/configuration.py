@@ -4,6 +4,7 @@ config with `observation.state` + `observation.environment_state` as input featu
 """
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from hfpolicy.constants import OBS_ENV_STATE
 from hfpolicy.policies.config import PolicyConfig
@@ -71,6 +72,12 @@ class DiffusionConfig(PolicyConfig):
     use_ema: bool = True  # keep an EMA of the weights (hfpolicy.policies.ema.EMA); evaluate and save with it
     ema_power: float = 0.75  # EMA warmup power: decay = 1 - (1 + step) ** -power
     ema_max_decay: float = 0.9999  # EMA decay never exceeds this
+
+    # The sampler and its step count may change after training (e.g. DDIM with 10 steps to act faster).
+    acting_fields: ClassVar[frozenset[str]] = PolicyConfig.acting_fields | {
+        "noise_scheduler_type",
+        "num_inference_steps",
+    }
 
     def __post_init__(self):
         self.validate_settings()

@@ -1,0 +1,81 @@
+"""Why a Hub download failed, in one line: offline mode, no network, a server error, a missing repo, revision or file.
+
+huggingface_hub reports most of these as `LocalEntryNotFoundError` ("cannot find the requested files in the local
+cache"), with the real cause in its exception chain; `describe_hub_error` walks that chain and says which it was, and
+what to do about it.
+"""
+
+from huggingface_hub import constants
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    GatedRepoError,
+    HfHubHTTPError,
+    HFValidationError,
+    OfflineModeIsEnabled,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+
+
+def describe_hub_error(error: BaseException, repo_id: str, filename: str, revision: str | None = None) -> str:
+    """A one-line cause and fix for a failed `hf_hub_download(repo_id, filename)`."""
+    chain = _chain(error)
+    at = f" (revision {revision})" if revision else ""
+    endpoint = constants.ENDPOINT
+    if any(isinstance(e, OfflineModeIsEnabled) for e in chain) or constants.HF_HUB_OFFLINE:
+        return (
+            f"{filename} of {repo_id!r}{at} is not in the local Hub cache and HF_HUB_OFFLINE=1 forbids downloading "
+            "it: unset HF_HUB_OFFLINE (or download it once while online), or pass a local directory"
+        )
+    for e in chain:
+        if isinstance(e, GatedRepoError):
+            return f"the Hub repo {repo_id!r} is gated: accept its terms on the Hub and log in (`hf auth login`)"
+        if isinstance(e, RepositoryNotFoundError):
+            return (
+                f"there is no Hub repo {repo_id!r} on {endpoint}, or it is private: check the name, or log in "
+                "(`hf auth login`) if it is yours; a local directory path must exist"
+            )
+        if isinstance(e, RevisionNotFoundError):
+            return f"the Hub repo {repo_id!r} has no revision {revision!r}: check the branch, tag or commit"
+        if isinstance(e, HfHubHTTPError) and not isinstance(e, EntryNotFoundError):
+            status = e.response.status_code if getattr(e, "response", None) is not None else None
+            if status is not None and status >= 500:
+                return (
+                    f"the Hub at {endpoint} answered {status} (a server error) for {filename} of {repo_id!r}: "
+                    "try again later"
+                )
+            if status in (401, 403):
+                return f"the Hub refused access to {repo_id!r} ({status}): log in (`hf auth login`) or pass a token"
+        if isinstance(e, EntryNotFoundError) and isinstance(e, HfHubHTTPError):
+            return f"the Hub repo {repo_id!r}{at} has no {filename}"
+        if isinstance(e, HFValidationError):
+            return f"{repo_id!r} is neither an existing local directory nor a valid Hub repo id ({e})"
+    network = next((e for e in chain if _is_network_error(e)), None)
+    if network is not None:
+        return (
+            f"cannot reach the Hub at {endpoint} ({type(network).__name__}: {str(network).splitlines()[0]}) to get "
+            f"{filename} of {repo_id!r}: check the network (and HF_ENDPOINT), or set HF_HUB_OFFLINE=1 to use the "
+            "local cache, or pass a local directory"
+        )
+    return f"could not get {filename} of {repo_id!r}{at} from the Hub ({type(error).__name__}: {error})"
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def _is_network_error(error: BaseException) -> bool:
+    names = {cls.__name__ for cls in type(error).__mro__}
+    return bool(names & {"ConnectError", "ConnectTimeout", "ReadTimeout", "TimeoutException", "NetworkError"}) or (
+        isinstance(error, ConnectionError | TimeoutError)
+    )
+
+
+def is_missing_file(error: BaseException) -> bool:
+    """The repo exists but lacks the file (as opposed to a network or cache problem)."""
+    return isinstance(error, EntryNotFoundError) and isinstance(error, HfHubHTTPError)
