@@ -45,6 +45,7 @@ def cpu_recipe_policy() -> DiffusionConfig:
     return DiffusionConfig(
         down_dims=(64, 128, 256),  # 4.5 M parameters
         crop_shape=None,  # no images
+        n_action_steps=4,  # closed loop every 4 steps: 58% vs 51% success with 8 (same weights, 100 seeds)
         optimizer_lr=1e-3,
         scheduler_warmup_steps=200,
         noise_scheduler_type="DDIM",  # acting: 10 denoising steps instead of 100
@@ -58,15 +59,15 @@ class PushTCpuConfig(TrainConfig):
 
     recipe: str | None = "cpu"  # the preset these defaults come from
     dataset: DatasetConfig = field(
-        default_factory=lambda: DatasetConfig(scripted_episodes=300, input_features=[OBS_STATE, OBS_ENV_STATE])
+        default_factory=lambda: DatasetConfig(scripted_episodes=500, input_features=[OBS_STATE, OBS_ENV_STATE])
     )  # recorded once into the cache, then reused
     policy: PolicyConfig = field(default_factory=cpu_recipe_policy)  # see cpu_recipe_policy
     eval: TrainEvalConfig = field(
         default_factory=lambda: TrainEvalConfig(
-            freq=1000, n_episodes=50, final_n_episodes=500, batch_size=100, n_videos=4
+            freq=1000, n_episodes=50, final_n_episodes=500, batch_size=125, n_videos=4
         )
     )  # a 50-episode check every 1000 steps, 500 episodes at the end
-    steps: int = 4000  # optimizer steps
+    steps: int = 5000  # optimizer steps
     batch_size: int = 256  # samples per process per step
     save_freq: int = 1000  # checkpoint every N steps
     compile: bool = True  # torch.compile: ~3x faster steps for this small U-Net on CPU

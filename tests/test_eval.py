@@ -373,3 +373,49 @@ def test_eval_cli_refuses_nan_weights_before_running(tmp_path, capsys):
     argv = [f"--policy.path={tmp_path / 'policy'}", f"--output_dir={out}", "--eval.n_episodes=2", "--num_threads=1"]
     assert main([*argv, "--env.episode_length=5", "--progress=false", "--eval.n_videos=0"]) == 2
     assert "NaN or inf" in capsys.readouterr().err  # refused at load: NaN weights never reach the env
+
+
+def test_diffusion_policy_episodes_depend_on_their_seed_alone():
+    """A sampling policy's episodes are functions of their seeds: each env slot draws its noise from a generator seeded
+    with its episode's seed (Policy.reset(seeds=...)), whatever the batch size, the env kind, the run or the global RNG.
+    """
+    from policies.diffusion.diffusion_setup import pusht_stats, state_config
+
+    from hfpolicy.policies.diffusion import DiffusionPolicy
+
+    torch.manual_seed(0)
+    # DDPM draws noise at every denoising step too, so both noise paths (initial sample, sampler steps) are covered.
+    config = state_config(noise_scheduler_type="DDPM", num_train_timesteps=8, n_action_steps=4)
+    policy = DiffusionPolicy(config, dataset_stats=pusht_stats()).eval()
+    runs = {}
+    for name, n_envs, parallel, global_seed in [
+        ("batch 5", 5, False, 1),
+        ("batch 5 again", 5, False, 2),
+        ("batch 1", 1, False, 3),
+        ("parallel batch 5", 5, True, 4),
+    ]:
+        torch.manual_seed(global_seed)  # the global RNG must not matter
+        env = make_env("pusht", n_envs, parallel=parallel, obs_type="environment_state_agent_pos", episode_length=16)
+        try:
+            runs[name] = as_dicts(evaluate(policy, env, 5, START_SEED, progress=False))
+        finally:
+            env.close()
+    reference = runs.pop("batch 5")
+    for name, episodes in runs.items():
+        for expected, got in zip(reference, episodes, strict=True):
+            # Field by field. Rewards to 1e-12 only: gym-pusht sums its coverage in memory-address order (see above).
+            assert {**got, "sum_reward": 0, "max_reward": 0} == {**expected, "sum_reward": 0, "max_reward": 0}, name
+            assert got["sum_reward"] == pytest.approx(expected["sum_reward"], rel=1e-12, abs=1e-12), name
+    assert len({e["sum_reward"] for e in reference}) == 5  # the seeds give different episodes
+
+
+def test_policy_reset_seeds_must_match_the_batch():
+    from policies.diffusion.diffusion_setup import pusht_stats, state_config
+
+    from hfpolicy.policies.diffusion import DiffusionPolicy
+
+    policy = DiffusionPolicy(state_config(num_inference_steps=2, noise_scheduler_type="DDIM"), pusht_stats()).eval()
+    policy.reset(seeds=[1, 2, 3])
+    observation = {key: torch.zeros(2, *f.shape) for key, f in policy.config.input_features.items()}
+    with pytest.raises(RuntimeError, match="3 seeds but the batch has 2 envs"):
+        policy.select_action(observation)

@@ -192,8 +192,28 @@ class Policy(
         if self._actions.needs_chunk():
             stacked = {key: torch.stack([obs[key] for obs in self._obs_history], dim=1) for key in current}
             steps = self._actions.steps_per_chunk
-            self._actions.push(self.predict_action_chunk(stacked, generator=self._episode_generators, n_steps=steps))
+            if self._episode_generators is None:
+                self._actions.push(self.predict_action_chunk(stacked, n_steps=steps))
+            else:
+                self._actions.push(self._predict_per_episode(stacked, steps))
         return self._actions.pop()
+
+    # CPU BLAS (MKL) computes a matrix product's rows with kernels that depend on the number of rows: a row of a 20-row
+    # product can differ in the last bit from the same row in a 16-row one (measured; rows in full blocks of 16 agree).
+    # Per-episode acting therefore pads every batch to a multiple of this many rows.
+    PER_EPISODE_ROW_BLOCK: ClassVar[int] = 16
+
+    def _predict_per_episode(self, observation: dict[str, Tensor], n_steps: int) -> Tensor:
+        """A chunk whose row i depends on observation row i and generator i alone, whatever the batch: the batch is
+        padded to a multiple of PER_EPISODE_ROW_BLOCK rows (copies of its last row, throw-away generators), and the
+        padding is dropped again."""
+        generators = list(self._episode_generators)
+        batch_size = len(generators)
+        pad = -batch_size % self.PER_EPISODE_ROW_BLOCK
+        if pad > 0:
+            observation = {k: torch.cat([v, v[-1:].expand(pad, *v.shape[1:])]) for k, v in observation.items()}
+            generators += [torch.Generator().manual_seed(0) for _ in range(pad)]
+        return self.predict_action_chunk(observation, generator=generators, n_steps=n_steps)[:batch_size]
 
     # --- saving and loading -----------------------------------------------------------------------------------------
     def _save_pretrained(self, save_directory: Path) -> None:

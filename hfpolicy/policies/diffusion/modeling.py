@@ -332,8 +332,10 @@ class ConvTranspose1d(nn.ConvTranspose1d):
 
 def _matmul_weight(rows: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """rows (M, K) @ weight (N, K).T + bias -> (M, N). With few rows (acting with small batches) the product is
-    computed as weight @ rows.T, which MKL streams through the weights ~1.3x faster."""
-    if rows.shape[0] <= 64:
+    computed as weight @ rows.T, which MKL streams through the weights ~1.3x faster. Below 64 rows only: per-episode
+    acting pads batches to multiples of 16 (Policy.PER_EPISODE_ROW_BLOCK), whose deepest U-Net level has 64 rows, and must round
+    as larger batches do."""
+    if rows.shape[0] < 64:
         out = weight @ rows.t() if bias is None else torch.addmm(bias[:, None], weight, rows.t())
         return out.t()
     weight = weight.t()

@@ -372,3 +372,31 @@ def test_cpu_matmul_convolutions_match_torch_forward_and_backward(layer, referen
     torch.testing.assert_close(outputs[0], outputs[1], rtol=1e-5, atol=1e-5)
     for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fast_kernels", [True, False])
+def test_per_episode_actions_do_not_depend_on_the_batch(fast_kernels):
+    """With reset(seeds=...), row i's actions are a function of its observations and its seed alone: bitwise equal
+    whether the row is acted on alone, in a batch of 5 or of 20 (small batches are padded; see Policy)."""
+    torch.manual_seed(0)
+    policy = DiffusionPolicy(
+        state_config(noise_scheduler_type="DDPM", num_train_timesteps=6, n_action_steps=4, fast_kernels=fast_kernels),
+        dataset_stats=pusht_stats(),
+    ).eval()
+    n, steps = 20, 9  # 3 chunks
+    observations = [
+        {k: 512 * torch.rand(n, *f.shape) for k, f in policy.config.input_features.items()} for _ in range(steps)
+    ]
+    seeds = [1000 + i for i in range(n)]
+
+    def act(rows: list[int]) -> torch.Tensor:
+        policy.reset(seeds=[seeds[i] for i in rows])
+        torch.manual_seed(len(rows))  # the global RNG must not matter
+        return torch.stack([policy.select_action({k: v[rows] for k, v in obs.items()}) for obs in observations], 1)
+
+    together = act(list(range(n)))
+    assert torch.equal(act(list(range(5))), together[:5])
+    for i in (0, 7, 19):
+        assert torch.equal(act([i]), together[i : i + 1])
+    policy.reset()  # without seeds the noise comes from the global RNG: other actions
+    assert not torch.equal(torch.stack([policy.select_action(obs) for obs in observations], 1), together)

@@ -1,0 +1,144 @@
+"""Does the main job produce a policy that works? Runs README's main command with the cpu recipe end to end, as a new
+user would (record the scripted demonstrations, train, evaluate on 500 seeds), and measures success and minutes.
+
+    python bench/learning.py                          # accelerate launch examples/train_pusht.py --recipe=cpu
+    python bench/learning.py --reuse-recording        # keep the recorded demos between runs (record_min ~ 0)
+    python bench/learning.py -- --dataset.root=data/pusht_human --dataset.scripted_episodes=0   # other data
+
+Flags after `--` go to examples/train_pusht.py. The recording goes to a fresh cache folder (so its time counts)
+unless --reuse-recording. Prints a table and, last, one JSON line: success_rate, avg_max_reward, ci95, n_episodes,
+wall_min, record_min, train_min, eval_min, train_steps, params_m, curve ([minutes, success_rate] per evaluation).
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EVAL_LINE = re.compile(r"step (\d+): eval success ([\d.]+)%, avg max reward ([\d.]+) \((\d+) episodes\)")
+PARAMS = re.compile(r"policy, ([\d.]+) M params")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output-dir", default=None, help="run folder (default: a fresh temporary folder)")
+    parser.add_argument("--reuse-recording", action="store_true", help="record into ~/.cache/hfpolicy (kept)")
+    parser.add_argument("--plot", default=None, help="also draw success over minutes into this PNG (README's)")
+    parser.add_argument("train_flags", nargs="*", help="flags for examples/train_pusht.py (after --)")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="hfpolicy-learning-"))
+    output_dir = Path(args.output_dir) if args.output_dir else work / "run"
+    env = dict(os.environ)
+    if not args.reuse_recording:
+        env["HFPOLICY_CACHE"] = str(work / "cache")
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", str(ROOT / "examples" / "train_pusht.py"),
+        "--recipe=cpu", f"--output_dir={output_dir}", "--progress=false", *args.train_flags,
+    ]  # fmt: skip
+    print("running:", " ".join(command), flush=True)
+    load_before = os.getloadavg()
+    start = time.perf_counter()
+    marks: dict[str, float] = {}
+    curve: list[list[float]] = []
+    params_m = None
+    with open(work / "stderr.log", "w") as stderr:
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True, bufsize=1)
+        for line in process.stdout:
+            now = (time.perf_counter() - start) / 60
+            print(f"[{now:6.2f} min] {line}", end="", flush=True)
+            if line.startswith("recording ") and "record_start" not in marks:
+                marks["record_start"] = now
+            if line.startswith("hfpolicy train:"):
+                marks["train_start"] = now
+                found = PARAMS.search(line)
+                params_m = float(found.group(1)) if found else None
+            found = EVAL_LINE.search(line)
+            if found:
+                curve.append([round(now, 2), float(found.group(2)) / 100])
+        returncode = process.wait()
+    wall_min = (time.perf_counter() - start) / 60
+    if returncode != 0:
+        sys.exit(f"the run failed (exit {returncode}); see {work / 'stderr.log'}")
+
+    metrics = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines() if line]
+    evals = [m for m in metrics if "eval/pc_success" in m]
+    eval_min = sum(m["eval/eval_s"] for m in evals) / 60
+    final_step = evals[-1]["step"]
+    final = json.loads((output_dir / "eval" / f"step_{final_step:06d}" / "eval_info.json").read_text())["aggregated"]
+    train_config = json.loads((output_dir / "train_config.json").read_text())
+    record_min = marks.get("train_start", 0.0) - marks["record_start"] if "record_start" in marks else 0.0
+    result = {
+        "success_rate": final["pc_success"] / 100,
+        "avg_max_reward": final["avg_max_reward"],
+        "ci95": [round(x / 100, 4) for x in final["pc_success_ci95"]],
+        "n_episodes": final["n_episodes"],
+        "wall_min": round(wall_min, 2),
+        "record_min": round(record_min, 2),
+        "train_min": round(wall_min - record_min - eval_min, 2),  # includes start-up and compiling
+        "eval_min": round(eval_min, 2),
+        "train_steps": train_config["steps"],
+        "params_m": params_m,
+        "curve": curve,
+        "recipe": train_config.get("recipe"),
+        "dataset": train_config["dataset"].get("root") or train_config["dataset"]["repo_id"],
+        "load_avg_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        "cpus": os.cpu_count(),
+        "output_dir": str(output_dir),
+    }
+    print()
+    print(f"| {'measure':<28} | {'value':<40} |")
+    print(f"|{'-' * 30}|{'-' * 42}|")
+    rows = [
+        ("success (500 seeds)", f"{100 * result['success_rate']:.1f}% (95% CI {result['ci95']})"),
+        ("avg max overlap", f"{result['avg_max_reward']:.3f}"),
+        ("wall time, whole command", f"{wall_min:.1f} min"),
+        ("  recording", f"{record_min:.1f} min"),
+        ("  training (+ start-up)", f"{result['train_min']:.1f} min, {result['train_steps']} steps"),
+        ("  evaluations", f"{eval_min:.1f} min"),
+        ("policy size", f"{params_m} M parameters"),
+        ("curve [min, success]", " ".join(f"[{m:.0f}, {s:.2f}]" for m, s in curve)),
+    ]
+    for name, value in rows:
+        print(f"| {name:<28} | {value:<40} |")
+    if args.plot:
+        plot_curve(result, Path(args.plot))
+    print(json.dumps(result))
+
+
+def plot_curve(result: dict, path: Path) -> None:
+    """Success rate over wall-clock minutes: the periodic 50-episode evaluations and the final 500-episode one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    minutes, success = zip(*result["curve"], strict=True)
+    fig, ax = plt.subplots(figsize=(6, 3), dpi=80)
+    ax.plot(minutes[:-1], [100 * s for s in success[:-1]], "o-", color="tab:blue", label="50 episodes")
+    low, high = (100 * x for x in result["ci95"])
+    final = 100 * success[-1]
+    ax.errorbar([minutes[-1]], [final], yerr=[[final - low], [high - final]], fmt="s", color="tab:green", capsize=4)
+    ax.annotate(f"{final:.1f}% (500 seeds)", (minutes[-1], final), textcoords="offset points", xytext=(-90, 8))
+    ax.set_xlabel("minutes since the command started (record + train + eval)")
+    ax.set_ylabel("PushT success (%)")
+    ax.set_ylim(0, 100)
+    ax.set_xlim(0, max(60, minutes[-1] + 2))
+    ax.axvline(60, color="grey", linestyle=":", linewidth=1)
+    ax.grid(alpha=0.3)
+    ax.set_title(
+        f"cpu recipe, {result['params_m']} M-parameter Diffusion Policy, {result['cpus']} CPU cores", fontsize=9
+    )
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
