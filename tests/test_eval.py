@@ -373,3 +373,19 @@ def test_eval_cli_refuses_nan_weights_before_running(tmp_path, capsys):
     argv = [f"--policy.path={tmp_path / 'policy'}", f"--output_dir={out}", "--eval.n_episodes=2", "--num_threads=1"]
     assert main([*argv, "--env.episode_length=5", "--progress=false", "--eval.n_videos=0"]) == 2
     assert "NaN or inf" in capsys.readouterr().err  # refused at load: NaN weights never reach the env
+
+
+def test_an_unwritable_videos_dir_is_named(tmp_path):
+    from hfpolicy.eval import VideoRecorder
+    from hfpolicy.video import VideoWriteError, encode_video
+
+    blocker = tmp_path / "a_file"  # a file where the videos folder should be: unwritable, even for root
+    blocker.write_text("not a folder")
+    frames = [np.zeros((16, 16, 3), np.uint8)] * 3
+    with pytest.raises(VideoWriteError, match=rf"cannot write the video {blocker}/videos/a.mp4 .*writable"):
+        encode_video(frames, blocker / "videos" / "a.mp4", fps=10)
+    recorder = VideoRecorder(fps=10)  # the eval's background encoder: the same line, not a repr
+    recorder.add_frame(blocker / "b.mp4", frames[0])
+    recorder.finish(blocker / "b.mp4")
+    with pytest.raises(VideoWriteError, match=rf"cannot write the video {blocker}/b.mp4"):
+        recorder.close()
