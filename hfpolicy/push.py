@@ -147,15 +147,16 @@ class PushConfig:
 
 def main(argv: list[str] | None = None) -> int:
     """`hfpolicy push --run=DIR [--repo_id=user/name]`; bad input and Hub failures exit 2 with one line."""
-    import draccus
     from draccus.utils import ParsingError
 
+    from hfpolicy.flags import FlagError, parse_flags
+
     try:
-        cfg = draccus.parse(PushConfig, args=sys.argv[1:] if argv is None else argv, prog="hfpolicy push")
+        cfg = parse_flags(PushConfig, sys.argv[1:] if argv is None else argv, prog="hfpolicy push")
         if cfg.run is None:
             raise PushError("--run=DIR is needed: the folder of the training run to push")
         url = push_run(cfg.run, cfg.repo_id, private=cfg.private, branch=cfg.branch)
-    except (ParsingError, PushError) as e:
+    except (FlagError, ParsingError, PushError) as e:
         print(f"hfpolicy push: error: {e}", file=sys.stderr)
         return 2
     print(f"pushed {cfg.run}: {url}")

@@ -51,6 +51,7 @@ from hfpolicy.datasets import (
 )
 from hfpolicy.envs import EnvConfig
 from hfpolicy.eval.distributed import evaluate_on_all_processes
+from hfpolicy.flags import FlagError
 from hfpolicy.metrics_log import append_metrics, truncate_metrics
 from hfpolicy.policies import Policy, PolicyConfig, make_policy
 from hfpolicy.policies.ema import EMA
@@ -687,15 +688,16 @@ def main(
     argv: list[str] | None = None,
     config_class: type[TrainConfig] = TrainConfig,
     announce: Callable[[TrainConfig], str] | None = None,
+    prog: str = "hfpolicy train",
 ) -> int:
     """`hfpolicy train` (and examples/train_pusht.py): parse flags, train; bad input exits 2 with one clear line.
     `announce(cfg)` is the first line the main process prints (examples/train_pusht.py: the recipe and the data)."""
     try:
-        cfg = parse_train_config(sys.argv[1:] if argv is None else argv, config_class)
+        cfg = parse_train_config(sys.argv[1:] if argv is None else argv, config_class, prog)
         if announce is not None and is_launch_main_process():
             print(announce(cfg), flush=True)
         result = train(cfg)
-    except (ParsingError, TrainConfigError, RunLockedError, CheckpointError) as e:
+    except (FlagError, ParsingError, TrainConfigError, RunLockedError, CheckpointError) as e:
         cause = f" ({e.__cause__})" if isinstance(e, ParsingError) and e.__cause__ else ""
         print(f"hfpolicy train: error: {e}{cause}", file=sys.stderr)
         return 2

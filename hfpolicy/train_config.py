@@ -20,6 +20,7 @@ import draccus
 
 from hfpolicy.constants import DEFAULT_EVAL_START_SEED, TRAIN_CONFIG_FILE
 from hfpolicy.envs.configs import EnvConfig, PushTEnvConfig
+from hfpolicy.flags import parse_flags
 from hfpolicy.policies.config import PolicyConfig
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
 
@@ -152,14 +153,16 @@ def train_config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
     return data
 
 
-def parse_train_config(argv: list[str], config_class: type[TrainConfig] = TrainConfig) -> TrainConfig:
-    """Flags → config. With --resume=true and an --output_dir holding a run, its train_config.json is the base and
-    the flags override it (e.g. --steps to train longer)."""
-    cfg = draccus.parse(config_class, args=argv)
+def parse_train_config(
+    argv: list[str], config_class: type[TrainConfig] = TrainConfig, prog: str = "hfpolicy train"
+) -> TrainConfig:
+    """Flags → config (FlagError for a bad flag). With --resume=true and an --output_dir holding a run, its
+    train_config.json is the base and the flags override it (e.g. --steps to train longer)."""
+    cfg = parse_flags(config_class, argv, prog)
     if cfg.resume and cfg.output_dir and (Path(cfg.output_dir) / TRAIN_CONFIG_FILE).is_file():
         saved = Path(cfg.output_dir) / TRAIN_CONFIG_FILE
         with draccus.config_type("json"):
-            cfg = draccus.parse(config_class, config_path=str(saved), args=argv)
+            cfg = parse_flags(config_class, argv, prog, config_path=saved)
     return cfg
 
 

@@ -8,6 +8,7 @@ environment state is required.
 """
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
 from hfpolicy.policies.config import NormMode, PolicyConfig
@@ -63,6 +64,9 @@ class ACTConfig(PolicyConfig):
     scheduler_name: str = "constant"  # diffusers get_scheduler name (the paper: constant)
     scheduler_warmup_steps: int = 0  # learning-rate warmup steps
     use_ema: bool = False  # keep an EMA of the weights (not used by the paper)
+
+    # Temporal ensembling only changes how predicted chunks are combined at acting time: it may change after training.
+    acting_fields: ClassVar[frozenset[str]] = PolicyConfig.acting_fields | {"temporal_ensemble_coeff"}
 
     def __post_init__(self):
         self.validate_settings()
