@@ -81,9 +81,9 @@ def save_checkpoint(
     save_policy: Callable[[Path], None],
     keep_last: int,
     *,
-    model: torch.nn.Module | None = None,
-    optimizer: torch.optim.Optimizer | None = None,
-    lr_scheduler: Any = None,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    lr_scheduler: Any,
     ema: Any = None,
 ) -> Path:
     """Saves the training state of every process and (on the main process) the policy, atomically.
@@ -91,8 +91,8 @@ def save_checkpoint(
     `save_policy(directory)` writes the shareable policy (save_pretrained with EMA weights, train_config.json). Every
     process must call this function: each saves its own RNG state. A failed write (OSError: a full disk, ...) removes
     the temporary folder and raises `CheckpointError` saying what happened; earlier checkpoints are untouched.
+    `model` (as prepared by the accelerator), `optimizer`, `lr_scheduler` and `ema` (None without EMA) are saved.
     """
-    model, optimizer, lr_scheduler, ema = _training_objects(accelerator, model, optimizer, lr_scheduler, ema)
     folder = Path(output_dir) / CHECKPOINTS_DIR
     final = folder / checkpoint_name(step)
     staging = folder / f".tmp_{checkpoint_name(step)}"
@@ -132,38 +132,18 @@ def load_checkpoint(
     accelerator: Accelerator,
     checkpoint: Path,
     *,
-    model: torch.nn.Module | None = None,
-    optimizer: torch.optim.Optimizer | None = None,
-    lr_scheduler: Any = None,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    lr_scheduler: Any,
     ema: Any = None,
 ) -> int:
     """Restores model, optimizer, LR scheduler, EMA and this process's RNG states; returns the step."""
-    model, optimizer, lr_scheduler, ema = _training_objects(accelerator, model, optimizer, lr_scheduler, ema)
     state_dir = Path(checkpoint) / TRAINING_STATE_DIR
     step_file = state_dir / STEP_FILE
     if not step_file.is_file():
         raise CheckpointError(f"{checkpoint} is not a complete checkpoint (no {TRAINING_STATE_DIR}/{STEP_FILE})")
     load_training_state(accelerator, state_dir, model=model, optimizer=optimizer, lr_scheduler=lr_scheduler, ema=ema)
     return int(json.loads(step_file.read_text())["step"])
-
-
-def _training_objects(accelerator: Accelerator, model, optimizer, lr_scheduler, ema) -> tuple:
-    """The objects to save, as passed; those not passed are taken from what the accelerator was given
-    (`prepare` for the model and optimizer, `register_for_checkpointing` for the LR scheduler and the EMA)."""
-    from hfpolicy.policies.ema import EMA
-
-    registered = list(getattr(accelerator, "_custom_objects", []))
-    if model is None and len(accelerator._models) == 1:
-        model = accelerator._models[0]
-    if optimizer is None and len(accelerator._optimizers) == 1:
-        optimizer = accelerator._optimizers[0]
-    if lr_scheduler is None:
-        lr_scheduler = next((o for o in registered if hasattr(o, "get_last_lr")), None)
-    if ema is None:
-        ema = next((o for o in registered if isinstance(o, EMA)), None)
-    if model is None or optimizer is None or lr_scheduler is None:
-        raise ValueError("pass model, optimizer and lr_scheduler (one of each) to save or load a checkpoint")
-    return model, optimizer, lr_scheduler, ema
 
 
 def _point_last_link(folder: Path, target_name: str) -> None:

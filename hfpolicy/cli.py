@@ -11,6 +11,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("hfpolicy.eval:main", "evaluate a policy (local dir or Hub repo id) in batched simulation"),
     "convert": ("hfpolicy.datasets.convert:main", "convert other dataset formats to LeRobot v3.0 (pusht-zarr)"),
     "record": ("hfpolicy.record:main", "record demonstrations with a scripted expert into a LeRobot v3.0 dataset"),
+    "push": ("hfpolicy.push:main", "push a training run (policy, evaluation, curve, card) to the Hub"),
     "export": ("hfpolicy.export:main", "write a saved policy in another library's layout (--format=lerobot)"),
 }
 

@@ -27,6 +27,13 @@ WEIGHTS_FILE = "model.safetensors"
 TRAIN_CONFIG_FILE = "train_config.json"
 EVAL_INFO_FILE = "eval_info.json"
 REPLAY_VIDEO_FILE = "replay.mp4"  # the Hub shows this video on robotics model pages
+TRAINING_CURVE_FILE = "training_curve.png"  # loss (and eval success) over training steps
+
+# Files of a training run folder (besides checkpoints/, eval/ and logs/).
+METRICS_FILE = "metrics.jsonl"  # one JSON line per log or eval event (the training curve is drawn from it)
+
+# Evaluation: episode i is seeded DEFAULT_EVAL_START_SEED + i (far from the seeds used for training data).
+DEFAULT_EVAL_START_SEED = 100_000
 
 
 def pad_key(key: str) -> str:

@@ -16,9 +16,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import draccus
 from draccus.utils import ParsingError
 
+from hfpolicy.flags import parse_flags
 from hfpolicy.hub import make_model_card
 from hfpolicy.policies.base import Policy, PolicyLoadError
 from hfpolicy.policies.lerobot_format import LEROBOT_VERSION, write_lerobot_checkpoint
@@ -80,7 +80,7 @@ def export_policy(
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        config = draccus.parse(ExportConfig, args=sys.argv[1:] if argv is None else argv)
+        config = parse_flags(ExportConfig, sys.argv[1:] if argv is None else argv, prog="hfpolicy export")
         if not config.policy.path:
             raise ValueError("--policy.path is required: a local directory or a Hub repo id of a saved policy")
         if config.output_dir is None:

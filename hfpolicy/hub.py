@@ -21,13 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, constants
 
-from hfpolicy.constants import EVAL_INFO_FILE, REPLAY_VIDEO_FILE, TRAIN_CONFIG_FILE
+from hfpolicy.constants import EVAL_INFO_FILE, REPLAY_VIDEO_FILE, TRAIN_CONFIG_FILE, TRAINING_CURVE_FILE
 from hfpolicy.eval.videos import episode_index_of
 
 if TYPE_CHECKING:
     from hfpolicy.policies.base import Policy
 
-TRAINING_CURVE_FILE = "training_curve.png"
 EVAL_VIDEOS_DIR = "eval"
 POLICY_TAGS = {"diffusion": "diffusion-policy", "act": "act"}  # Hub tags of the policy types
 ENV_NAMES = {"pusht": "PushT (gym-pusht)"}  # readable names of the simulators in eval results

@@ -79,3 +79,27 @@ def _is_network_error(error: BaseException) -> bool:
 def is_missing_file(error: BaseException) -> bool:
     """The repo exists but lacks the file (as opposed to a network or cache problem)."""
     return isinstance(error, EntryNotFoundError) and isinstance(error, HfHubHTTPError)
+
+
+def describe_push_error(error: BaseException, repo_id: str) -> str | None:
+    """A one-line cause and fix for a failed push to (or access check of) the Hub repo `repo_id`; None when the error
+    is not a Hub or network failure (a bug, to be shown with its traceback)."""
+    endpoint = constants.ENDPOINT
+    for e in _chain(error):
+        if isinstance(e, HfHubHTTPError):
+            status = e.response.status_code if getattr(e, "response", None) is not None else None
+            if status in (401, 403):
+                return (
+                    f"the Hub at {endpoint} refused to let this token write to {repo_id!r} ({status}): log in with a "
+                    "token that has write access (`hf auth login`, or HF_TOKEN), or choose a repo in your namespace"
+                )
+            if status is not None and status >= 500:
+                return f"the Hub at {endpoint} answered {status} (a server error) for {repo_id!r}: try again later"
+            return f"the Hub at {endpoint} refused the push to {repo_id!r} ({status}: {str(e).splitlines()[0]})"
+    network = next((e for e in _chain(error) if _is_network_error(e)), None)
+    if network is not None:
+        return (
+            f"cannot reach the Hub at {endpoint} ({type(network).__name__}: {str(network).splitlines()[0]}): check "
+            "the network, or HF_ENDPOINT if it points at another server"
+        )
+    return None

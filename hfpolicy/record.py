@@ -14,7 +14,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import draccus
 import numpy as np
 from draccus.utils import ParsingError
 from tqdm.auto import tqdm
@@ -23,6 +22,7 @@ from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE
 from hfpolicy.datasets import DatasetWriter, push_dataset_to_hub
 from hfpolicy.datasets.pusht_zarr import PUSHT_TASK, PushTGeometry, pusht_features
 from hfpolicy.envs import SUCCESS_INFO_KEY, EnvConfig, PushTEnvConfig
+from hfpolicy.flags import parse_flags
 
 DEMONSTRATORS = ("scripted",)  # --policy.type values `hfpolicy record` knows
 
@@ -129,7 +129,7 @@ def record(cfg: RecordConfig) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        cfg = draccus.parse(RecordConfig, args=sys.argv[1:] if argv is None else argv)
+        cfg = parse_flags(RecordConfig, sys.argv[1:] if argv is None else argv, prog="hfpolicy record")
         root = record(cfg)
     except (ParsingError, ValueError) as e:
         print(f"hfpolicy record: error: {e}", file=sys.stderr)

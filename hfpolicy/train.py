@@ -7,39 +7,41 @@
 (with gradient accumulation and clipping), the EMA update, and every N steps logging, evaluation and a checkpoint.
 `--resume=true` continues the run in `--output_dir` from its last checkpoint, exactly: the data order, the random
 crops and noise, the optimizer, LR schedule and EMA all continue as if the run had never stopped.
+
+The run's main process holds the run folder's lock (hfpolicy.run_lock) from before the first check to the end, so two
+trainings never write into one folder. A NaN or inf loss stops the run before anything computed from it is logged,
+evaluated or saved. The configuration lives in hfpolicy.train_config, evaluation across processes in
+hfpolicy.eval.distributed, the training curve and the Hub push in hfpolicy.training_curve and hfpolicy.push.
 """
 
 import contextlib
 import dataclasses
-import io
-import json
-import math
 import os
 import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import draccus
 import torch
 from accelerate import Accelerator, PartialState
-from accelerate.utils import ProjectConfiguration, gather_object, set_seed
+from accelerate.utils import ProjectConfiguration, set_seed
 from diffusers.optimization import get_scheduler
 from draccus.utils import ParsingError
 from tqdm.auto import tqdm
 
-from hfpolicy.atomic_files import write_atomically, write_json_atomically
+from hfpolicy.atomic_files import write_json_atomically
 from hfpolicy.checkpoints import (
     PRETRAINED_DIR,
+    CheckpointError,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
-from hfpolicy.constants import EVAL_INFO_FILE, OBS_ENV_STATE, TRAIN_CONFIG_FILE
+from hfpolicy.constants import METRICS_FILE, OBS_ENV_STATE, TRAIN_CONFIG_FILE, TRAINING_CURVE_FILE
 from hfpolicy.datasets import (
     DatasetMeta,
     EpisodeAwareSampler,
@@ -47,88 +49,53 @@ from hfpolicy.datasets import (
     PolicyDataset,
     dataset_to_policy_features,
 )
-from hfpolicy.envs import EnvConfig, PushTEnvConfig
-from hfpolicy.eval import DEFAULT_START_SEED, EpisodeRecord, EvalResult, evaluate
-from hfpolicy.eval.videos import episode_index_of
+from hfpolicy.envs import EnvConfig
+from hfpolicy.eval.distributed import evaluate_on_all_processes
+from hfpolicy.flags import FlagError
+from hfpolicy.metrics_log import append_metrics, truncate_metrics
 from hfpolicy.policies import Policy, PolicyConfig, make_policy
-from hfpolicy.policies.diffusion.configuration import DiffusionConfig
 from hfpolicy.policies.ema import EMA
+from hfpolicy.push import PushError, check_push_access, push_run
+from hfpolicy.run_lock import RunLock, RunLockedError
+from hfpolicy.train_config import (  # noqa: F401 (re-exported: `from hfpolicy.train import TrainConfig, ...`)
+    TRACKERS,
+    DatasetConfig,
+    HubConfig,
+    TrainConfig,
+    TrainConfigError,
+    TrainEvalConfig,
+    dataset_label,
+    describe_dataset,
+    flat_hparams,
+    parse_train_config,
+    scripted_dataset_root,
+    train_config_to_dict,
+    validate_train_config,
+)
+from hfpolicy.training_curve import draw_training_curve  # noqa: F401 (re-exported)
 
-METRICS_FILE = "metrics.jsonl"  # one JSON line per log or eval event (the training curve is drawn from it)
-TRAINING_CURVE_FILE = "training_curve.png"
-TRACKERS = ("tensorboard", "wandb", "none")
-
-
-class TrainConfigError(ValueError):
-    """The run cannot start as configured (raised before any training step)."""
-
-
-@dataclass
-class DatasetConfig:
-    """The LeRobot v3.0 dataset to train on."""
-
-    repo_id: str = "lerobot/pusht"  # Hub dataset repo id; ignored when `root` or `scripted_episodes` is set
-    root: str | None = None  # local dataset directory (meta/, data/, videos/); when set nothing is downloaded
-    scripted_episodes: int = 0  # > 0: train on this many PushT demos of the scripted expert (state + block keypoints),
-    # recorded once into `root` (default: <cache>/datasets/pusht_scripted_<n>) and reused by later runs; no network
-    revision: str | None = None  # Hub branch, tag or commit of the dataset
-    episodes: list[int] | None = None  # train on these episodes only (default: all)
-    input_features: list[str] | None = None  # features the policy reads (default: every image and observation.* vector)
-
-
-@dataclass
-class TrainEvalConfig:
-    """Periodic evaluation in simulation during training (episodes split across processes)."""
-
-    freq: int = 20_000  # steps between evaluations (and one at the end); 0 disables evaluation
-    n_episodes: int = 50  # episodes per evaluation, over all processes
-    final_n_episodes: int | None = None  # episodes of the evaluation after the last step (None: n_episodes)
-    batch_size: int = 50  # envs stepped in lockstep by each process
-    parallel: bool = False  # one process per env (AsyncVectorEnv) instead of stepping them in the training process
-    n_videos: int = 4  # the first n episodes are filmed (kept with the eval results and pushed to the Hub)
-    start_seed: int = DEFAULT_START_SEED  # episode i is seeded start_seed + i
-
-
-@dataclass
-class HubConfig:
-    """Where the trained policy is shared."""
-
-    repo_id: str | None = None  # push the policy here at the end (e.g. user/pusht-diffusion); None: no push
-    private: bool = False  # create the repo as private
-    push_after_eval: bool = False  # also push after every periodic evaluation
-    branch: str | None = None  # push to this branch instead of main
+__all__ = [
+    "METRICS_FILE",
+    "TRAINING_CURVE_FILE",
+    "DatasetConfig",
+    "HubConfig",
+    "TrainConfig",
+    "TrainConfigError",
+    "TrainEvalConfig",
+    "TrainResult",
+    "TrainingDivergedError",
+    "describe_dataset",
+    "main",
+    "parse_train_config",
+    "train",
+]
 
 
-@dataclass
-class TrainConfig:
-    """Everything a training run needs; saved as train_config.json beside every checkpoint."""
-
-    policy: PolicyConfig = field(default_factory=DiffusionConfig)  # --policy.type=diffusion and the policy's fields
-    dataset: DatasetConfig = field(default_factory=DatasetConfig)  # --dataset.repo_id / --dataset.root
-    env: EnvConfig = field(default_factory=PushTEnvConfig)  # simulator of the periodic evaluation (--env.type=pusht)
-    eval: TrainEvalConfig = field(default_factory=TrainEvalConfig)  # --eval.freq, --eval.n_episodes, ...
-    hub: HubConfig = field(default_factory=HubConfig)  # --hub.repo_id=user/name pushes the trained policy
-    output_dir: str | None = None  # run folder (checkpoints, logs, evals); default outputs/train/<date>_<time>_<policy>
-    resume: bool = False  # continue the run in output_dir from its last checkpoint (its train_config.json is reused)
-    steps: int = 200_000  # optimizer steps in total
-    batch_size: int = 64  # samples per process per forward pass
-    gradient_accumulation_steps: int = 1  # forward/backward passes per optimizer step
-    grad_clip_norm: float = 10.0  # clip the gradient's global norm to this (0 disables clipping)
-    mixed_precision: str | None = None  # no / fp16 / bf16 (GPU); None: what `accelerate launch` was given
-    compile: bool = False  # torch.compile the training forward (fuses the small U-Net's norms and activations: ~3x
-    # faster steps for the state-input Diffusion Policy on CPU, after 1-2 min of compiling up front)
-    num_workers: int = 0  # DataLoader worker processes (frames are decoded once and cached, so 0 is usually enough)
-    seed: int = 1000  # seeds data order, weights init, crops and noise (each process adds its rank)
-    save_freq: int = 20_000  # steps between checkpoints (and one at the end); 0: only at the end
-    keep_last_checkpoints: int = 3  # older checkpoints are deleted; 0 keeps all
-    log_freq: int = 100  # steps between log entries (trackers, metrics.jsonl, progress bar)
-    tracker: str = "tensorboard"  # experiment tracker: tensorboard, wandb or none
-    progress: bool = True  # show progress bars
-    recipe: str | None = None  # the preset that chose these defaults (examples/train_pusht.py --recipe), if any
-    recipe_reason: str | None = None  # why that preset was chosen (printed first, kept in the model card)
+class TrainingDivergedError(RuntimeError):
+    """The training loss became NaN or inf."""
 
 
-@dataclass
+@dataclasses.dataclass
 class TrainResult:
     """What `train` returns (on every process)."""
 
@@ -141,10 +108,21 @@ class TrainResult:
 
 def train(cfg: TrainConfig) -> TrainResult:
     """Runs (or resumes) a training run; see the module docstring."""
-    # --- set-up: everything that can fail on bad input fails here, before any training -------------------------
     validate_train_config(cfg)
     output_dir = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(cfg)
-    check_output_dir(output_dir, cfg.resume)
+    if cfg.hub.repo_id:
+        try:
+            check_push_access(cfg.hub.repo_id)  # a missing or read-only token is found now, not after training
+        except PushError as e:
+            raise TrainConfigError(str(e)) from e
+    with lock_run_folder(output_dir):
+        check_output_dir(output_dir, cfg.resume)
+        return run_training(cfg, output_dir)
+
+
+def run_training(cfg: TrainConfig, output_dir: Path) -> TrainResult:
+    """The run itself, in a checked and locked `output_dir`."""
+    # --- set-up: everything that can fail on bad input fails here, before any training -------------------------
     accelerator = Accelerator(
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         mixed_precision=cfg.mixed_precision,
@@ -193,9 +171,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     )
     policy, optimizer = accelerator.prepare(policy, optimizer)
     ema = EMA(policy, power=policy_cfg.ema_power, max_decay=policy_cfg.ema_max_decay) if policy_cfg.use_ema else None
-    accelerator.register_for_checkpointing(lr_scheduler)  # stepped by us once per optimizer step, saved by accelerate
-    if ema is not None:
-        accelerator.register_for_checkpointing(ema)
+    training_state = {"model": policy, "optimizer": optimizer, "lr_scheduler": lr_scheduler, "ema": ema}
 
     dataloader = torch.utils.data.DataLoader(
         dataset,
@@ -209,11 +185,11 @@ def train(cfg: TrainConfig) -> TrainResult:
 
     start_step = 0
     if cfg.resume:
-        start_step = load_checkpoint(accelerator, latest_checkpoint(output_dir))
+        start_step = load_checkpoint(accelerator, latest_checkpoint(output_dir), **training_state)
     cfg = dataclasses.replace(cfg, policy=policy_cfg, output_dir=str(output_dir))
     if is_main:
+        forget_after(output_dir, start_step)  # what a stopped run logged or evaluated after its last checkpoint
         write_json_atomically(output_dir / TRAIN_CONFIG_FILE, train_config_to_dict(cfg))
-        truncate_metrics(output_dir / METRICS_FILE, after_step=start_step)
     accelerator.init_trackers("hfpolicy", config=flat_hparams(train_config_to_dict(cfg)))
     batches = endless_batches(
         dataloader, batch_sampler, start_batch=start_step * cfg.gradient_accumulation_steps, seed=cfg.seed
@@ -228,6 +204,11 @@ def train(cfg: TrainConfig) -> TrainResult:
             f"{accelerator.num_processes} process(es) on {accelerator.device}, {samples_per_step} samples per step; "
             f"output {output_dir}" + (f"; resuming at step {start_step}" if start_step else "")
         )
+        if start_step >= cfg.steps:
+            print(
+                f"the run already reached --steps={cfg.steps}: nothing to train (pass a larger --steps to train "
+                f"longer; `hfpolicy push --run={output_dir}` pushes it to the Hub)"
+            )
     eval_plan = planned_evaluations(cfg, start_step) if env_cfg is not None else {}
     clock = TrainingClock(cfg.steps, eval_plan)
     bar = tqdm(
@@ -241,8 +222,9 @@ def train(cfg: TrainConfig) -> TrainResult:
 
     # --- the training loop ----------------------------------------------------------------------------------------
     policy.train()
-    eval_summary, hub_commit, last_eval_dir = None, None, None
+    eval_summary, hub_commit = None, None
     window = RunningMeans()  # losses and timings since the last log entry
+    loss_guard = NonFiniteLossGuard(accelerator.device)
     for step in range(start_step + 1, cfg.steps + 1):
         step_start = time.perf_counter()
         loss_sum, data_s, grad_norm = 0.0, 0.0, None
@@ -261,6 +243,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         lr_scheduler.step()
         if ema is not None:
             ema.step(policy)
+        loss_guard.add(step, loss_sum)
         step_s = time.perf_counter() - step_start
         window.add(loss=loss_sum / cfg.gradient_accumulation_steps, grad_norm=grad_norm, step_s=step_s, data_s=data_s)
         clock.add_step(step_s)
@@ -269,21 +252,26 @@ def train(cfg: TrainConfig) -> TrainResult:
         if is_main and step == start_step + TrainingClock.ANNOUNCE_AFTER_STEPS:
             bar.write(clock.announcement(step, accelerator.device))
 
-        if step % cfg.log_freq == 0 or step == cfg.steps:
+        is_last = step == cfg.steps
+        logged = step % cfg.log_freq == 0 or is_last
+        evaluated = env_cfg is not None and (step % cfg.eval.freq == 0 or is_last)
+        saved = (cfg.save_freq > 0 and step % cfg.save_freq == 0) or is_last
+        if logged or evaluated or saved:
+            loss_guard.check(accelerator, output_dir, step, policy if saved else None)  # before a NaN is logged/saved
+
+        if logged:
             entry = window.pop(accelerator)  # averages the loss over processes (one collective per log entry)
             entry.update(lr=lr_scheduler.get_last_lr()[0], samples_per_s=samples_per_step / entry["step_s"])
             log_entry(accelerator, output_dir, step, entry)
             clock.last_log = f"loss={entry['loss']:.4f}, lr={entry['lr']:.2e}"
 
-        is_last = step == cfg.steps
-        evaluated = env_cfg is not None and (step % cfg.eval.freq == 0 or is_last)
         if evaluated:
             eval_dir = output_dir / "eval" / f"step_{step:06d}"
             eval_start = time.perf_counter()
             result = evaluate_on_all_processes(accelerator, policy, ema, env_cfg, cfg.eval, eval_dir, eval_plan[step])
             clock.add_eval(eval_plan[step], time.perf_counter() - eval_start)
             if is_main:
-                eval_summary, last_eval_dir = result.aggregated, eval_dir
+                eval_summary = result.aggregated
                 log_entry(
                     accelerator,
                     output_dir,
@@ -295,17 +283,18 @@ def train(cfg: TrainConfig) -> TrainResult:
                     f"avg max reward {eval_summary['avg_max_reward']:.3f} ({eval_summary['n_episodes']} episodes)"
                 )
 
-        if (cfg.save_freq > 0 and step % cfg.save_freq == 0) or is_last:
+        if saved:
             save_checkpoint(
                 accelerator,
                 output_dir,
                 step,
                 save_policy=lambda folder: save_shareable_policy(accelerator, policy, ema, cfg, folder),
                 keep_last=cfg.keep_last_checkpoints,
+                **training_state,
             )
 
         if cfg.hub.repo_id and (is_last or (evaluated and cfg.hub.push_after_eval)) and is_main:
-            hub_commit = push_run_to_hub(accelerator, policy, ema, cfg, output_dir, last_eval_dir)
+            hub_commit = push_trained_policy(accelerator, policy, ema, cfg, output_dir, step)
             bar.write(f"pushed to the Hub: {hub_commit}")
 
     bar.close()
@@ -321,42 +310,61 @@ def train(cfg: TrainConfig) -> TrainResult:
 
 
 # --- set-up helpers -----------------------------------------------------------------------------------------------
-def validate_train_config(cfg: TrainConfig) -> None:
-    problems = []
-    for name in ("steps", "batch_size", "gradient_accumulation_steps", "log_freq"):
-        if getattr(cfg, name) < 1:
-            problems.append(f"--{name} must be >= 1, got {getattr(cfg, name)}")
-    for name in ("save_freq", "num_workers", "keep_last_checkpoints"):
-        if getattr(cfg, name) < 0:
-            problems.append(f"--{name} must be >= 0, got {getattr(cfg, name)}")
-    if cfg.eval.freq < 0 or cfg.eval.n_episodes < 1 or cfg.eval.batch_size < 1 or cfg.eval.n_videos < 0:
-        problems.append("--eval.freq and --eval.n_videos must be >= 0, --eval.n_episodes and --eval.batch_size >= 1")
-    if cfg.eval.final_n_episodes is not None and cfg.eval.final_n_episodes < 1:
-        problems.append(f"--eval.final_n_episodes must be >= 1 (or null), got {cfg.eval.final_n_episodes}")
-    if cfg.dataset.scripted_episodes < 0:
-        problems.append(f"--dataset.scripted_episodes must be >= 0, got {cfg.dataset.scripted_episodes}")
-    if cfg.tracker not in TRACKERS:
-        problems.append(f"--tracker={cfg.tracker!r} is not one of {', '.join(TRACKERS)}")
-    if problems:
-        raise TrainConfigError("; ".join(problems))
-
-
 def default_output_dir(cfg: TrainConfig) -> Path:
     return Path("outputs/train") / f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{cfg.policy.type}"
 
 
+def is_launch_main_process() -> bool:
+    """Whether this is the main process of the launch (rank 0), asked before the Accelerator exists. (Creating
+    accelerate's PartialState for this would fix the distributed setup before the Accelerator could: on CPU, each
+    process of `accelerate launch --num_processes 2` would then train alone.)"""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+@contextlib.contextmanager
+def lock_run_folder(output_dir: Path):
+    """The run folder's exclusive lock, held by the main process for the block (see hfpolicy.run_lock)."""
+    if not is_launch_main_process():
+        yield
+        return
+    try:
+        lock = RunLock(output_dir).acquire()
+    except OSError as e:  # RunLockedError is not an OSError: it passes through, naming the other run
+        raise TrainConfigError(f"cannot create --output_dir={output_dir} ({e}): choose a writable folder") from e
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def check_output_dir(output_dir: Path, resume: bool) -> None:
-    """A new run needs a fresh (or empty) folder; a resumed one a folder holding a run with a checkpoint."""
-    holds_run = (output_dir / TRAIN_CONFIG_FILE).exists() or latest_checkpoint(output_dir) is not None
-    if resume and latest_checkpoint(output_dir) is None:
+    """A new run needs a folder without checkpoints: a fresh one, or one whose run stopped before its first
+    checkpoint (that run is started again in place). A resumed run needs a folder holding a checkpoint."""
+    checkpoint = latest_checkpoint(output_dir)
+    if resume and checkpoint is None:
+        if (output_dir / TRAIN_CONFIG_FILE).exists():
+            raise TrainConfigError(
+                f"--output_dir={output_dir} holds no checkpoint to resume from: its run stopped before the first one "
+                "(--save_freq); start it again in place by dropping --resume"
+            )
         raise TrainConfigError(
-            f"--resume=true but {output_dir} holds no checkpoint to resume from; drop --resume to start a new run"
+            f"--resume=true but --output_dir={output_dir} holds no checkpoint to resume from; drop --resume to start "
+            "a new run there"
         )
-    if not resume and holds_run:
+    if not resume and checkpoint is not None:
         raise TrainConfigError(
-            f"--output_dir={output_dir} holds another run ({TRAIN_CONFIG_FILE} or checkpoints): pass --resume=true to "
-            "continue it, or choose another --output_dir"
+            f"--output_dir={output_dir} holds another run (checkpoints up to {checkpoint.name}): pass --resume=true "
+            "to continue it, or choose another --output_dir"
         )
+
+
+def forget_after(output_dir: Path, step: int) -> None:
+    """Drops what a stopped run logged and evaluated after `step`, the checkpoint the run continues from (0: a run
+    started again in place): those steps are trained, logged and evaluated again."""
+    truncate_metrics(output_dir / METRICS_FILE, after_step=step)
+    for folder in (output_dir / "eval").glob("step_*"):
+        if folder.name.removeprefix("step_").isdigit() and int(folder.name.removeprefix("step_")) > step:
+            shutil.rmtree(folder)
 
 
 def resolve_dataset_root(dataset: DatasetConfig, recipe: str | None = None, progress: bool = True) -> Path:
@@ -384,12 +392,6 @@ def resolve_dataset_root(dataset: DatasetConfig, recipe: str | None = None, prog
             f"{str(e).splitlines()[0]}); check the repo id and the network, or train on a local copy with "
             f"--dataset.root=DIR (`hfpolicy convert` and `hfpolicy record` write one){offline}"
         ) from e
-
-
-def scripted_dataset_root(n_episodes: int) -> Path:
-    """Where `--dataset.scripted_episodes=N` records by default: $HFPOLICY_CACHE (default ~/.cache/hfpolicy)."""
-    cache = Path(os.environ.get("HFPOLICY_CACHE", Path.home() / ".cache" / "hfpolicy"))
-    return cache / "datasets" / f"pusht_scripted_{n_episodes}"
 
 
 def record_scripted_dataset(dataset: DatasetConfig, progress: bool) -> Path:
@@ -420,22 +422,6 @@ def record_scripted_dataset(dataset: DatasetConfig, progress: bool) -> Path:
             RecordConfig(n_episodes=n, output_dir=str(root), environment_state=True, images=False, progress=progress)
         )
     return root
-
-
-def describe_dataset(dataset: DatasetConfig) -> str:
-    """One phrase for the first line a run prints: where its data comes from."""
-    if dataset.scripted_episodes > 0:
-        root = dataset.root or scripted_dataset_root(dataset.scripted_episodes)
-        state = "reused" if Path(root).exists() else "recorded now, reused by later runs"
-        return f"{dataset.scripted_episodes} scripted-expert PushT demonstrations in {root} ({state})"
-    if dataset.root is not None:
-        return f"the local dataset {dataset.root}"
-    return f"{dataset.repo_id} from the Hub"
-
-
-def dataset_label(dataset: DatasetConfig) -> str:
-    """What a run trained on, as its logs, train_config.json and model card name it: the local folder or the repo id."""
-    return dataset.repo_id if dataset.root is None else str(dataset.root)
 
 
 @contextlib.contextmanager
@@ -550,6 +536,40 @@ class RunningMeans:
         return means
 
 
+class NonFiniteLossGuard:
+    """Notes the first step whose loss is NaN or inf without a host sync per step. `check` (a collective: every
+    process calls it at the same steps) raises TrainingDivergedError on every process when any process saw one, or,
+    before a checkpoint, when a weight is NaN or inf (an update from a huge gradient shows in the weights one step
+    before it shows in the loss)."""
+
+    def __init__(self, device: torch.device):
+        self.first_bad_step = torch.zeros((), dtype=torch.long, device=device)  # 0: none yet
+
+    def add(self, step: int, loss: torch.Tensor) -> None:
+        bad = ~torch.isfinite(loss.detach()) & (self.first_bad_step == 0)
+        self.first_bad_step = torch.where(bad, step, self.first_bad_step)
+
+    def check(self, accelerator: Accelerator, output_dir: Path, step: int, model: torch.nn.Module | None) -> None:
+        weights_bad = model is not None and not all(torch.isfinite(p).all() for p in model.parameters())
+        if weights_bad and self.first_bad_step == 0:
+            self.first_bad_step.fill_(step)
+        steps = accelerator.gather(self.first_bad_step.reshape(1))
+        bad = steps[steps > 0]
+        if bad.numel() == 0:
+            return
+        checkpoint = latest_checkpoint(output_dir)
+        kept = (
+            f"the last good checkpoint is {checkpoint}: resume from it with --resume=true"
+            if checkpoint is not None
+            else "no checkpoint was saved yet: start again"
+        )
+        raise TrainingDivergedError(
+            f"the training loss (or the weights) became NaN or inf at step {int(bad.min())}: the run stopped there, "
+            f"before saving, evaluating or logging anything computed from it; {kept}, with a lower "
+            "--policy.optimizer_lr or --grad_clip_norm (or check the data)"
+        )
+
+
 def planned_evaluations(cfg: TrainConfig, start_step: int) -> dict[int, int]:
     """{step: episodes} of the evaluations still to come: every eval.freq steps, and the final one after the last step
     with eval.final_n_episodes."""
@@ -622,65 +642,7 @@ def log_entry(accelerator: Accelerator, output_dir: Path, step: int, entry: dict
     """To the trackers and to metrics.jsonl (main process only)."""
     accelerator.log({k if "/" in k else f"train/{k}": v for k, v in entry.items()}, step=step)
     if accelerator.is_main_process:
-        with open(output_dir / METRICS_FILE, "a") as f:
-            f.write(json.dumps({"step": step, **entry}) + "\n")
-
-
-def truncate_metrics(path: Path, after_step: int) -> None:
-    """Drops entries logged after the checkpoint a run resumes from (they will be logged again)."""
-    if not path.exists():
-        return
-    kept = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= after_step]
-    write_atomically(path, "".join(line + "\n" for line in kept))
-
-
-def evaluate_on_all_processes(
-    accelerator: Accelerator,
-    policy: torch.nn.Module,
-    ema: EMA | None,
-    env_cfg: EnvConfig,
-    eval_cfg: TrainEvalConfig,
-    eval_dir: Path,
-    n_episodes: int,
-) -> EvalResult:
-    """Each process runs episodes rank, rank + world, ... of episodes 0..n_episodes-1 (with the EMA weights); the
-    records are gathered, and the main process writes eval_info.json. Episode i is seeded start_seed + i whatever
-    process runs it."""
-    rank, world = accelerator.process_index, accelerator.num_processes
-    indices = list(range(rank, n_episodes, world))
-    model = accelerator.unwrap_model(policy)
-    local_records, local_videos, local_s = [], [], 0.0
-    if indices:
-        env = env_cfg.make(min(eval_cfg.batch_size, len(indices)), parallel=eval_cfg.parallel)
-        try:
-            with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
-                result = evaluate(
-                    model,
-                    env,
-                    episode_indices=indices,
-                    start_seed=eval_cfg.start_seed,
-                    n_videos=eval_cfg.n_videos,
-                    videos_dir=eval_dir / "videos",
-                    fps=env_cfg.fps,
-                    progress=accelerator.is_main_process,
-                )
-        finally:
-            env.close()
-            model.reset()
-        local_records = [{**r.to_dict(), "rank": rank} for r in result.episodes]
-        local_videos, local_s = [str(p) for p in result.video_paths], result.eval_s
-    records = gather_object(local_records)
-    videos = gather_object(local_videos)
-    eval_s = max(gather_object([local_s]))
-    episodes = sorted(
-        (EpisodeRecord(**{k: v for k, v in r.items() if k != "rank"}) for r in records), key=lambda e: e.index
-    )
-    merged = EvalResult(episodes, eval_s, sorted((Path(v) for v in videos), key=episode_index_of))
-    if accelerator.is_main_process:
-        info = merged.to_dict()
-        info["per_episode"] = sorted(records, key=lambda r: r["index"])  # with the rank that ran each episode
-        write_json_atomically(eval_dir / EVAL_INFO_FILE, info)
-    return merged
+        append_metrics(output_dir / METRICS_FILE, step, entry)
 
 
 def save_shareable_policy(
@@ -693,63 +655,22 @@ def save_shareable_policy(
     write_json_atomically(folder / TRAIN_CONFIG_FILE, train_config_to_dict(cfg))
 
 
-def push_run_to_hub(
-    accelerator: Accelerator,
-    policy: torch.nn.Module,
-    ema: EMA | None,
-    cfg: TrainConfig,
-    output_dir: Path,
-    eval_dir: Path | None,
+def push_trained_policy(
+    accelerator: Accelerator, policy: torch.nn.Module, ema: EMA | None, cfg: TrainConfig, output_dir: Path, step: int
 ) -> str:
-    """Pushes the policy (EMA weights), its eval results and videos, the training curve and the card."""
-    curve = draw_training_curve(output_dir / METRICS_FILE, output_dir / TRAINING_CURVE_FILE)
-    eval_info = eval_dir / EVAL_INFO_FILE if eval_dir is not None else None
-    videos = sorted((eval_dir / "videos").glob("*.mp4"), key=episode_index_of) if eval_dir is not None else []
+    """Pushes the run (hfpolicy.push) with the policy's EMA weights, its evaluation up to `step` and this command."""
     model = accelerator.unwrap_model(policy)
     with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
-        return model.push_to_hub(
+        return push_run(
+            output_dir,
             cfg.hub.repo_id,
-            eval_info=eval_info,
-            videos=videos,
-            train_config=train_config_to_dict(cfg),
-            training_curve=curve,
-            env_type=cfg.env.type,
-            dataset_repo_id=cfg.dataset.repo_id if cfg.dataset.root is None else None,  # local data: named in the card
-            train_command=reproduce_command(),
+            policy=model,
             private=cfg.hub.private,
             branch=cfg.hub.branch,
+            train_command=reproduce_command(),
+            up_to_step=step,
+            check_access=False,  # checked before step 1
         )
-
-
-def draw_training_curve(metrics_path: Path, png_path: Path) -> Path | None:
-    """Loss over steps (log scale) and, when evaluated, success rate over steps, as a PNG."""
-    if not metrics_path.exists():
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    entries = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
-    losses = [(e["step"], e["loss"]) for e in entries if "loss" in e]
-    evals = [(e["step"], e["eval/pc_success"]) for e in entries if "eval/pc_success" in e]
-    if not losses:
-        return None
-    fig, loss_ax = plt.subplots(figsize=(7, 3.5), dpi=100)
-    loss_ax.plot(*zip(*losses, strict=True), color="tab:blue", label="training loss")
-    loss_ax.set_yscale("log")
-    loss_ax.set_xlabel("step")
-    loss_ax.set_ylabel("loss", color="tab:blue")
-    if evals:
-        success_ax = loss_ax.twinx()
-        success_ax.plot(*zip(*evals, strict=True), "o-", color="tab:green", label="eval success")
-        success_ax.set_ylabel("eval success (%)", color="tab:green")
-        success_ax.set_ylim(0, 100)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return write_atomically(png_path, buffer.getvalue())
 
 
 def reproduce_command() -> str:
@@ -763,59 +684,26 @@ def reproduce_command() -> str:
     return " ".join(["hfpolicy", "train", *argv[1:]])
 
 
-# --- config (de)serialization ----------------------------------------------------------------------------------------
-def train_config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
-    """JSON-ready, with the policy as its own to_dict (its `type` first) so Policy configs round-trip."""
-    with draccus.config_type("json"):
-        stream = io.StringIO()
-        draccus.dump(cfg, stream)
-    data = json.loads(stream.getvalue())
-    data["policy"] = cfg.policy.to_dict()
-    data["env"] = {"type": cfg.env.type, **data.get("env", {})}
-    return data
-
-
-def parse_train_config(argv: list[str], config_class: type[TrainConfig] = TrainConfig) -> TrainConfig:
-    """Flags → config. With --resume=true and an --output_dir holding a run, its train_config.json is the base and
-    the flags override it (e.g. --steps to train longer)."""
-    cfg = draccus.parse(config_class, args=argv)
-    if cfg.resume and cfg.output_dir and (Path(cfg.output_dir) / TRAIN_CONFIG_FILE).is_file():
-        saved = Path(cfg.output_dir) / TRAIN_CONFIG_FILE
-        with draccus.config_type("json"):
-            cfg = draccus.parse(config_class, config_path=str(saved), args=argv)
-    return cfg
-
-
-def flat_hparams(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested config → flat {"a.b": scalar} for trackers (lists and None as strings)."""
-    flat = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flat_hparams(value, prefix=f"{name}."))
-        elif isinstance(value, bool | int | float | str) and not (isinstance(value, float) and math.isnan(value)):
-            flat[name] = value
-        else:
-            flat[name] = str(value)
-    return flat
-
-
 def main(
     argv: list[str] | None = None,
     config_class: type[TrainConfig] = TrainConfig,
     announce: Callable[[TrainConfig], str] | None = None,
+    prog: str = "hfpolicy train",
 ) -> int:
     """`hfpolicy train` (and examples/train_pusht.py): parse flags, train; bad input exits 2 with one clear line.
     `announce(cfg)` is the first line the main process prints (examples/train_pusht.py: the recipe and the data)."""
     try:
-        cfg = parse_train_config(sys.argv[1:] if argv is None else argv, config_class)
-        if announce is not None and PartialState().is_main_process:
+        cfg = parse_train_config(sys.argv[1:] if argv is None else argv, config_class, prog)
+        if announce is not None and is_launch_main_process():
             print(announce(cfg), flush=True)
         result = train(cfg)
-    except (ParsingError, TrainConfigError) as e:
+    except (FlagError, ParsingError, TrainConfigError, RunLockedError, CheckpointError) as e:
         cause = f" ({e.__cause__})" if isinstance(e, ParsingError) and e.__cause__ else ""
         print(f"hfpolicy train: error: {e}{cause}", file=sys.stderr)
         return 2
+    except (TrainingDivergedError, PushError) as e:
+        print(f"hfpolicy train: error: {e}", file=sys.stderr)
+        return 1
     if PartialState().is_main_process:
         summary = result.eval_summary
         print(

@@ -4,6 +4,7 @@ One pixel format everywhere: H.264 (libx264) in yuv420p with the moov atom up fr
 plays and the Hub previews. yuv420p needs even width and height.
 """
 
+import contextlib
 import os
 from collections.abc import Iterable
 from fractions import Fraction
@@ -14,6 +15,17 @@ import numpy as np
 
 VIDEO_CODEC = "libx264"  # the encoder; files are read back by FFmpeg's native "h264" decoder
 VIDEO_PIX_FMT = "yuv420p"
+
+
+class VideoWriteError(OSError):
+    """An mp4 cannot be written where asked (an unwritable or missing folder, a full disk, an encoder failure)."""
+
+
+def _write_error(path: Path, error: BaseException) -> VideoWriteError:
+    return VideoWriteError(
+        f"cannot write the video {path} ({type(error).__name__}: {error}): make {path.parent} writable, free disk "
+        "space, or write the videos elsewhere"
+    )
 
 
 class Mp4Writer:
@@ -39,8 +51,11 @@ class Mp4Writer:
             raise ValueError(
                 f"{VIDEO_PIX_FMT} video needs even width and height, got {width}x{height}: crop or pad the frames"
             )
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._container = av.open(str(self._tmp_path), mode="w", options={"movflags": "+faststart"})
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._container = av.open(str(self._tmp_path), mode="w", options={"movflags": "+faststart"})
+        except (OSError, av.error.FFmpegError) as e:
+            raise _write_error(self.path, e) from e
         # Stream time base = 1/fps (as a fraction) so that frame i sits exactly at pts i.
         rate = Fraction(self.fps).limit_denominator(1001)
         stream = self._container.add_stream(VIDEO_CODEC, rate=rate)
@@ -65,23 +80,32 @@ class Mp4Writer:
             )
         video_frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
         video_frame.pts = self.n_frames
-        self._container.mux(self._stream.encode(video_frame))
+        try:
+            self._container.mux(self._stream.encode(video_frame))
+        except (OSError, av.error.FFmpegError) as e:  # a full disk, mostly
+            raise _write_error(self.path, e) from e
         self.n_frames += 1
 
     def close(self) -> Path:
         if self._container is None:
             raise ValueError(f"no frames were given for {self.path}: an mp4 needs at least one")
-        self._container.mux(self._stream.encode(None))  # flush the encoder
-        self._container.close()
-        self._container = None
-        os.replace(self._tmp_path, self.path)
+        try:
+            self._container.mux(self._stream.encode(None))  # flush the encoder
+            self._container.close()
+            self._container = None
+            os.replace(self._tmp_path, self.path)
+        except (OSError, av.error.FFmpegError) as e:
+            self.abort()
+            raise _write_error(self.path, e) from e
         return self.path
 
     def abort(self) -> None:
         if self._container is not None:
-            self._container.close()
+            with contextlib.suppress(OSError, av.error.FFmpegError):
+                self._container.close()
             self._container = None
-        self._tmp_path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # its folder may not exist (the error being cleaned up after)
+            self._tmp_path.unlink(missing_ok=True)
 
     def __enter__(self) -> "Mp4Writer":
         return self

@@ -258,9 +258,9 @@ def test_eval_cli_errors(tmp_path, capsys):
     assert "--policy.path is required" in capsys.readouterr().err
     assert main([f"--policy.path={tmp_path}"]) == 2
     assert "config.json" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["--policy.path=x", "--env.type=pushT"])
-    assert "pusht" in capsys.readouterr().err
+    assert main(["--policy.path=x", "--env.type=pushT"]) == 2  # one line, no usage dump
+    err = capsys.readouterr().err
+    assert "pusht" in err and err.count("\n") == 1
     assert main([f"--policy.path={tmp_path}", "--env.obs_type=state"]) == 2
     assert "valid obs types: pixels_agent_pos" in capsys.readouterr().err
 
@@ -419,3 +419,19 @@ def test_policy_reset_seeds_must_match_the_batch():
     observation = {key: torch.zeros(2, *f.shape) for key, f in policy.config.input_features.items()}
     with pytest.raises(RuntimeError, match="3 seeds but the batch has 2 envs"):
         policy.select_action(observation)
+
+
+def test_an_unwritable_videos_dir_is_named(tmp_path):
+    from hfpolicy.eval import VideoRecorder
+    from hfpolicy.video import VideoWriteError, encode_video
+
+    blocker = tmp_path / "a_file"  # a file where the videos folder should be: unwritable, even for root
+    blocker.write_text("not a folder")
+    frames = [np.zeros((16, 16, 3), np.uint8)] * 3
+    with pytest.raises(VideoWriteError, match=rf"cannot write the video {blocker}/videos/a.mp4 .*writable"):
+        encode_video(frames, blocker / "videos" / "a.mp4", fps=10)
+    recorder = VideoRecorder(fps=10)  # the eval's background encoder: the same line, not a repr
+    recorder.add_frame(blocker / "b.mp4", frames[0])
+    recorder.finish(blocker / "b.mp4")
+    with pytest.raises(VideoWriteError, match=rf"cannot write the video {blocker}/b.mp4"):
+        recorder.close()

@@ -77,7 +77,9 @@ def test_card_without_eval_has_no_model_index_and_save_pretrained_writes_it(tmp_
     assert card.data.eval_results is None and "## Evaluation" not in card.text
     policy.save_pretrained(tmp_path)
     saved = (tmp_path / "README.md").read_text()
-    assert "library_name: hfpolicy" in saved and "Policy.from_pretrained" in saved
+    assert "library_name: hfpolicy" in saved
+    # The usage lines load the policy from where it was saved (not a placeholder name).
+    assert f'Policy.from_pretrained("{tmp_path}")' in saved and f"--policy.path={tmp_path} " in saved
 
 
 def test_push_with_a_missing_video_fails_before_uploading(hub_server, tmp_path):

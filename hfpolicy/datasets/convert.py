@@ -7,10 +7,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import draccus
 from draccus.utils import ParsingError
 
 from hfpolicy.datasets.metadata import DatasetMeta
+from hfpolicy.flags import parse_flags
 
 
 @dataclass
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if rest and not rest[0].startswith("-"):  # the input path, given positionally
         rest = [f"--{positional}={rest[0]}", *rest[1:]]
     try:
-        return command(draccus.parse(config_class, args=rest))
+        return command(parse_flags(config_class, rest, prog=f"hfpolicy convert {name}"))
     except (ParsingError, FileNotFoundError, FileExistsError, ValueError) as e:  # bad input: one line, no traceback
         print(f"hfpolicy convert {name}: error: {e}", file=sys.stderr)
         return 2

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from av.video.reformatter import VideoReformatter
 
-from hfpolicy.datasets.format import TimestampError
+from hfpolicy.datasets.format import DatasetFormatError, TimestampError
 
 FRAME_CACHE_RAM_CAP_GB = 8.0  # default cap: a bigger cache goes to a memory-mapped file instead of RAM
 THREADED_DECODE_MIN_PIXELS = 320 * 240  # decode with frame threads from this frame size up
@@ -115,13 +115,35 @@ def decode_video_segment(
     """Decodes the frames at `timestamps` (absolute times in the file, ascending) into `out` (len, C, H, W) uint8.
 
     Seeks to the keyframe before the first timestamp and stops after the last, so only the episode's segment is
-    decoded. Raises TimestampError naming `what` and the times with no frame within `tolerance_s`.
+    decoded. Raises TimestampError naming `what` and the times with no frame within `tolerance_s`, and
+    DatasetFormatError naming `what` and the file when the file is not a decodable video (truncated, garbage).
     """
     timestamps = np.asarray(timestamps, dtype=np.float64)
     filled = np.zeros(len(timestamps), dtype=bool)
+    try:
+        _decode_into(path, timestamps, tolerance_s, out, what, filled)
+    except av.error.FFmpegError as e:  # garbage, or cut short (a broken download, a full disk while writing)
+        raise DatasetFormatError(
+            f"{what}: the video {path} cannot be decoded ({type(e).__name__}: {e}): it is truncated or not an mp4; "
+            "download it again (delete it from the cache) or re-encode it"
+        ) from e
+    if not filled.all():
+        missing = timestamps[~filled]
+        shown = ", ".join(f"{t:.4f}" for t in missing[:5]) + (" ..." if len(missing) > 5 else "")
+        raise TimestampError(
+            f"{what}: {len(missing)} of {len(timestamps)} frames are not in {path} within {tolerance_s} s of the "
+            f"expected video times ({shown} s). The episode's from_timestamp / the data timestamps do not match the "
+            "video; re-encode the video, or fix meta/episodes, or raise tolerance_s if the times are only slightly off."
+        )
+
+
+def _decode_into(path, timestamps: np.ndarray, tolerance_s: float, out: np.ndarray, what: str, filled: np.ndarray):
+    """The decoding loop of `decode_video_segment`: fills `out[j]` and sets `filled[j]` for each frame found."""
     _, height, width = out.shape[1:]
     reformatter = VideoReformatter()  # one for all frames: a new one per frame costs more than the decoding
     with av.open(str(path)) as container:
+        if not container.streams.video:
+            raise DatasetFormatError(f"{what}: {path} holds no video stream: re-encode it, or download it again")
         stream = container.streams.video[0]
         if stream.codec_context.width * stream.codec_context.height >= THREADED_DECODE_MIN_PIXELS:
             stream.thread_type = "AUTO"  # frame threads pay off on large frames, cost more than they save on small
@@ -148,11 +170,3 @@ def decode_video_segment(
                 )
             out[j] = reformatter.reformat(frame, format="rgb24").to_ndarray().transpose(2, 0, 1)
             filled[j] = True
-    if not filled.all():
-        missing = timestamps[~filled]
-        shown = ", ".join(f"{t:.4f}" for t in missing[:5]) + (" ..." if len(missing) > 5 else "")
-        raise TimestampError(
-            f"{what}: {len(missing)} of {len(timestamps)} frames are not in {path} within {tolerance_s} s of the "
-            f"expected video times ({shown} s). The episode's from_timestamp / the data timestamps do not match the "
-            "video; re-encode the video, or fix meta/episodes, or raise tolerance_s if the times are only slightly off."
-        )

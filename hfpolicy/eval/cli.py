@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-import draccus
 import torch
 from draccus.utils import ParsingError
 
@@ -27,6 +26,7 @@ from hfpolicy.constants import EVAL_INFO_FILE
 from hfpolicy.envs import EnvConfig, PushTEnvConfig
 from hfpolicy.eval.evaluation import DEFAULT_START_SEED, EvalResult, evaluate
 from hfpolicy.eval.rollouts import EpisodeRecord, InvalidActionError
+from hfpolicy.flags import parse_flags
 from hfpolicy.policies.base import Policy, PolicyLoadError
 
 
@@ -152,7 +152,7 @@ def load_policy_and_env_config(config: EvalPipelineConfig) -> tuple[Policy, EnvC
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        config = draccus.parse(EvalPipelineConfig, args=sys.argv[1:] if argv is None else argv)
+        config = parse_flags(EvalPipelineConfig, sys.argv[1:] if argv is None else argv, prog="hfpolicy eval")
         set_torch_threads(config.num_threads)
         policy, env_config = load_policy_and_env_config(config)
         config.output_dir = config.output_dir or default_output_dir(env_config)

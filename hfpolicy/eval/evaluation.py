@@ -12,12 +12,13 @@ from gymnasium.vector import VectorEnv
 from tqdm.auto import tqdm
 
 from hfpolicy.atomic_files import write_json_atomically
+from hfpolicy.constants import DEFAULT_EVAL_START_SEED
 from hfpolicy.envs import episode_step_limit
 from hfpolicy.eval.rollouts import EpisodeRecord, rollout
 from hfpolicy.eval.videos import VideoRecorder, episode_video_path
 from hfpolicy.policies.base import Policy
 
-DEFAULT_START_SEED = 100_000  # episode i is seeded start_seed + i (far from seeds used for training data)
+DEFAULT_START_SEED = DEFAULT_EVAL_START_SEED  # episode i is seeded start_seed + i (far from training data seeds)
 WILSON_Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
 

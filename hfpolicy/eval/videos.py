@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hfpolicy.video import Mp4Writer
+from hfpolicy.video import Mp4Writer, VideoWriteError
 
 _STOP = object()
 _VIDEO_PREFIX = "eval_episode_"
@@ -68,6 +68,8 @@ class VideoRecorder:
             self._thread.join()
 
     def _raise_if_failed(self) -> None:
+        if isinstance(self._error, VideoWriteError):  # names the file and the fix: raised as it is
+            raise VideoWriteError(str(self._error)) from self._error
         if self._error is not None:
             raise RuntimeError(f"the video encoder failed: {self._error!r}") from self._error
 

@@ -216,6 +216,12 @@ class Policy(
         return self.predict_action_chunk(observation, generator=generators, n_steps=n_steps)[:batch_size]
 
     # --- saving and loading -----------------------------------------------------------------------------------------
+    def save_pretrained(self, save_directory: str | Path, *, model_card_kwargs: dict | None = None, **kwargs) -> Any:
+        """PyTorchModelHubMixin.save_pretrained; the README.md it writes loads the policy from `save_directory`
+        (its usage lines name the real path, not a placeholder)."""
+        model_card_kwargs = {"repo_id": str(save_directory), **(model_card_kwargs or {})}
+        return super().save_pretrained(save_directory, model_card_kwargs=model_card_kwargs, **kwargs)
+
     def _save_pretrained(self, save_directory: Path) -> None:
         """config.json (with `type`) and model.safetensors (weights and normalization stats), each written atomically."""
         save_directory = Path(save_directory)
@@ -380,7 +386,7 @@ class Policy(
         """The card `save_pretrained` writes: hfpolicy's own (without eval results; `push_to_hub` adds them)."""
         from hfpolicy.hub import make_model_card
 
-        return make_model_card(kwargs.get("repo_id", f"hfpolicy {self.config.type} policy"), self)
+        return make_model_card(kwargs.get("repo_id") or f"hfpolicy {self.config.type} policy", self)
 
     def load_strict(self, state_dict: dict[str, Tensor], source: str = "state dict") -> None:
         """load_state_dict that names every missing key, unexpected key and shape mismatch in one error."""

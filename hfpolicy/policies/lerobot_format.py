@@ -100,6 +100,8 @@ def warn_ignored(message: str) -> None:
 def is_lerobot_config(config_data: Mapping[str, Any]) -> bool:
     """True when a config.json dict was written by LeRobot: its feature types or normalization keys are LeRobot's
     upper-case enums (VISUAL, STATE, ...), where hfpolicy writes lower-case ones (image, state, ...)."""
+    if not isinstance(config_data, Mapping):  # not a config at all: the caller's own check names the problem
+        return False
     features = {**(config_data.get("input_features") or {}), **(config_data.get("output_features") or {})}
     feature_types = {f.get("type") for f in features.values() if isinstance(f, Mapping)}
     mapping_keys = set(config_data.get("normalization_mapping") or {})

@@ -87,6 +87,23 @@ def test_unknown_episodes_and_missing_files(tmp_path, tiny_dataset):
         PolicyDataset("user/partial", root=root)
 
 
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "header only"])
+def test_a_damaged_mp4_is_named_with_its_episode(tmp_path, tiny_dataset, damage):
+    root = tmp_path / "damaged"
+    shutil.copytree(tiny_dataset.root, root)
+    video = root / "videos/observation.image/chunk-000/file-000.mp4"
+    data = video.read_bytes()
+    video.write_bytes(
+        {"truncated": data[: len(data) // 2], "garbage": b"not a video" * 50, "header only": data[:200]}[damage]
+    )
+    ds = PolicyDataset("user/damaged", root=root)
+    with pytest.raises(DatasetFormatError) as error:
+        ds.prefetch_frames(progress=False)
+    message = str(error.value)
+    assert message.startswith("episode 0 of user/damaged, observation.image:") and str(video) in message
+    assert "download it again" in message
+
+
 def _with_value(table: pa.Table, column: str, rows: list[int], value: float) -> pa.Table:
     """The table with `value` written into the vector column `column` at the given rows."""
     values = table.column(column).to_pylist()

@@ -200,12 +200,20 @@ def test_push_to_hub_and_load_by_repo_id(hub_server):
 
 def test_loading_is_strict(tmp_path):
     make_policy("image").save_pretrained(tmp_path)
-    with pytest.raises(PolicyLoadError, match=r"shape mismatches \[token_positions.weight"):
+    # An architecture change is refused by the saved config check (issue 13), naming the field...
+    with pytest.raises(PolicyLoadError, match=r"contradicts the weights.*input_features"):
         Policy.from_pretrained(
             tmp_path, config_overrides={"input_features": {OBS_IMAGE: {"type": "image", "shape": [3, 96, 96]}}}
         )  # without observation.state: one 1D token fewer, and no state projection
-    with pytest.raises(PolicyLoadError, match="unexpected keys"):
+    with pytest.raises(PolicyLoadError, match=r"contradicts the weights.*use_vae"):
         Policy.from_pretrained(tmp_path, config_overrides={"use_vae": False})
+    # ... and a state dict that does not fit is refused key by key.
+    policy = make_policy("image")
+    state = dict(policy.state_dict())
+    state["extra.weight"] = torch.zeros(1)
+    state["token_positions.weight"] = state["token_positions.weight"][:-1]
+    with pytest.raises(PolicyLoadError, match=r"unexpected keys \['extra.weight'\].*token_positions.weight"):
+        policy.load_strict(state)
 
 
 def test_missing_inputs_and_unusable_features_are_named():

@@ -1,0 +1,74 @@
+"""Evaluation inside a multi-process (accelerate / DDP) training run: the episodes are split across processes and
+their records gathered, so an evaluation of N episodes takes about N / world_size episodes' time.
+
+    result = evaluate_on_all_processes(accelerator, policy, ema, env_cfg, eval_cfg, eval_dir, n_episodes=50)
+
+Episode i is seeded start_seed + i whichever process runs it, so the result does not depend on the world size.
+"""
+
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import gather_object
+
+from hfpolicy.atomic_files import write_json_atomically
+from hfpolicy.constants import EVAL_INFO_FILE
+from hfpolicy.envs import EnvConfig
+from hfpolicy.eval.evaluation import EvalResult, evaluate
+from hfpolicy.eval.rollouts import EpisodeRecord
+from hfpolicy.eval.videos import episode_index_of
+
+if TYPE_CHECKING:
+    from hfpolicy.train_config import TrainEvalConfig
+
+
+def evaluate_on_all_processes(
+    accelerator: Accelerator,
+    policy: torch.nn.Module,
+    ema: Any,
+    env_cfg: EnvConfig,
+    eval_cfg: "TrainEvalConfig",
+    eval_dir: Path,
+    n_episodes: int,
+) -> EvalResult:
+    """Each process runs episodes rank, rank + world, ... of episodes 0..n_episodes-1, with the EMA weights when `ema`
+    is given (an object with an `applied_to(model)` context); the records are gathered, and the main process writes
+    eval_info.json (with the rank that ran each episode). Every process must call this."""
+    rank, world = accelerator.process_index, accelerator.num_processes
+    indices = list(range(rank, n_episodes, world))
+    model = accelerator.unwrap_model(policy)
+    local_records, local_videos, local_s = [], [], 0.0
+    if indices:
+        env = env_cfg.make(min(eval_cfg.batch_size, len(indices)), parallel=eval_cfg.parallel)
+        try:
+            with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
+                result = evaluate(
+                    model,
+                    env,
+                    episode_indices=indices,
+                    start_seed=eval_cfg.start_seed,
+                    n_videos=eval_cfg.n_videos,
+                    videos_dir=eval_dir / "videos",
+                    fps=env_cfg.fps,
+                    progress=accelerator.is_main_process,
+                )
+        finally:
+            env.close()
+            model.reset()
+        local_records = [{**r.to_dict(), "rank": rank} for r in result.episodes]
+        local_videos, local_s = [str(p) for p in result.video_paths], result.eval_s
+    records = gather_object(local_records)
+    videos = gather_object(local_videos)
+    eval_s = max(gather_object([local_s]))
+    episodes = sorted(
+        (EpisodeRecord(**{k: v for k, v in r.items() if k != "rank"}) for r in records), key=lambda e: e.index
+    )
+    merged = EvalResult(episodes, eval_s, sorted((Path(v) for v in videos), key=episode_index_of))
+    if accelerator.is_main_process:
+        info = merged.to_dict()
+        info["per_episode"] = sorted(records, key=lambda r: r["index"])  # with the rank that ran each episode
+        write_json_atomically(eval_dir / EVAL_INFO_FILE, info)
+    return merged

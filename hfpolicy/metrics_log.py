@@ -1,0 +1,54 @@
+"""A run's metrics.jsonl: one JSON object per line, `{"step": N, "loss": ..., ...}` for log entries and
+`{"step": N, "eval/pc_success": ..., ...}` for evaluations. The training curve is drawn from it, and `--resume` cuts
+it back to the checkpoint it resumes from.
+
+A run killed while appending can leave a half-written last line: reading skips it (and the cut on resume drops it),
+so a torn line never stops a resume. Values are strict JSON: a NaN or inf is written as null, never as a bare NaN.
+"""
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from hfpolicy.atomic_files import write_atomically
+
+
+def append_metrics(path: Path, step: int, entry: dict[str, Any]) -> None:
+    """Appends one line; non-finite floats become null (JSON has no NaN)."""
+    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in entry.items()}
+    with open(path, "a") as f:
+        f.write(json.dumps({"step": step, **clean}, allow_nan=False) + "\n")
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The entries of a metrics.jsonl, without a torn last line; ValueError naming the line for damage elsewhere."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    entries = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            if not isinstance(entry, dict) or not isinstance(entry.get("step"), int):
+                raise ValueError("not an object with an integer step")
+        except ValueError as e:
+            if number == len(lines):  # the last line, cut short by a kill mid-write: the entry is lost, nothing else
+                break
+            raise ValueError(
+                f"{path} line {number} is not a metrics entry ({e}); delete that line (or the file) and run again"
+            ) from None
+        entries.append(entry)
+    return entries
+
+
+def truncate_metrics(path: Path, after_step: int) -> None:
+    """Drops the entries logged after the checkpoint a run resumes from (they will be logged again), and a torn
+    last line."""
+    path = Path(path)
+    if path.exists():
+        kept = [entry for entry in read_metrics(path) if entry["step"] <= after_step]
+        write_atomically(path, "".join(json.dumps(entry) + "\n" for entry in kept))

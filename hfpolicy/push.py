@@ -1,0 +1,163 @@
+"""Publishing a training run to the Hub: what `--hub.repo_id` does at the end of training, and `hfpolicy push` for a
+run that has already stopped (a push that failed, or a run trained without `--hub.repo_id`):
+
+    hfpolicy push --run=outputs/train/pusht                          # to the run's --hub.repo_id
+    hfpolicy push --run=outputs/train/pusht --repo_id=user/pusht-dp  # or to another repo
+
+The pushed repo (see hfpolicy.hub) holds the policy of the run's last checkpoint (EMA weights), its latest
+evaluation (eval_info.json and videos), the training curve drawn from metrics.jsonl, train_config.json and a card.
+`check_push_access` runs before a training's first step, so a missing or read-only token is found in seconds, not
+after hours of training.
+"""
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from hfpolicy.checkpoints import PRETRAINED_DIR, latest_checkpoint
+from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, TRAIN_CONFIG_FILE, TRAINING_CURVE_FILE
+from hfpolicy.hub_errors import describe_push_error
+
+
+class PushError(RuntimeError):
+    """The run cannot be pushed (no token, no write access, no network, nothing to push)."""
+
+
+def check_push_access(repo_id: str, token: str | None = None, flag: str = "--hub.repo_id") -> None:
+    """Raises PushError unless a Hub token is available, valid, allowed to write, and its user (or one of its
+    organizations) owns the namespace of `repo_id`. Asks the Hub once (whoami). `flag` names the repo in errors."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HFValidationError, LocalTokenNotFoundError
+    from huggingface_hub.utils import validate_repo_id
+
+    flag = f"{flag}={repo_id}"
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as e:
+        raise PushError(f"{flag} is not a valid Hub repo id ({e})") from None
+    try:
+        info = HfApi(token=token).whoami()
+    except LocalTokenNotFoundError:
+        raise PushError(
+            f"{flag} needs a Hub token with write access and none is set: log in (`hf auth login`) or set HF_TOKEN; "
+            "or train without --hub.repo_id and push the finished run with `hfpolicy push --run=DIR`"
+        ) from None
+    except Exception as e:
+        cause = describe_push_error(e, repo_id)
+        if cause is None:
+            raise
+        raise PushError(f"{flag}: {cause}") from e
+    role = ((info.get("auth") or {}).get("accessToken") or {}).get("role")
+    if role == "read":
+        raise PushError(f"{flag}: the Hub token is read-only: create one with write access and log in with it")
+    namespace = repo_id.split("/")[0] if "/" in repo_id else info["name"]
+    writable = [info["name"], *(org.get("name") for org in info.get("orgs") or [])]
+    if namespace not in writable:
+        raise PushError(
+            f"{flag}: the token belongs to {info['name']!r}, which cannot create repos in {namespace!r} (it can in "
+            f"{', '.join(map(repr, writable))}): choose a repo id in one of those"
+        )
+
+
+def latest_eval_dir(run_dir: Path, up_to_step: int | None = None) -> Path | None:
+    """The run's latest `eval/step_<n>` holding an eval_info.json (at or before `up_to_step`)."""
+    found = []
+    for folder in (Path(run_dir) / "eval").glob("step_*"):
+        step = folder.name.removeprefix("step_")
+        if step.isdigit() and (folder / EVAL_INFO_FILE).is_file() and (up_to_step is None or int(step) <= up_to_step):
+            found.append((int(step), folder))
+    return max(found)[1] if found else None
+
+
+def push_run(
+    run_dir: str | Path,
+    repo_id: str | None = None,
+    *,
+    policy=None,
+    private: bool | None = None,
+    branch: str | None = None,
+    token: str | None = None,
+    train_command: str | None = None,
+    up_to_step: int | None = None,
+    check_access: bool = True,
+) -> str:
+    """Pushes a run folder (see the module docstring); returns the commit URL. `policy` (default: loaded from the
+    last checkpoint's pretrained_model) lets a live training push its in-memory EMA weights; `up_to_step` ignores
+    evaluations after that step; `check_access=False` skips `check_push_access` (a training checked it before step 1).
+    Hub and network failures raise PushError naming the cause and the way to retry."""
+    import json
+
+    from hfpolicy.eval.videos import episode_index_of
+    from hfpolicy.hub import push_policy_to_hub
+    from hfpolicy.training_curve import draw_training_curve
+
+    run_dir = Path(run_dir)
+    config_path = run_dir / TRAIN_CONFIG_FILE
+    if not config_path.is_file():
+        raise PushError(f"{run_dir} is not a training run folder (it has no {TRAIN_CONFIG_FILE})")
+    train_config = json.loads(config_path.read_text())
+    repo_id = repo_id or (train_config.get("hub") or {}).get("repo_id")
+    if not repo_id:
+        raise PushError(f"the run in {run_dir} was trained without --hub.repo_id: pass --repo_id=user/name")
+    if check_access:
+        check_push_access(repo_id, token, flag="--repo_id")
+    if policy is None:
+        checkpoint = latest_checkpoint(run_dir)
+        if checkpoint is None:
+            raise PushError(f"{run_dir} holds no checkpoint to push (the run stopped before its first one)")
+        from hfpolicy.policies import Policy
+
+        policy = Policy.from_pretrained(checkpoint / PRETRAINED_DIR)
+    eval_dir = latest_eval_dir(run_dir, up_to_step)
+    videos = sorted((eval_dir / "videos").glob("*.mp4"), key=episode_index_of) if eval_dir is not None else []
+    curve = draw_training_curve(run_dir / METRICS_FILE, run_dir / TRAINING_CURVE_FILE)
+    dataset = train_config.get("dataset") or {}
+    hub = train_config.get("hub") or {}
+    try:
+        return push_policy_to_hub(
+            policy,
+            repo_id,
+            private=hub.get("private") if private is None else private,
+            branch=hub.get("branch") if branch is None else branch,
+            token=token,
+            eval_info=eval_dir / EVAL_INFO_FILE if eval_dir is not None else None,
+            videos=videos,
+            train_config=train_config,
+            training_curve=curve,
+            env_type=(train_config.get("env") or {}).get("type"),
+            dataset_repo_id=dataset.get("repo_id") if not dataset.get("root") else None,  # local data: in the card
+            train_command=train_command or f"hfpolicy train --config_path={config_path}",
+        )
+    except Exception as e:
+        cause = describe_push_error(e, repo_id)
+        if cause is None:
+            raise
+        raise PushError(f"{cause}; the run is saved in {run_dir}: push it with `hfpolicy push --run={run_dir}`") from e
+
+
+@dataclass
+class PushConfig:
+    """`hfpolicy push`: upload a training run's policy, evaluation, curve and card to the Hub."""
+
+    run: str | None = None  # the run folder (the --output_dir of `hfpolicy train`)
+    repo_id: str | None = None  # the Hub repo (default: the run's --hub.repo_id)
+    private: bool | None = None  # create the repo as private (default: the run's --hub.private)
+    branch: str | None = None  # push to this branch (default: the run's --hub.branch, else main)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`hfpolicy push --run=DIR [--repo_id=user/name]`; bad input and Hub failures exit 2 with one line."""
+    from draccus.utils import ParsingError
+
+    from hfpolicy.flags import FlagError, parse_flags
+
+    try:
+        cfg = parse_flags(PushConfig, sys.argv[1:] if argv is None else argv, prog="hfpolicy push")
+        if cfg.run is None:
+            raise PushError("--run=DIR is needed: the folder of the training run to push")
+        url = push_run(cfg.run, cfg.repo_id, private=cfg.private, branch=cfg.branch)
+    except (FlagError, ParsingError, PushError) as e:
+        print(f"hfpolicy push: error: {e}", file=sys.stderr)
+        return 2
+    print(f"pushed {cfg.run}: {url}")
+    return 0

@@ -1,0 +1,180 @@
+"""The training run's configuration: what `hfpolicy train` parses, validates, saves as train_config.json and reads
+back on `--resume`.
+
+    --policy.type=diffusion --policy.down_dims='[64,128]'   the policy's own config (hfpolicy.policies)
+    --dataset.root=DIR / --dataset.repo_id=user/name          DatasetConfig
+    --eval.freq=1000 --eval.n_episodes=50                     TrainEvalConfig
+    --hub.repo_id=user/name                                   HubConfig
+    --steps=4000 --batch_size=64 --output_dir=DIR ...         TrainConfig
+"""
+
+import io
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import draccus
+
+from hfpolicy.constants import DEFAULT_EVAL_START_SEED, TRAIN_CONFIG_FILE
+from hfpolicy.envs.configs import EnvConfig, PushTEnvConfig
+from hfpolicy.flags import parse_flags
+from hfpolicy.policies.config import PolicyConfig
+from hfpolicy.policies.diffusion.configuration import DiffusionConfig
+
+TRACKERS = ("tensorboard", "wandb", "none")
+
+
+class TrainConfigError(ValueError):
+    """The run cannot start as configured (raised before any training step)."""
+
+
+@dataclass
+class DatasetConfig:
+    """The LeRobot v3.0 dataset to train on."""
+
+    repo_id: str = "lerobot/pusht"  # Hub dataset repo id; ignored when `root` or `scripted_episodes` is set
+    root: str | None = None  # local dataset directory (meta/, data/, videos/); when set nothing is downloaded
+    scripted_episodes: int = 0  # > 0: train on this many PushT demos of the scripted expert (state + block keypoints),
+    # recorded once into `root` (default: <cache>/datasets/pusht_scripted_<n>) and reused by later runs; no network
+    revision: str | None = None  # Hub branch, tag or commit of the dataset
+    episodes: list[int] | None = None  # train on these episodes only (default: all)
+    input_features: list[str] | None = None  # features the policy reads (default: every image and observation.* vector)
+
+
+@dataclass
+class TrainEvalConfig:
+    """Periodic evaluation in simulation during training (episodes split across processes)."""
+
+    freq: int = 20_000  # steps between evaluations (and one at the end); 0 disables evaluation
+    n_episodes: int = 50  # episodes per evaluation, over all processes
+    final_n_episodes: int | None = None  # episodes of the evaluation after the last step (None: n_episodes)
+    batch_size: int = 50  # envs stepped in lockstep by each process
+    parallel: bool = False  # one process per env (AsyncVectorEnv) instead of stepping them in the training process
+    n_videos: int = 4  # the first n episodes are filmed (kept with the eval results and pushed to the Hub)
+    start_seed: int = DEFAULT_EVAL_START_SEED  # episode i is seeded start_seed + i
+
+
+@dataclass
+class HubConfig:
+    """Where the trained policy is shared."""
+
+    repo_id: str | None = None  # push the policy here at the end (e.g. user/pusht-diffusion); None: no push
+    private: bool = False  # create the repo as private
+    push_after_eval: bool = False  # also push after every periodic evaluation
+    branch: str | None = None  # push to this branch instead of main
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run needs; saved as train_config.json beside every checkpoint."""
+
+    policy: PolicyConfig = field(default_factory=DiffusionConfig)  # --policy.type=diffusion and the policy's fields
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)  # --dataset.repo_id / --dataset.root
+    env: EnvConfig = field(default_factory=PushTEnvConfig)  # simulator of the periodic evaluation (--env.type=pusht)
+    eval: TrainEvalConfig = field(default_factory=TrainEvalConfig)  # --eval.freq, --eval.n_episodes, ...
+    hub: HubConfig = field(default_factory=HubConfig)  # --hub.repo_id=user/name pushes the trained policy
+    output_dir: str | None = None  # run folder (checkpoints, logs, evals); default outputs/train/<date>_<time>_<policy>
+    resume: bool = False  # continue the run in output_dir from its last checkpoint (its train_config.json is reused)
+    steps: int = 200_000  # optimizer steps in total
+    batch_size: int = 64  # samples per process per forward pass
+    gradient_accumulation_steps: int = 1  # forward/backward passes per optimizer step
+    grad_clip_norm: float = 10.0  # clip the gradient's global norm to this (0 disables clipping)
+    mixed_precision: str | None = None  # no / fp16 / bf16 (GPU); None: what `accelerate launch` was given
+    compile: bool = False  # torch.compile the training forward (fuses the small U-Net's norms and activations: ~3x
+    # faster steps for the state-input Diffusion Policy on CPU, after 1-2 min of compiling up front)
+    num_workers: int = 0  # DataLoader worker processes (frames are decoded once and cached, so 0 is usually enough)
+    seed: int = 1000  # seeds data order, weights init, crops and noise (each process adds its rank)
+    save_freq: int = 20_000  # steps between checkpoints (and one at the end); 0: only at the end
+    keep_last_checkpoints: int = 3  # older checkpoints are deleted; 0 keeps all
+    log_freq: int = 100  # steps between log entries (trackers, metrics.jsonl, progress bar)
+    tracker: str = "tensorboard"  # experiment tracker: tensorboard, wandb or none
+    progress: bool = True  # show progress bars
+    recipe: str | None = None  # the preset that chose these defaults (examples/train_pusht.py --recipe), if any
+    recipe_reason: str | None = None  # why that preset was chosen (printed first, kept in the model card)
+
+
+def validate_train_config(cfg: TrainConfig) -> None:
+    """TrainConfigError naming every flag out of range (in the CLI's vocabulary), before anything is created."""
+    if cfg.resume and not cfg.output_dir:
+        raise TrainConfigError("--resume=true needs --output_dir=DIR: the folder of the run to continue")
+    problems = []
+    for name in ("steps", "batch_size", "gradient_accumulation_steps", "log_freq"):
+        if getattr(cfg, name) < 1:
+            problems.append(f"--{name} must be >= 1, got {getattr(cfg, name)}")
+    for name in ("save_freq", "num_workers", "keep_last_checkpoints"):
+        if getattr(cfg, name) < 0:
+            problems.append(f"--{name} must be >= 0, got {getattr(cfg, name)}")
+    if cfg.eval.freq < 0 or cfg.eval.n_episodes < 1 or cfg.eval.batch_size < 1 or cfg.eval.n_videos < 0:
+        problems.append("--eval.freq and --eval.n_videos must be >= 0, --eval.n_episodes and --eval.batch_size >= 1")
+    if cfg.eval.final_n_episodes is not None and cfg.eval.final_n_episodes < 1:
+        problems.append(f"--eval.final_n_episodes must be >= 1 (or null), got {cfg.eval.final_n_episodes}")
+    if cfg.dataset.scripted_episodes < 0:
+        problems.append(f"--dataset.scripted_episodes must be >= 0, got {cfg.dataset.scripted_episodes}")
+    if cfg.tracker not in TRACKERS:
+        problems.append(f"--tracker={cfg.tracker!r} is not one of {', '.join(TRACKERS)}")
+    if problems:
+        raise TrainConfigError("; ".join(problems))
+
+
+def scripted_dataset_root(n_episodes: int) -> Path:
+    """Where `--dataset.scripted_episodes=N` records by default: $HFPOLICY_CACHE (default ~/.cache/hfpolicy)."""
+    cache = Path(os.environ.get("HFPOLICY_CACHE", Path.home() / ".cache" / "hfpolicy"))
+    return cache / "datasets" / f"pusht_scripted_{n_episodes}"
+
+
+def describe_dataset(dataset: DatasetConfig) -> str:
+    """One phrase for the first line a run prints: where its data comes from."""
+    if dataset.scripted_episodes > 0:
+        root = dataset.root or scripted_dataset_root(dataset.scripted_episodes)
+        state = "reused" if Path(root).exists() else "recorded now, reused by later runs"
+        return f"{dataset.scripted_episodes} scripted-expert PushT demonstrations in {root} ({state})"
+    if dataset.root is not None:
+        return f"the local dataset {dataset.root}"
+    return f"{dataset.repo_id} from the Hub"
+
+
+def dataset_label(dataset: DatasetConfig) -> str:
+    """What a run trained on, as its logs, train_config.json and model card name it: the local folder or the repo id."""
+    return dataset.repo_id if dataset.root is None else str(dataset.root)
+
+
+# --- (de)serialization ----------------------------------------------------------------------------------------
+def train_config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
+    """JSON-ready, with the policy as its own to_dict (its `type` first) so Policy configs round-trip."""
+    with draccus.config_type("json"):
+        stream = io.StringIO()
+        draccus.dump(cfg, stream)
+    data = json.loads(stream.getvalue())
+    data["policy"] = cfg.policy.to_dict()
+    data["env"] = {"type": cfg.env.type, **data.get("env", {})}
+    return data
+
+
+def parse_train_config(
+    argv: list[str], config_class: type[TrainConfig] = TrainConfig, prog: str = "hfpolicy train"
+) -> TrainConfig:
+    """Flags → config (FlagError for a bad flag). With --resume=true and an --output_dir holding a run, its
+    train_config.json is the base and the flags override it (e.g. --steps to train longer)."""
+    cfg = parse_flags(config_class, argv, prog)
+    if cfg.resume and cfg.output_dir and (Path(cfg.output_dir) / TRAIN_CONFIG_FILE).is_file():
+        saved = Path(cfg.output_dir) / TRAIN_CONFIG_FILE
+        with draccus.config_type("json"):
+            cfg = parse_flags(config_class, argv, prog, config_path=saved)
+    return cfg
+
+
+def flat_hparams(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested config → flat {"a.b": scalar} for trackers (lists and None as strings)."""
+    flat = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flat_hparams(value, prefix=f"{name}."))
+        elif isinstance(value, bool | int | float | str) and not (isinstance(value, float) and math.isnan(value)):
+            flat[name] = value
+        else:
+            flat[name] = str(value)
+    return flat
