@@ -9,71 +9,63 @@
 ResNet18 + U-Net (263 M parameters), 200k steps at batch 64; about a day on one GPU, weeks on a CPU.
 `cpu` needs neither a GPU nor the Hub: the scripted expert records demonstrations once (reused by later runs), and a
 small state-input Diffusion Policy learns from them; the whole command (record + train + a 500-episode evaluation)
-fits in under an hour on a 2-core laptop CPU (README, bench/learning.py).
+is measured by bench/learning.py (README).
 
-Every flag of `hfpolicy train` works here and overrides the recipe's defaults (`--help` lists them).
+A recipe is a list of `hfpolicy train` flags (below) put before yours, so every flag you give overrides it (`--help`
+lists them). With another `--policy.type`, the recipe's `--policy.*` flags are left out; with `--resume=true` the run's
+own train_config.json is the base and no recipe flag is added.
 """
 
 import argparse
+import json
 import sys
-from dataclasses import dataclass, field
 
 import torch
 
 from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
-from hfpolicy.policies import PolicyConfig
-from hfpolicy.policies.diffusion import DiffusionConfig
-from hfpolicy.train import DatasetConfig, TrainConfig, TrainEvalConfig, describe_dataset, main
+from hfpolicy.train import describe_dataset, main
 
 RECIPE_CHOICES = ("auto", "paper", "cpu")
 
-
-@dataclass
-class PushTPaperConfig(TrainConfig):
-    """Diffusion Policy on lerobot/pusht (images): 200k steps at batch 64, evaluated on 50 episodes every 20k steps."""
-
-    recipe: str | None = "paper"  # the preset these defaults come from
-    dataset: DatasetConfig = field(default_factory=lambda: DatasetConfig(repo_id="lerobot/pusht"))  # 206 human demos
-    eval: TrainEvalConfig = field(default_factory=lambda: TrainEvalConfig(freq=20_000, n_episodes=50, n_videos=4))
-    steps: int = 200_000  # optimizer steps (about 500 epochs of lerobot/pusht)
-    batch_size: int = 64  # samples per process per step
-    save_freq: int = 20_000  # checkpoint every N steps
-
-
-def cpu_recipe_policy() -> DiffusionConfig:
-    """The state-input Diffusion Policy of the cpu recipe (sizes chosen by measurement: see README)."""
-    return DiffusionConfig(
-        down_dims=(64, 128, 256),  # 4.5 M parameters
-        crop_shape=None,  # no images
-        n_action_steps=4,  # closed loop every 4 steps: 58% vs 51% success with 8 (same weights, 100 seeds)
-        optimizer_lr=1e-3,
-        scheduler_warmup_steps=200,
-        noise_scheduler_type="DDIM",  # acting: 10 denoising steps instead of 100
-        num_inference_steps=10,
-    )
-
-
-@dataclass
-class PushTCpuConfig(TrainConfig):
-    """Diffusion Policy on the agent position and the T block's 8 keypoints, learned from scripted demonstrations."""
-
-    recipe: str | None = "cpu"  # the preset these defaults come from
-    dataset: DatasetConfig = field(
-        default_factory=lambda: DatasetConfig(scripted_episodes=500, input_features=[OBS_STATE, OBS_ENV_STATE])
-    )  # recorded once into the cache, then reused
-    policy: PolicyConfig = field(default_factory=cpu_recipe_policy)  # see cpu_recipe_policy
-    eval: TrainEvalConfig = field(
-        default_factory=lambda: TrainEvalConfig(
-            freq=1000, n_episodes=50, final_n_episodes=500, batch_size=125, n_videos=4
-        )
-    )  # a 50-episode check every 1000 steps, 500 episodes at the end
-    steps: int = 5000  # optimizer steps
-    batch_size: int = 256  # samples per process per step
-    save_freq: int = 1000  # checkpoint every N steps
-    compile: bool = True  # torch.compile: ~3x faster steps for this small U-Net on CPU
-
-
-RECIPES: dict[str, type[TrainConfig]] = {"paper": PushTPaperConfig, "cpu": PushTCpuConfig}
+RECIPES: dict[str, dict[str, list[str]]] = {
+    "paper": {  # Diffusion Policy's PushT image setup: 200k steps at batch 64, 50 eval episodes every 20k steps
+        "run": [
+            "--dataset.repo_id=lerobot/pusht",
+            "--steps=200000",
+            "--batch_size=64",
+            "--save_freq=20000",
+            "--eval.freq=20000",
+            "--eval.n_episodes=50",
+            "--eval.n_videos=4",
+        ],
+        "policy": ["--policy.type=diffusion"],  # the paper's defaults (DiffusionConfig)
+    },
+    "cpu": {  # state inputs from scripted demos; sizes chosen by measurement on a 2-core CPU (README)
+        "run": [
+            "--dataset.scripted_episodes=500",  # recorded once into the cache, then reused
+            f"--dataset.input_features=[{OBS_STATE},{OBS_ENV_STATE}]",
+            "--steps=5000",
+            "--batch_size=256",
+            "--save_freq=1000",
+            "--compile=true",  # ~3x faster steps for this small U-Net on CPU
+            "--eval.freq=1000",  # a 50-episode check every 1000 steps, 500 episodes at the end
+            "--eval.n_episodes=50",
+            "--eval.final_n_episodes=500",
+            "--eval.batch_size=125",
+            "--eval.n_videos=4",
+        ],
+        "policy": [
+            "--policy.type=diffusion",
+            "--policy.down_dims=[64,128,256]",  # 4.5 M parameters
+            "--policy.crop_shape=null",  # no images
+            "--policy.n_action_steps=4",  # closed loop every 4 steps: 58% vs 51% success with 8 (same weights)
+            "--policy.optimizer_lr=1e-3",
+            "--policy.scheduler_warmup_steps=200",
+            "--policy.noise_scheduler_type=DDIM",  # acting: 10 denoising steps instead of 100
+            "--policy.num_inference_steps=10",
+        ],
+    },
+}
 
 
 def choose_recipe(argv: list[str]) -> tuple[str, str, list[str]]:
@@ -88,14 +80,31 @@ def choose_recipe(argv: list[str]) -> tuple[str, str, list[str]]:
     return "cpu", "auto: no CUDA device, and the paper recipe would take weeks on a CPU", rest
 
 
+def recipe_flags(recipe: str, flags: list[str]) -> list[str]:
+    """The recipe's flags that go before the user's: none when resuming; no `--policy.*` ones for another policy
+    type; no scripted recording when the user names the data (`--dataset.root=` or `--dataset.repo_id=`)."""
+    if any(flag in ("--resume=true", "--resume=True") for flag in flags):
+        return []
+    chosen = RECIPES[recipe]
+    types = [flag.split("=", 1)[1] for flag in flags if flag.startswith("--policy.type=")]
+    own_type = chosen["policy"][0].split("=", 1)[1]
+    policy_flags = chosen["policy"] if not types or types[-1] == own_type else []
+    run_flags = chosen["run"]
+    if any(flag.startswith(("--dataset.root=", "--dataset.repo_id=")) for flag in flags):
+        run_flags = [flag for flag in run_flags if not flag.startswith("--dataset.scripted_episodes=")]
+    return [*run_flags, *policy_flags]
+
+
 def run(argv: list[str] | None = None) -> int:
     recipe, reason, flags = choose_recipe(sys.argv[1:] if argv is None else argv)
     if "--help" in flags or "-h" in flags:
-        print(f"--recipe {{{','.join(RECIPE_CHOICES)}}}  defaults for the flags below (now: {recipe}, {reason})\n")
+        print(f"--recipe {{{','.join(RECIPE_CHOICES)}}}: defaults for the flags below (now {recipe}: {reason}):")
+        print("  " + " ".join(recipe_flags(recipe, [])) + "\n")
     return main(
-        [*flags, f"--recipe_reason={reason}"],
-        config_class=RECIPES[recipe],
+        # the reason is quoted: flag values are read as YAML, where "auto: ..." would be a mapping
+        [*recipe_flags(recipe, flags), f"--recipe={recipe}", f"--recipe_reason={json.dumps(reason)}", *flags],
         announce=lambda cfg: f"recipe {recipe} ({reason}); data: {describe_dataset(cfg.dataset)}",
+        prog="train_pusht.py",
     )
 
 

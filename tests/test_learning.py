@@ -2,15 +2,19 @@
 policy's overlap with the target clearly above the untrained policy's, on the same seeds. (bench/learning.py measures
 the full recipe: 500 seeds, success rate, minutes.)"""
 
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from hfpolicy.envs import make_env
 from hfpolicy.eval import evaluate
 from hfpolicy.policies import Policy, make_policy
+from hfpolicy.train import TrainingClock, format_duration, record_scripted_dataset
+from hfpolicy.train_config import DatasetConfig, TrainConfigError, describe_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 N_DEMOS, SEEDS, EPISODE_STEPS = 4, 6, 80
@@ -62,3 +66,63 @@ def test_a_few_hundred_steps_of_the_cpu_recipe_lift_the_overlap(tmp_path, monkey
     saved = json.loads((out / "train_config.json").read_text())
     assert saved["recipe"] == "cpu" and saved["dataset"]["scripted_episodes"] == N_DEMOS
     assert saved["dataset"]["root"] == str(tmp_path / "cache" / "datasets" / f"pusht_scripted_{N_DEMOS}")
+
+
+def test_recipe_choice_is_said_first_and_recorded(hub_server, tmp_path, capsys):
+    example = load_example()
+    recipe, reason, rest = example.choose_recipe(["--steps=3"])
+    assert (recipe, rest) == ("cpu", ["--steps=3"])  # no CUDA device here
+    assert "no CUDA device" in reason
+    assert example.choose_recipe(["--recipe=paper"])[:2] == ("paper", "--recipe=paper")
+    with pytest.raises(SystemExit):
+        example.choose_recipe(["--recipe=gpu"])
+    # A recipe is flags put before the user's: none when resuming, no --policy.* ones for another policy type.
+    assert "--policy.down_dims=[64,128,256]" in example.recipe_flags("cpu", ["--steps=3"])
+    assert not [f for f in example.recipe_flags("cpu", ["--policy.type=act"]) if f.startswith("--policy.")]
+    assert example.recipe_flags("cpu", ["--output_dir=x", "--resume=true"]) == []
+    assert "--dataset.scripted_episodes=500" not in example.recipe_flags("cpu", ["--dataset.root=data/pusht_human"])
+    # The paper recipe without the Hub dataset: the error names the offline recipe.
+    out = tmp_path / "run"
+    assert example.run(["--recipe=paper", "--dataset.repo_id=user/no-such-pusht", f"--output_dir={out}"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0] == "recipe paper (--recipe=paper); data: user/no-such-pusht from the Hub"
+    assert "--recipe=cpu" in captured.err
+    assert not (out / "train_config.json").exists()
+
+
+def test_a_recording_that_does_not_match_is_refused(tmp_path):
+    from hfpolicy.record import RecordConfig, record
+
+    root = record(
+        RecordConfig(
+            n_episodes=1,
+            max_steps=5,
+            environment_state=True,
+            images=False,
+            output_dir=str(tmp_path / "rec"),
+            progress=False,
+        )
+    )
+    dataset = DatasetConfig(scripted_episodes=3, root=str(root))
+    with pytest.raises(TrainConfigError, match="holds 1 episodes, not the 3 scripted demonstrations"):
+        record_scripted_dataset(dataset, progress=False)
+    assert record_scripted_dataset(dataclasses.replace(dataset, scripted_episodes=1), progress=False) == root
+    assert "(reused)" in describe_dataset(dataclasses.replace(dataset, scripted_episodes=1))
+
+
+def test_training_clock_counts_evaluations_and_leaves_out_the_first_step():
+    clock = TrainingClock(total_steps=110, eval_plan={50: 10, 110: 100})
+    assert clock.remaining_s(0) == (None, False)
+    clock.add_step(60.0)  # the first step compiles: not representative
+    for _ in range(9):
+        clock.add_step(2.0)
+    assert clock.remaining_s(10) == (200.0, False)  # 100 steps x 2 s; evaluations not measured yet
+    assert clock.postfix(10) == "eta 03:20 + evals"
+    clock.add_eval(10, 30.0)  # 3 s per episode
+    assert clock.remaining_s(50) == (120.0 + 300.0, True)  # 60 steps + the final 100-episode evaluation
+    slow = TrainingClock(total_steps=200_000, eval_plan={})
+    for _ in range(11):
+        slow.add_step(8.0)
+    line = slow.announcement(10, torch.device("cpu"))
+    assert line.startswith("estimated time left: 18d 12:") and "days" in line and "--recipe=cpu" in line
+    assert format_duration(59) == "00:59" and format_duration(3600) == "01:00:00"

@@ -70,7 +70,7 @@ def test_offline_pipeline_record_train_evaluate(tmp_path):
     subprocess.run(
         [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
          "--mixed_precision", "no", "--dynamo_backend", "no",
-         str(ROOT / "examples" / "train_pusht.py"), f"--dataset.root={data}", f"--output_dir={out}",
+         str(ROOT / "examples" / "train_pusht.py"), "--recipe=paper", f"--dataset.root={data}", f"--output_dir={out}",
          "--steps=2", "--batch_size=4", "--log_freq=1", "--tracker=none", "--progress=false",
          "--policy.down_dims=[32,64]", "--policy.diffusion_step_embed_dim=16", "--policy.spatial_softmax_num_keypoints=8",
          "--policy.noise_scheduler_type=DDIM", "--policy.num_inference_steps=2",
