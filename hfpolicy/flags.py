@@ -39,18 +39,67 @@ def parse_flags(config_class: type, argv: list[str], prog: str, config_path: str
     try:
         return draccus.parse(config_class, config_path=config_path, args=argv, prog=prog, exit_on_error=False)
     except (DraccusException, argparse.ArgumentError) as e:
-        raise FlagError(describe_flag_error(e, prog)) from e
+        raise FlagError(describe_flag_error(e, prog, config_class)) from e
 
 
-def describe_flag_error(error: BaseException, prog: str) -> str:
-    """`steps`: Couldn't parse 'abc' into an int → --steps: couldn't parse 'abc' into an int (...)."""
+def describe_flag_error(error: BaseException, prog: str, config_class: type | None = None) -> str:
+    """`steps`: Couldn't parse 'abc' into an int → --steps: couldn't parse 'abc' into an int (...). A config's own
+    check (its __post_init__ ValueError) is given alone, in flags: `--policy.n_action_steps=20 does not fit ...`."""
     message = str(error).strip().splitlines()[0]
+    refused = re.match(r"Couldn't instantiate class (\w+)", message)
+    cause = error.__cause__
+    if refused and isinstance(cause, ValueError) and config_class is not None:
+        found = find_nested_config(config_class, refused.group(1))
+        if found is not None:
+            return cli_message(str(cause).splitlines()[0], *found)
     message = re.sub(r"^`([\w.]+)`:", lambda m: f"--{m.group(1)}:", message)
     message = re.sub(r"^argument (--[\w.]+):", r"\1:", message)
-    cause = error.__cause__
     if cause is not None and str(cause) and str(cause) not in message:
         message += f" ({str(cause).splitlines()[0]})"
     return f"{message}; `{prog} --help` lists the flags"
+
+
+def find_nested_config(config_class: type, class_name: str, prefix: str = "") -> tuple[type, str] | None:
+    """(the config class named `class_name` inside `config_class`, its flag prefix such as "policy."), if any."""
+    if config_class.__name__ == class_name:
+        return config_class, prefix
+    if not dataclasses.is_dataclass(config_class):
+        return None
+    hints = typing.get_type_hints(config_class)
+    for f in dataclasses.fields(config_class):
+        annotation = hints[f.name]
+        if not (isinstance(annotation, type) and dataclasses.is_dataclass(annotation)):
+            continue
+        candidates = [annotation]
+        if issubclass(annotation, draccus.ChoiceRegistry):
+            candidates += list(annotation.get_known_choices().values())
+        for candidate in candidates:
+            found = find_nested_config(candidate, class_name, f"{prefix}{f.name}.")
+            if found is not None:
+                return found
+    return None
+
+
+_VALUE = r"(\([^()]*\)|\[[^\]]*\]|'[^']*'|\"[^\"]*\"|[^\s,;:)]+)"
+
+
+def cli_message(message: str, config_class: type, prefix: str = "") -> str:
+    """A config's error message in the command line's words: each `field=value` of `config_class` becomes
+    `--<prefix>field=value`, with the value as a flag takes it (None/True/False/(a, b) → null/true/false/[a,b])."""
+    names = sorted((f.name for f in dataclasses.fields(config_class)), key=len, reverse=True)
+    if not names:
+        return message
+    pattern = re.compile(r"(?<![\w.-])(" + "|".join(map(re.escape, names)) + r")=" + _VALUE)
+    return pattern.sub(lambda m: f"--{prefix}{m.group(1)}={_value_words(m.group(2))}", message)
+
+
+def _value_words(text: str) -> str:
+    """`(64, 127)` → `[64,127]`, `'x'` → `x`, `None` → `null`, `True` → `true`."""
+    if text[:1] in "'\"" and text[-1:] == text[:1]:
+        return text[1:-1]
+    if text[:1] in "([":
+        return "[" + ",".join(item.strip() for item in text[1:-1].split(",") if item.strip()) + "]"
+    return {"None": "null", "True": "true", "False": "false"}.get(text, text)
 
 
 # --- help -----------------------------------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ from hfpolicy.cli import SUBCOMMANDS, main
 from hfpolicy.datasets.convert import PushTZarrConfig
 from hfpolicy.eval.cli import EvalPipelineConfig
 from hfpolicy.export import ExportConfig
+from hfpolicy.flags import cli_message
+from hfpolicy.policies import DiffusionConfig
 from hfpolicy.push import PushConfig
 from hfpolicy.record import RecordConfig
 from hfpolicy.train_config import TrainConfig
@@ -151,3 +153,61 @@ def test_train_help_does_not_import_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.splitlines()[-1] == "False False"
     assert "--policy.horizon int" in result.stdout
+
+
+# --- messages in the command line's words ---------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["train", "--policy.n_action_steps=20"], "--policy.n_action_steps=20 does not fit"),
+        (
+            ["train", "--policy.down_dims=[64,127]"],
+            "--policy.n_groups=8 must divide every entry of --policy.down_dims=[64,127]",
+        ),
+        (
+            ["train", "--policy.pretrained_backbone_weights=IMAGENET1K_V1"],
+            "set --policy.use_group_norm=false to use pretrained weights, or --policy.pretrained_backbone_weights=null",
+        ),
+        (
+            ["train", "--policy.type=act", "--policy.n_vae_encoder_layers=0"],
+            "--policy.n_vae_encoder_layers=0 must be >= 1",
+        ),
+        (["train", "--policy.kernel_size=4"], "--policy.kernel_size=4 must be odd"),
+        (["record", "--env.obs_type=bogus", "--output_dir=x"], "unknown --env.obs_type=bogus for env 'pusht'"),
+    ],
+)
+def test_config_errors_name_flags_not_python(argv, expected, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hfpolicy {argv[0]}: error: ") and expected in err and err.count("\n") == 1
+    assert not re.search(r"\w=(True|False|None)\b|Couldn't instantiate", err), err
+
+
+def test_cli_message_turns_fields_into_flags_and_values_into_cli_words():
+    message = "crop_shape=(200, 200) is too big; use crop_shape=None or use_group_norm=False, horizon=16 (a crop_shape)"
+    assert cli_message(message, DiffusionConfig, "policy.") == (
+        "--policy.crop_shape=[200,200] is too big; use --policy.crop_shape=null or --policy.use_group_norm=false, "
+        "--policy.horizon=16 (a crop_shape)"
+    )
+    assert cli_message("n_groups_extra=3", DiffusionConfig, "policy.") == "n_groups_extra=3"  # not a field
+
+
+def test_an_existing_output_dir_names_the_overwrite_flag(tmp_path, capsys):
+    """convert and record both say `--overwrite=true`, not the Python `overwrite=True`."""
+    for argv in (
+        ["convert", "pusht-zarr", f"--zarr_path={tmp_path / 'in.zarr'}", f"--output_dir={tmp_path}"],
+        ["record", f"--output_dir={tmp_path}"],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"--output_dir={tmp_path} exists" in err and "add --overwrite=true" in err and err.count("\n") == 1
+
+
+def test_train_dataset_root_without_info_json_names_the_flag_and_the_subfolder(tmp_path, capsys):
+    (tmp_path / "data" / "mine" / "meta").mkdir(parents=True)
+    (tmp_path / "data" / "mine" / "meta" / "info.json").write_text("{}")
+    argv = ["train", f"--dataset.root={tmp_path / 'data'}", "--steps=1", f"--output_dir={tmp_path / 'run'}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"--dataset.root={tmp_path / 'data'} has no meta/info.json" in err and err.count("\n") == 1
+    assert f"its subfolder is one: --dataset.root={tmp_path / 'data' / 'mine'}" in err and "root=None" not in err

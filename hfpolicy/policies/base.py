@@ -323,7 +323,7 @@ class Policy(
         except (safetensors.SafetensorError, OSError, ValueError) as e:
             raise PolicyLoadError(
                 f"{weights_path} is not a readable safetensors file ({e}); it may be truncated or corrupt: "
-                "download it again (force_download=True) or re-save the policy"
+                "download it again (delete it from the Hub cache; in Python, force_download=True) or re-save the policy"
             ) from e
         check_config_matches_weights(config, weights_metadata, config_path, weights_path)
         check_weights_finite(state_dict, weights_path)
@@ -460,7 +460,7 @@ def check_weights_finite(state_dict: dict[str, Tensor], weights_path: Path) -> N
         more = f" and {len(bad) - 5} more tensors" if len(bad) > 5 else ""
         raise PolicyLoadError(
             f"{weights_path} holds NaN or inf in {listed}{more}: the file is corrupt or the training diverged; "
-            "download it again (force_download=True) or load an earlier checkpoint"
+            "download it again (delete it from the Hub cache; in Python, force_download=True) or load an earlier checkpoint"
         )
 
 
