@@ -131,8 +131,10 @@ def test_every_flag_is_listed_once_with_its_type_default_and_what_it_does(argv, 
     listed = set(rows)
     if more == "other policy types":  # every registered type (tests may register more, e.g. "toy")
         more = [["train", f"--policy.type={name}"] for name in PolicyConfig.get_known_choices() if name != "diffusion"]
-    for other in more:  # the other policy types' flags
-        listed |= set(help_rows(other, capsys))
+    for other in more:  # the other policy types' flags, each with its own help too
+        other_rows = help_rows(other, capsys)
+        assert all(doc and not doc.startswith("-") for _, doc in other_rows.values()), other
+        listed |= set(other_rows)
     assert listed - {"--config_path"} >= set(defaults) - {"--policy.type", "--env.type"}
     assert listed == draccus_flags(type(config))  # every flag the parser takes, and only those
 
