@@ -16,6 +16,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# subcommand -> module:config class whose --help is printed without importing the command (and torch) at all
+HELP_CONFIGS = {"train": ("hfpolicy.train_config:TrainConfig", "hfpolicy train")}
+
+
 def usage() -> str:
     lines = ["usage: hfpolicy <command> [--flag=value ...]", "", "commands:"]
     lines += [f"  {name:<9} {help_line}" for name, (_, help_line) in SUBCOMMANDS.items()]
@@ -38,6 +42,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hfpolicy: unknown command {name!r}; valid commands: {', '.join(SUBCOMMANDS)}\n", file=sys.stderr)
         print(usage(), file=sys.stderr)
         return 2
+    if name in HELP_CONFIGS and any(arg in ("-h", "--help") for arg in rest):
+        from hfpolicy.flags import print_help
+
+        (module_name, class_name), prog = HELP_CONFIGS[name][0].split(":"), HELP_CONFIGS[name][1]
+        print_help(getattr(importlib.import_module(module_name), class_name), rest, prog)
     module_name, function_name = SUBCOMMANDS[name][0].split(":")
     function = getattr(importlib.import_module(module_name), function_name)
     result = function(rest)

@@ -7,8 +7,21 @@
 """
 
 import argparse
+import ast
+import dataclasses
+import enum
+import functools
+import inspect
+import io
 import re
+import shutil
+import sys
+import textwrap
+import tokenize
+import types
+import typing
 from pathlib import Path
+from typing import Any
 
 import draccus
 from draccus.utils import DraccusException
@@ -19,19 +32,274 @@ class FlagError(ValueError):
 
 
 def parse_flags(config_class: type, argv: list[str], prog: str, config_path: str | Path | None = None):
-    """draccus.parse with `prog` as the usage name and FlagError instead of a usage dump and SystemExit."""
+    """draccus.parse with `prog` as the usage name and FlagError instead of a usage dump and SystemExit; `--help`
+    prints hfpolicy's own help (`format_help`) and exits 0."""
+    if wants_help(argv):
+        print_help(config_class, argv, prog)
     try:
         return draccus.parse(config_class, config_path=config_path, args=argv, prog=prog, exit_on_error=False)
     except (DraccusException, argparse.ArgumentError) as e:
-        raise FlagError(describe_flag_error(e, prog)) from e
+        raise FlagError(describe_flag_error(e, prog, config_class)) from e
 
 
-def describe_flag_error(error: BaseException, prog: str) -> str:
-    """`steps`: Couldn't parse 'abc' into an int → --steps: couldn't parse 'abc' into an int (...)."""
+def describe_flag_error(error: BaseException, prog: str, config_class: type | None = None) -> str:
+    """`steps`: Couldn't parse 'abc' into an int → --steps: couldn't parse 'abc' into an int (...). A config's own
+    check (its __post_init__ ValueError) is given alone, in flags: `--policy.n_action_steps=20 does not fit ...`."""
     message = str(error).strip().splitlines()[0]
+    refused = re.match(r"Couldn't instantiate class (\w+)", message)
+    cause = error.__cause__
+    if refused and isinstance(cause, ValueError) and config_class is not None:
+        found = find_nested_config(config_class, refused.group(1))
+        if found is not None:
+            return cli_message(str(cause).splitlines()[0], *found)
     message = re.sub(r"^`([\w.]+)`:", lambda m: f"--{m.group(1)}:", message)
     message = re.sub(r"^argument (--[\w.]+):", r"\1:", message)
-    cause = error.__cause__
     if cause is not None and str(cause) and str(cause) not in message:
         message += f" ({str(cause).splitlines()[0]})"
     return f"{message}; `{prog} --help` lists the flags"
+
+
+def find_nested_config(config_class: type, class_name: str, prefix: str = "") -> tuple[type, str] | None:
+    """(the config class named `class_name` inside `config_class`, its flag prefix such as "policy."), if any."""
+    if config_class.__name__ == class_name:
+        return config_class, prefix
+    if not dataclasses.is_dataclass(config_class):
+        return None
+    hints = typing.get_type_hints(config_class)
+    for f in dataclasses.fields(config_class):
+        annotation = hints[f.name]
+        if not (isinstance(annotation, type) and dataclasses.is_dataclass(annotation)):
+            continue
+        candidates = [annotation]
+        if issubclass(annotation, draccus.ChoiceRegistry):
+            candidates += list(annotation.get_known_choices().values())
+        for candidate in candidates:
+            found = find_nested_config(candidate, class_name, f"{prefix}{f.name}.")
+            if found is not None:
+                return found
+    return None
+
+
+_VALUE = r"(\([^()]*\)|\[[^\]]*\]|'[^']*'|\"[^\"]*\"|[^\s,;:)]+)"
+
+
+def cli_message(message: str, config_class: type, prefix: str = "") -> str:
+    """A config's error message in the command line's words: each `field=value` of `config_class` becomes
+    `--<prefix>field=value`, with the value as a flag takes it (None/True/False/(a, b) → null/true/false/[a,b])."""
+    names = sorted((f.name for f in dataclasses.fields(config_class)), key=len, reverse=True)
+    if not names:
+        return message
+    pattern = re.compile(r"(?<![\w.-])(" + "|".join(map(re.escape, names)) + r")=" + _VALUE)
+    return pattern.sub(lambda m: f"--{prefix}{m.group(1)}={_value_words(m.group(2))}", message)
+
+
+def _value_words(text: str) -> str:
+    """`(64, 127)` → `[64,127]`, `'x'` → `x`, `None` → `null`, `True` → `true`."""
+    if text[:1] in "'\"" and text[-1:] == text[:1]:
+        return text[1:-1]
+    if text[:1] in "([":
+        return "[" + ",".join(item.strip() for item in text[1:-1].split(",") if item.strip()) + "]"
+    return {"None": "null", "True": "true", "False": "false"}.get(text, text)
+
+
+# --- help -----------------------------------------------------------------------------------------------------------
+# hfpolicy writes its own --help from the config dataclasses: each flag once, with its type as the command line takes
+# it, its default once, and the field's doc comment (the inline comment plus the comment lines right below it).
+HELP_FLAGS = ("-h", "--help")
+_DIVIDER = re.compile(r"^\s*-{3,}")  # `# --- section ---` lines are dividers, not documentation
+
+
+def wants_help(argv: list[str]) -> bool:
+    return any(arg in HELP_FLAGS for arg in argv)
+
+
+def field_docs(config_class: type) -> dict[str, str]:
+    """{field name: its doc comment} for a dataclass and its dataclass bases (a subclass's own comment wins)."""
+    docs: dict[str, str] = {}
+    for cls in reversed(config_class.__mro__):
+        if dataclasses.is_dataclass(cls):
+            docs.update({name: doc for name, doc in _own_field_docs(cls).items() if doc})
+    return docs
+
+
+@functools.cache
+def _own_field_docs(cls: type) -> dict[str, str]:
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+        return {}
+    lines = source.splitlines()
+    comments = {}  # line number (1-based) -> comment text
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            comments[token.start[0]] = token.string.lstrip("#").strip()
+    class_node = ast.parse(source).body[0]
+    docs = {}
+    for node in class_node.body:
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        parts = [comments[n] for n in range(node.lineno, node.end_lineno + 1) if n in comments]
+        below = node.end_lineno + 1  # comment lines right below continue the field's comment
+        while below <= len(lines) and lines[below - 1].strip().startswith("#") and not _DIVIDER.match(comments[below]):
+            parts.append(comments[below])
+            below += 1
+        docs[node.target.id] = " ".join(part for part in parts if part and not _DIVIDER.match(part))
+    return docs
+
+
+def _type_words(annotation: Any) -> tuple[str, bool]:
+    """(how the command line writes a value of this type, whether null is allowed)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        inner = [arg for arg in args if arg is not type(None)]
+        words, _ = _type_words(inner[0]) if len(inner) == 1 else ("|".join(_type_words(a)[0] for a in inner), False)
+        return words, type(None) in args
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return "{" + ",".join(str(member.value) for member in annotation) + "}", False
+    if origin in (list, tuple, set):
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return "'[" + ",".join(_type_words(arg)[0] for arg in args) + "]'", False
+        item = _type_words(args[0])[0] if args else "value"
+        return f"'[{item},...]'", False
+    if origin is dict or annotation is dict:
+        return "'{key: value,...}'", False
+    if annotation is Path:
+        return "path", False
+    return getattr(annotation, "__name__", str(annotation)), False
+
+
+def _default_words(value: Any) -> str:
+    """A default as the command line writes it: true/false, null, [64,128]."""
+    if value is None:
+        return "null"
+    if value == "":
+        return "''"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_default_words(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key}: {_default_words(item)}" for key, item in value.items()) + "}"
+    return str(value)
+
+
+def _field_default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def _chosen_type(flag: str, argv: list[str]) -> str | None:
+    """The value given to `--policy.type` (either `--policy.type=x` or `--policy.type x`), if any."""
+    for i, arg in enumerate(argv):
+        if arg.startswith(f"{flag}="):
+            return arg.split("=", 1)[1]
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def help_sections(config_class: type, argv: list[str], prog: str) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """[(section title, [(flag, type words, help)])] for every leaf field of `config_class`, nested ones by prefix;
+    a choice field (`--policy.type`) lists the fields of the chosen type (given in argv, else the default) only."""
+    sections: list[tuple[str, list[tuple[str, str, str]]]] = []
+
+    def visit(cls: type, prefix: str, title: str, instance: Any) -> None:
+        rows: list[tuple[str, str, str]] = []
+        sections.append((title, rows))
+        docs = field_docs(cls)
+        hints = typing.get_type_hints(cls)
+        nested = []
+        for f in dataclasses.fields(cls):
+            if not f.init:
+                continue
+            annotation = hints[f.name]
+            flag = f"--{prefix}{f.name}"
+            default = getattr(instance, f.name) if instance is not None else _field_default(f)
+            doc = cli_words(docs.get(f.name, ""))
+            if isinstance(annotation, type) and issubclass(annotation, draccus.ChoiceRegistry):
+                nested.append((f.name, annotation, default, doc, True))
+            elif isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+                nested.append((f.name, annotation, default, doc, False))
+            else:
+                words, nullable = _type_words(annotation)
+                if default is not dataclasses.MISSING and not re.search(r"\bdefault\b|\brequired\b", doc):
+                    doc = f"{doc} (default: {_default_words(default)})".strip()
+                if nullable and default is not None and "null" not in doc:
+                    doc += "; null to unset"
+                rows.append((flag, words, doc))
+        for name, annotation, default, doc, is_choice in nested:
+            flag = f"--{prefix}{name}"
+            if is_choice:
+                choices = annotation.get_known_choices()
+                default_name = annotation.get_choice_name(type(default)) if default is not None else None
+                chosen = _chosen_type(f"{flag}.type", argv) or default_name
+                chosen_class = choices.get(chosen, type(default))
+                others = [choice for choice in choices if choice != chosen]
+                title = f"{flag}.*: {_summary(chosen_class) or doc} ({flag}.type={chosen})"
+                if others:
+                    title += f"; `{prog} {flag}.type={others[0]} --help` lists {others[0]}'s flags"
+                type_doc = f"which {name} ({', '.join(choices)}; default: {default_name})"
+                instance = default if type(default) is chosen_class else chosen_class()
+                visit(chosen_class, f"{prefix}{name}.", title, instance)
+                sections[-1][1].insert(0, (f"{flag}.type", "{" + ",".join(choices) + "}", type_doc))
+            else:
+                visit(annotation, f"{prefix}{name}.", f"{flag}.*: {_summary(annotation) or doc}", default)
+
+    visit(config_class, "", "", None)
+    return [(title, rows) for title, rows in sections if rows]
+
+
+def _summary(cls: type) -> str:
+    """The first sentence of a class's docstring, without its final period."""
+    doc = " ".join((inspect.getdoc(cls) or "").split())
+    sentence = re.split(r"(?<=\.)\s", doc, maxsplit=1)[0].rstrip(".:")
+    return sentence.split(": ", 1)[0] if len(sentence) > 70 else sentence
+
+
+def cli_words(text: str) -> str:
+    """Python's None/True/False as the command line writes them (null/true/false)."""
+    return re.sub(
+        r"\b(None|True|False)\b", lambda m: {"None": "null", "True": "true", "False": "false"}[m.group(1)], text
+    )
+
+
+def format_help(config_class: type, argv: list[str], prog: str) -> str:
+    """The text of `<prog> --help`."""
+    width = max(80, min(120, shutil.get_terminal_size((100, 24)).columns))
+    out = [f"usage: {prog} [--flag=value ...]", ""]
+    summary = (inspect.getdoc(config_class) or "").strip()
+    if summary:
+        out += [textwrap.fill(" ".join(summary.split()), width), ""]
+    out += [
+        "Flags are written --name=value (nested ones --group.name=value); lists as '[1,2]', null for none.",
+        "",
+        "options:",
+        _format_row("-h, --help", "", "print this help and exit", width),
+        _format_row("--config_path", "path", "a JSON or YAML file of values to start from; flags override it", width),
+    ]
+    for title, rows in help_sections(config_class, argv, prog):
+        out.append("")
+        if title:
+            out.append(title + ":")
+        out += [_format_row(flag, words, doc, width) for flag, words, doc in rows]
+    return "\n".join(out) + "\n"
+
+
+def _format_row(flag: str, words: str, doc: str, width: int) -> str:
+    left = f"  {flag} {words}".rstrip()
+    column = 34
+    if len(left) + 2 > column:
+        return left + "\n" + textwrap.fill(doc, width, initial_indent=" " * column, subsequent_indent=" " * column)
+    return textwrap.fill(doc, width, initial_indent=left.ljust(column), subsequent_indent=" " * column)
+
+
+def print_help(config_class: type, argv: list[str], prog: str) -> None:
+    """Prints `format_help` and exits 0, as argparse's --help does."""
+    sys.stdout.write(format_help(config_class, argv, prog))
+    sys.stdout.flush()
+    raise SystemExit(0)

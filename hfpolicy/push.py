@@ -87,9 +87,9 @@ def push_run(
     Hub and network failures raise PushError naming the cause and the way to retry."""
     import json
 
-    from hfpolicy.eval.videos import episode_index_of
-    from hfpolicy.hub import push_policy_to_hub
+    from hfpolicy.policies.card import PolicyArtifacts
     from hfpolicy.training_curve import draw_training_curve
+    from hfpolicy.video import episode_index_of
 
     run_dir = Path(run_dir)
     config_path = run_dir / TRAIN_CONFIG_FILE
@@ -113,20 +113,22 @@ def push_run(
     curve = draw_training_curve(run_dir / METRICS_FILE, run_dir / TRAINING_CURVE_FILE)
     dataset = train_config.get("dataset") or {}
     hub = train_config.get("hub") or {}
+    artifacts = PolicyArtifacts(
+        eval_info=eval_dir / EVAL_INFO_FILE if eval_dir is not None else None,
+        videos=videos,
+        train_config=train_config,
+        training_curve=curve,
+        env_type=(train_config.get("env") or {}).get("type"),
+        dataset_repo_id=dataset.get("repo_id") if not dataset.get("root") else None,  # local data: in the card
+        train_command=train_command or f"hfpolicy train --config_path={config_path}",
+    )
     try:
-        return push_policy_to_hub(
-            policy,
+        return policy.push_to_hub(
             repo_id,
+            artifacts=artifacts,
             private=hub.get("private") if private is None else private,
             branch=hub.get("branch") if branch is None else branch,
             token=token,
-            eval_info=eval_dir / EVAL_INFO_FILE if eval_dir is not None else None,
-            videos=videos,
-            train_config=train_config,
-            training_curve=curve,
-            env_type=(train_config.get("env") or {}).get("type"),
-            dataset_repo_id=dataset.get("repo_id") if not dataset.get("root") else None,  # local data: in the card
-            train_command=train_command or f"hfpolicy train --config_path={config_path}",
         )
     except Exception as e:
         cause = describe_push_error(e, repo_id)

@@ -45,7 +45,8 @@ class RecordConfig:
     n_episodes: int = 50  # episodes to record
     start_seed: int = 0  # episode i is seeded start_seed + i
     max_steps: int = 300  # steps after which an episode is cut (gym-pusht's time limit)
-    output_dir: str | None = None  # where the dataset is written (must not exist); required
+    output_dir: str | None = None  # where the dataset is written (must not exist, unless --overwrite=true); required
+    overwrite: bool = False  # replace the dataset at output_dir, once the new one is complete (a re-run of a recipe)
     repo_id: str | None = None  # the dataset's name in its metadata (default: local/<output_dir name>)
     push_to: str | None = None  # Hub dataset repo id to upload the finished dataset to
     environment_state: bool = False  # also record observation.environment_state (the block's 8 keypoints)
@@ -65,8 +66,11 @@ def record(cfg: RecordConfig) -> Path:
     if cfg.n_episodes < 1 or cfg.max_steps < 1:
         raise ValueError("--n_episodes and --max_steps must be >= 1")
     output_dir = Path(cfg.output_dir)
-    if output_dir.exists():
-        raise ValueError(f"--output_dir={output_dir} exists; choose a new folder (nothing is overwritten)")
+    if output_dir.exists() and not cfg.overwrite:
+        raise ValueError(
+            f"--output_dir={output_dir} exists; choose a new folder, or add --overwrite=true to replace that dataset "
+            "(it is replaced only once the new one is complete)"
+        )
     from hfpolicy.policies.scripted import PushTExpert
 
     if not cfg.images and not cfg.environment_state:
@@ -81,7 +85,9 @@ def record(cfg: RecordConfig) -> Path:
     expert = PushTExpert()
     geometry = PushTGeometry() if cfg.environment_state else None
     features = pusht_features(env_cfg.observation_size, cfg.environment_state, images=cfg.images)
-    writer = DatasetWriter.create(output_dir, cfg.repo_id or f"local/{output_dir.name}", env_cfg.fps, features)
+    writer = DatasetWriter.create(
+        output_dir, cfg.repo_id or f"local/{output_dir.name}", env_cfg.fps, features, overwrite=cfg.overwrite
+    )
     n_kept = n_successes = 0
     try:
         with writer:
@@ -131,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_flags(RecordConfig, sys.argv[1:] if argv is None else argv, prog="hfpolicy record")
         root = record(cfg)
-    except (ParsingError, ValueError) as e:
+    except (ParsingError, ValueError, FileExistsError) as e:
         print(f"hfpolicy record: error: {e}", file=sys.stderr)
         return 2
     print(f"recorded {cfg.n_episodes} episodes into {root}" + (f"; pushed to {cfg.push_to}" if cfg.push_to else ""))

@@ -49,9 +49,10 @@ from hfpolicy.datasets import (
     PolicyDataset,
     dataset_to_policy_features,
 )
+from hfpolicy.datasets.format import INFO_PATH
 from hfpolicy.envs import EnvConfig
 from hfpolicy.eval.distributed import evaluate_on_all_processes
-from hfpolicy.flags import FlagError
+from hfpolicy.flags import FlagError, cli_message
 from hfpolicy.metrics_log import append_metrics, truncate_metrics
 from hfpolicy.policies import Policy, PolicyConfig, make_policy
 from hfpolicy.policies.ema import EMA
@@ -378,6 +379,14 @@ def resolve_dataset_root(dataset: DatasetConfig, recipe: str | None = None, prog
             raise TrainConfigError(
                 f"--dataset.root={root} is not a directory (a LeRobot v3.0 dataset: meta/, data/, videos/)"
             )
+        if not (root / INFO_PATH).is_file():
+            nested = next(root.glob(f"*/{INFO_PATH}"), None)
+            hint = f"; its subfolder is one: --dataset.root={nested.parents[1]}" if nested is not None else ""
+            raise TrainConfigError(
+                f"--dataset.root={root} has no {INFO_PATH}, so it is not a LeRobot v3.0 dataset{hint}; or drop "
+                "--dataset.root to download --dataset.repo_id from the Hub (`hfpolicy convert` and `hfpolicy record` "
+                "write local datasets)"
+            )
         return root
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
@@ -467,7 +476,8 @@ def configure_policy_features(
         )
         configured.validate_features()
     except ValueError as e:
-        raise TrainConfigError(f"the {policy_cfg.type} policy cannot be built from this dataset: {e}") from e
+        problem = cli_message(str(e), type(policy_cfg), "policy.")
+        raise TrainConfigError(f"the {policy_cfg.type} policy cannot be built from this dataset: {problem}") from e
     return configured
 
 

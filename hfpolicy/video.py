@@ -13,6 +13,7 @@ from pathlib import Path
 import av
 import numpy as np
 
+EPISODE_VIDEO_PREFIX = "eval_episode_"  # evaluation films episode i as eval_episode_<i>.mp4
 VIDEO_CODEC = "libx264"  # the encoder; files are read back by FFmpeg's native "h264" decoder
 VIDEO_PIX_FMT = "yuv420p"
 
@@ -149,3 +150,15 @@ def read_video_frames(path: str | Path, start_s: float = 0.0, end_s: float | Non
     if not frames:
         return np.zeros((0, 0, 0, 3), dtype=np.uint8)
     return np.stack(frames)
+
+
+def episode_video_path(videos_dir: str | Path, index: int) -> Path:
+    """Where evaluation writes the video of episode `index`: videos_dir/eval_episode_<index>.mp4."""
+    return Path(videos_dir) / f"{EPISODE_VIDEO_PREFIX}{index}.mp4"
+
+
+def episode_index_of(video: str | Path) -> int | None:
+    """The episode index in an eval video's file name (None for other names)."""
+    stem = Path(video).stem
+    digits = stem.removeprefix(EPISODE_VIDEO_PREFIX)
+    return int(digits) if stem.startswith(EPISODE_VIDEO_PREFIX) and digits.isdigit() else None

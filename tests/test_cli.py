@@ -1,9 +1,20 @@
+import dataclasses
+import re
 import subprocess
 import sys
 
+import draccus
 import pytest
 
 from hfpolicy.cli import SUBCOMMANDS, main
+from hfpolicy.datasets.convert import PushTZarrConfig
+from hfpolicy.eval.cli import EvalPipelineConfig
+from hfpolicy.export import ExportConfig
+from hfpolicy.flags import cli_message
+from hfpolicy.policies import DiffusionConfig, PolicyConfig
+from hfpolicy.push import PushConfig
+from hfpolicy.record import RecordConfig
+from hfpolicy.train_config import TrainConfig
 
 
 def test_help_lists_every_command(capsys):
@@ -46,3 +57,161 @@ def test_a_mistyped_flag_is_one_line_in_cli_words(capsys):
     assert main(["train", "--steps=abc"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("hfpolicy train: error: --steps: Couldn't parse 'abc' into an int") and err.count("\n") == 1
+
+
+# --- --help content ----------------------------------------------------------------------------------------------
+HELP_ROW = re.compile(r"^  (--[\w.]+)(?: (\S.*?))?(?: {2,}(.*))?$")
+
+
+def help_rows(argv: list[str], capsys) -> dict[str, tuple[str, str]]:
+    """{flag: (type words, help)} from the --help text of `hfpolicy <argv> --help`; a flag listed twice fails."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--help"])
+    assert exit_info.value.code == 0
+    rows: dict[str, tuple[str, str]] = {}
+    current = None
+    for line in capsys.readouterr().out.splitlines():
+        match = HELP_ROW.match(line)
+        if match:
+            flag, words, doc = match.groups()
+            assert flag not in rows, f"{argv}: {flag} is listed twice"
+            rows[flag] = (words or "", doc or "")
+            current = flag
+        elif current and line.startswith(" " * 20):
+            words, doc = rows[current]
+            rows[current] = (words, f"{doc} {line.strip()}".strip())
+        else:
+            current = None
+    return rows
+
+
+def leaf_defaults(instance, prefix="--") -> dict[str, object]:
+    """{flag: default value} of every leaf field of a config instance."""
+    out = {}
+    for f in dataclasses.fields(instance):
+        value = getattr(instance, f.name)
+        if dataclasses.is_dataclass(value):
+            out.update(leaf_defaults(value, f"{prefix}{f.name}."))
+        else:
+            out[f"{prefix}{f.name}"] = value
+    return out
+
+
+def draccus_flags(config_class) -> set[str]:
+    """Every option draccus's parser accepts, less its `--group FILE` options for nested configs."""
+    parser = draccus.argparsing.ArgumentParser(config_class=config_class).parser
+    flags = {option for action in parser._actions for option in action.option_strings if option.startswith("--")}
+    groups = {flag.rsplit(".", 1)[0] for flag in flags if "." in flag}
+    return flags - groups - {"--help"}
+
+
+HELP_CASES = [
+    (["train"], TrainConfig(), "other policy types"),
+    (["eval"], EvalPipelineConfig(), []),
+    (["record"], RecordConfig(), []),
+    (["export"], ExportConfig(), []),
+    (["push"], PushConfig(), []),
+    (["convert", "pusht-zarr"], PushTZarrConfig(), []),
+]
+
+
+@pytest.mark.parametrize(("argv", "config", "more"), HELP_CASES, ids=[" ".join(c[0]) for c in HELP_CASES])
+def test_every_flag_is_listed_once_with_its_type_default_and_what_it_does(argv, config, more, capsys):
+    rows = help_rows(argv, capsys)
+    defaults = leaf_defaults(config)
+    for flag, (words, doc) in rows.items():
+        assert doc and not doc.startswith("-"), f"{argv}: {flag} has no help of its own: {doc!r}"
+        assert doc.count("(default:") <= 1, f"{argv}: {flag}: {doc!r}"
+        assert "None" not in doc and "True" not in doc, f"{argv}: {flag} speaks Python, not the CLI: {doc!r}"
+        value = defaults.get(flag)
+        if isinstance(value, int) and not isinstance(value, bool):
+            assert words == "int", f"{argv}: the int flag {flag} is shown as {words!r}"
+        if isinstance(value, bool):
+            assert words == "bool", f"{argv}: {flag} is shown as {words!r}"
+    listed = set(rows)
+    if more == "other policy types":  # every registered type (tests may register more, e.g. "toy")
+        more = [["train", f"--policy.type={name}"] for name in PolicyConfig.get_known_choices() if name != "diffusion"]
+    for other in more:  # the other policy types' flags, each with its own help too
+        other_rows = help_rows(other, capsys)
+        assert all(doc and not doc.startswith("-") for _, doc in other_rows.values()), other
+        listed |= set(other_rows)
+    assert listed - {"--config_path"} >= set(defaults) - {"--policy.type", "--env.type"}
+    assert listed == draccus_flags(type(config))  # every flag the parser takes, and only those
+
+
+def test_train_help_names_the_chosen_policy_types_flags(capsys):
+    diffusion, act = help_rows(["train"], capsys), help_rows(["train", "--policy.type=act"], capsys)
+    assert "--policy.horizon" in diffusion and "--policy.horizon" not in act
+    assert "--policy.chunk_size" in act and "--policy.chunk_size" not in diffusion
+    assert diffusion["--policy.down_dims"] == ("'[int,...]'", diffusion["--policy.down_dims"][1])
+    assert "(default: [512,1024,2048])" in diffusion["--policy.down_dims"][1]
+    assert "(default: 1)" in act["--policy.n_obs_steps"][1] and "(default: 2)" in diffusion["--policy.n_obs_steps"][1]
+    assert diffusion["--dataset.episodes"][1].endswith("(default: all)")  # the field's own default words, once
+
+
+def test_train_help_does_not_import_torch():
+    code = (
+        "import sys\nfrom hfpolicy.cli import main\ntry:\n    main(['train', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print('torch' in sys.modules, 'accelerate' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.splitlines()[-1] == "False False"
+    assert "--policy.horizon int" in result.stdout
+
+
+# --- messages in the command line's words ---------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["train", "--policy.n_action_steps=20"], "--policy.n_action_steps=20 does not fit"),
+        (
+            ["train", "--policy.down_dims=[64,127]"],
+            "--policy.n_groups=8 must divide every entry of --policy.down_dims=[64,127]",
+        ),
+        (
+            ["train", "--policy.pretrained_backbone_weights=IMAGENET1K_V1"],
+            "set --policy.use_group_norm=false to use pretrained weights, or --policy.pretrained_backbone_weights=null",
+        ),
+        (
+            ["train", "--policy.type=act", "--policy.n_vae_encoder_layers=0"],
+            "--policy.n_vae_encoder_layers=0 must be >= 1",
+        ),
+        (["train", "--policy.kernel_size=4"], "--policy.kernel_size=4 must be odd"),
+        (["record", "--env.obs_type=bogus", "--output_dir=x"], "unknown --env.obs_type=bogus for env 'pusht'"),
+    ],
+)
+def test_config_errors_name_flags_not_python(argv, expected, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hfpolicy {argv[0]}: error: ") and expected in err and err.count("\n") == 1
+    assert not re.search(r"\w=(True|False|None)\b|Couldn't instantiate", err), err
+
+
+def test_cli_message_turns_fields_into_flags_and_values_into_cli_words():
+    message = "crop_shape=(200, 200) is too big; use crop_shape=None or use_group_norm=False, horizon=16 (a crop_shape)"
+    assert cli_message(message, DiffusionConfig, "policy.") == (
+        "--policy.crop_shape=[200,200] is too big; use --policy.crop_shape=null or --policy.use_group_norm=false, "
+        "--policy.horizon=16 (a crop_shape)"
+    )
+    assert cli_message("n_groups_extra=3", DiffusionConfig, "policy.") == "n_groups_extra=3"  # not a field
+
+
+def test_an_existing_output_dir_names_the_overwrite_flag(tmp_path, capsys):
+    """convert and record both say `--overwrite=true`, not the Python `overwrite=True`."""
+    for argv in (
+        ["convert", "pusht-zarr", f"--zarr_path={tmp_path / 'in.zarr'}", f"--output_dir={tmp_path}"],
+        ["record", f"--output_dir={tmp_path}"],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"--output_dir={tmp_path} exists" in err and "add --overwrite=true" in err and err.count("\n") == 1
+
+
+def test_train_dataset_root_without_info_json_names_the_flag_and_the_subfolder(tmp_path, capsys):
+    (tmp_path / "data" / "mine" / "meta").mkdir(parents=True)
+    (tmp_path / "data" / "mine" / "meta" / "info.json").write_text("{}")
+    argv = ["train", f"--dataset.root={tmp_path / 'data'}", "--steps=1", f"--output_dir={tmp_path / 'run'}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"--dataset.root={tmp_path / 'data'} has no meta/info.json" in err and err.count("\n") == 1
+    assert f"its subfolder is one: --dataset.root={tmp_path / 'data' / 'mine'}" in err and "root=None" not in err

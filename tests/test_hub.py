@@ -1,6 +1,9 @@
 """Policies on the Hub: push_to_hub with eval results and videos, and the model card it writes."""
 
+import ast
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -9,9 +12,11 @@ from huggingface_hub import HfApi, ModelCard, hf_hub_download
 from policies.toy_policy import make_toy_policy
 
 from hfpolicy.constants import EVAL_INFO_FILE, REPLAY_VIDEO_FILE
-from hfpolicy.hub import make_model_card
+from hfpolicy.hub import PolicyArtifacts, make_model_card
 from hfpolicy.policies import Policy
 from hfpolicy.video import encode_video, read_video_frames
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def fake_eval_info(n_episodes: int, successes: int) -> dict:
@@ -86,3 +91,44 @@ def test_push_with_a_missing_video_fails_before_uploading(hub_server, tmp_path):
     with pytest.raises(FileNotFoundError, match="does_not_exist.mp4"):
         make_toy_policy().push_to_hub("user/hub-missing-video", videos=[tmp_path / "does_not_exist.mp4"])
     assert not HfApi().repo_exists("user/hub-missing-video")  # staged before anything is created or uploaded
+
+
+def test_push_with_an_artifacts_object_writes_the_card_once(hub_server, tmp_path, monkeypatch):
+    import hfpolicy.policies.card as card_module
+
+    calls = []
+    real = card_module.make_model_card
+    monkeypatch.setattr(card_module, "make_model_card", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    artifacts = PolicyArtifacts(eval_info=fake_eval_info(2, 1), train_command="hfpolicy train --steps=3")
+    make_toy_policy().push_to_hub("user/hub-artifacts", artifacts=artifacts)
+    assert calls == ["user/hub-artifacts"]  # not once more by save_pretrained
+    card = ModelCard.load("user/hub-artifacts")
+    assert "hfpolicy train --steps=3" in card.text and "| Success rate | 50.0%" in card.text
+    with pytest.raises(TypeError, match="either artifacts= or its fields"):
+        make_toy_policy().push_to_hub("user/hub-artifacts", artifacts=artifacts, env_type="pusht")
+
+
+def test_policies_never_import_publishing_training_or_evaluation():
+    """Dependencies point one way: hfpolicy.policies imports nothing of hub/push/eval/train (not even lazily)."""
+    above = ("hfpolicy.hub", "hfpolicy.push", "hfpolicy.eval", "hfpolicy.train", "hfpolicy.record")
+    offenders = []
+    for path in (ROOT / "hfpolicy" / "policies").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [
+                f"{path.relative_to(ROOT)}: {n}" for n in names if any(n == a or n.startswith(f"{a}.") for a in above)
+            ]
+    assert not offenders
+
+
+def test_staging_a_policy_repo_does_not_import_evaluation():
+    code = (
+        "import sys, tempfile\nsys.path.insert(0, 'tests')\nfrom policies.toy_policy import make_toy_policy\n"
+        "from hfpolicy.hub import PolicyArtifacts, stage_policy_repo\n"
+        "folder = stage_policy_repo(make_toy_policy(), tempfile.mkdtemp(), 'user/x', PolicyArtifacts(env_type='pusht'))\n"
+        "print(sorted(p.name for p in folder.iterdir()), 'hfpolicy.eval' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['README.md', 'config.json', 'model.safetensors'] False"

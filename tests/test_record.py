@@ -10,10 +10,11 @@ import gym_pusht  # noqa: F401 (registers gym_pusht/PushT-v0)
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 from hfpolicy.constants import ACTION, DONE, EVAL_INFO_FILE, OBS_ENV_STATE, OBS_STATE, REWARD, SUCCESS
 from hfpolicy.datasets import PolicyDataset
-from hfpolicy.record import main
+from hfpolicy.record import RecordConfig, main, record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,6 +54,33 @@ def test_record_refuses_an_existing_output_dir_and_unknown_demonstrator(recorded
     assert main(["--n_episodes=1", "--policy.type=human", f"--output_dir={tmp_path / 'x'}"]) == 2
     assert "scripted" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_overwrite_replaces_a_dataset_only_once_the_new_one_is_complete(tmp_path, capsys):
+    """What makes the README tour re-runnable: record(..., overwrite=True) into the folder of the previous run."""
+    root = tmp_path / "tour" / "pusht_scripted"
+    quick = dict(n_episodes=1, max_steps=5, images=False, environment_state=True, progress=False)
+    record(RecordConfig(output_dir=str(root), start_seed=0, **quick))
+    first = PolicyDataset("local/x", root=root)[0][OBS_ENV_STATE]
+    # a failing re-run (every episode discarded) leaves the old dataset as it was
+    with pytest.raises(RuntimeError, match="no episode was kept"):
+        record(RecordConfig(output_dir=str(root), start_seed=1, overwrite=True, discard_failures=True, **quick))
+    assert torch.equal(PolicyDataset("local/x", root=root)[0][OBS_ENV_STATE], first)
+    # the CLI names the flag that replaces it; with it, the dataset is the new recording and nothing is left beside it
+    assert main([f"--output_dir={root}", "--n_episodes=1", "--max_steps=5", "--images=false"]) == 2
+    assert "add --overwrite=true to replace that dataset" in capsys.readouterr().err
+    record(RecordConfig(output_dir=str(root), start_seed=1, overwrite=True, **quick))
+    assert not torch.equal(PolicyDataset("local/x", root=root)[0][OBS_ENV_STATE], first)
+    assert sorted(p.name for p in root.parent.iterdir()) == ["pusht_scripted"]
+
+
+def test_overwrite_never_replaces_a_folder_that_is_not_a_dataset(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    args = [f"--output_dir={tmp_path}", "--n_episodes=1", "--max_steps=5", "--images=false", "--overwrite=true"]
+    assert main([*args, "--environment_state=true", "--progress=false"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a LeRobot dataset (no meta/info.json)" in err and err.count("\n") == 1
+    assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 @pytest.mark.slow

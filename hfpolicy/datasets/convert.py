@@ -6,6 +6,7 @@ hfpolicy convert pusht-zarr ZARR_PATH --output_dir=DIR [--push_to=REPO_ID] [--ep
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from draccus.utils import ParsingError
 
@@ -35,6 +36,13 @@ def convert_pusht_zarr_command(config: PushTZarrConfig) -> int:
 
     if not config.zarr_path or not config.output_dir:
         print("hfpolicy convert pusht-zarr: give the zarr path and --output_dir=DIR", file=sys.stderr)
+        return 2
+    if Path(config.output_dir).exists() and not config.overwrite:
+        print(
+            f"hfpolicy convert pusht-zarr: error: --output_dir={config.output_dir} exists; choose a new folder, or add "
+            "--overwrite=true to replace that dataset (it is replaced only once the new one is complete)",
+            file=sys.stderr,
+        )
         return 2
     root = convert_pusht_zarr(
         config.zarr_path,

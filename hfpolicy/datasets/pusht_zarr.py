@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 
 from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE, REWARD, SUCCESS
 from hfpolicy.datasets.writer import DatasetWriter
+from hfpolicy.envs.pusht_geometry import TeeGeometry
 
 PUSHT_FPS = 10
 PUSHT_TASK = "Push the T-shaped block onto the T-shaped target."
@@ -51,46 +52,27 @@ def pusht_features(image_size: int = 96, environment_state: bool = False, images
 
 
 class PushTGeometry:
-    """gym-pusht's T block and goal zone, to score recorded poses without stepping the physics.
-
-    The block's polygons, the goal pose and the success threshold are read from a `PushTEnv`; a pose (x, y, θ)
-    places the block's body origin at (x, y) rotated by θ (world = (x, y) + R(θ)·v for each local vertex v, as
-    pymunk's `local_to_world` does). Coverage is area(block ∩ goal) / area(goal), computed for many poses at once.
-    """
+    """gym-pusht's T block, goal and success threshold (from a `PushTEnv`), to score recorded poses without stepping
+    the physics: coverage and keypoints come from hfpolicy.envs.pusht_geometry.TeeGeometry (the expert's T too), the
+    replay helpers below step the env itself."""
 
     def __init__(self):
-        import shapely
-        from gym_pusht.envs.pusht import PushTEnv, pymunk_to_shapely
+        from gym_pusht.envs.pusht import PushTEnv
 
-        self._shapely = shapely
         self.env = PushTEnv(obs_type="state")
         self.env.reset(seed=0)
         self.success_threshold = float(self.env.success_threshold)
-        # The env's own list of the T's two polygons, in the order its `environment_state` keypoints use
-        # (`block.shapes` is an unordered set).
-        shapes = self.env._block_shapes
-        self.local_polygons = [np.array([tuple(v) for v in shape.get_vertices()]) for shape in shapes]
-        self.center_of_gravity = np.array(tuple(self.env.block.center_of_gravity))
-        goal_body = PushTEnv.get_goal_pose_body(np.asarray(self.env.goal_pose, dtype=np.float64))
-        self.goal = pymunk_to_shapely(goal_body, shapes)
-        self.goal_area = self.goal.area
-
-    def vertices(self, poses: np.ndarray) -> list[np.ndarray]:
-        """World vertices of each block polygon for poses (N, 3) = (x, y, θ): a list of (N, 4, 2) arrays."""
-        poses = np.asarray(poses, dtype=np.float64)
-        cos, sin = np.cos(poses[:, 2]), np.sin(poses[:, 2])
-        rotation = np.stack([np.stack([cos, -sin], -1), np.stack([sin, cos], -1)], -2)  # (N, 2, 2)
-        return [poses[:, None, :2] + np.einsum("nij,vj->nvi", rotation, local) for local in self.local_polygons]
+        self.tee = TeeGeometry.from_env(self.env)  # the polygons in the env's keypoint order
+        self.center_of_gravity = self.tee.cog
+        self.goal_pose = np.asarray(self.env.goal_pose, dtype=np.float64)
 
     def coverage(self, poses: np.ndarray) -> np.ndarray:
-        shapely = self._shapely
-        parts = [shapely.polygons(v) for v in self.vertices(poses)]
-        blocks = shapely.multipolygons(np.stack(parts, axis=1))
-        return shapely.area(shapely.intersection(blocks, self.goal)) / self.goal_area
+        """area(block ∩ goal) / area(goal) for block poses (N, 3) = (x, y, θ)."""
+        return self.tee.coverage(poses, self.goal_pose)
 
     def keypoints(self, poses: np.ndarray) -> np.ndarray:
         """gym-pusht's `environment_state`: the 8 polygon vertices in world coordinates, flattened to (N, 16)."""
-        return np.concatenate(self.vertices(poses), axis=1).reshape(len(poses), 16)
+        return self.tee.keypoints(poses)
 
     def reward_success(self, coverage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.clip(coverage / self.success_threshold, 0.0, 1.0), coverage > self.success_threshold

@@ -83,6 +83,11 @@ from hfpolicy.video import VIDEO_PIX_FMT, Mp4Writer
 MB = 1024**2
 
 
+def _replaceable(root: Path) -> bool:
+    """Whether `overwrite` may replace `root`: an empty folder or a dataset (it has meta/info.json)."""
+    return root.is_dir() and (not any(root.iterdir()) or (root / INFO_PATH).is_file())
+
+
 def _remove_tree(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
@@ -178,6 +183,11 @@ class DatasetWriter:
         root = Path(root)
         if root.exists() and not overwrite:
             raise FileExistsError(f"{root} already exists: choose a new folder, or pass overwrite=True to replace it")
+        if root.exists() and not _replaceable(root):
+            raise FileExistsError(
+                f"{root} exists and is not a LeRobot dataset (no {INFO_PATH}): overwriting replaces a dataset, never "
+                "another folder; choose a new folder"
+            )
         if fps <= 0:
             raise ValueError(f"fps must be positive, got {fps}")
         if chunks_size < 1 or data_files_size_in_mb <= 0 or video_files_size_in_mb <= 0:

@@ -8,7 +8,6 @@ batch = observations_to_batch(observation, "cpu")  # {"observation.image": (8, 3
 """
 
 from hfpolicy.envs.configs import EnvConfig, PushTEnvConfig, known_env_types, make_env, make_env_config
-from hfpolicy.envs.observations import observations_to_batch
 from hfpolicy.envs.vector import PARK_OPTION, LockstepEnv, episode_step_limit, make_vector_env
 
 SUCCESS_INFO_KEY = "is_success"  # the step info entry that says an episode succeeded (gymnasium convention)
@@ -26,3 +25,12 @@ __all__ = [
     "make_vector_env",
     "observations_to_batch",
 ]
+
+
+def __getattr__(name: str):
+    # observations_to_batch needs torch: imported on first use, so that the command line's --help stays fast
+    if name == "observations_to_batch":
+        from hfpolicy.envs.observations import observations_to_batch
+
+        return observations_to_batch
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -105,7 +105,7 @@ class EnvConfig(draccus.ChoiceRegistry):
     def _check_obs_type(self, obs_type: str | None) -> None:
         if obs_type is not None and obs_type not in self.obs_types:
             raise ValueError(
-                f"unknown obs_type {obs_type!r} for env {self.type!r}; valid obs types: {', '.join(self.obs_types)}"
+                f"unknown obs_type={obs_type!r} for env {self.type!r}; valid obs types: {', '.join(self.obs_types)}"
             )
 
 

@@ -26,7 +26,7 @@ from hfpolicy.constants import EVAL_INFO_FILE
 from hfpolicy.envs import EnvConfig, PushTEnvConfig
 from hfpolicy.eval.evaluation import DEFAULT_START_SEED, EvalResult, evaluate
 from hfpolicy.eval.rollouts import EpisodeRecord, InvalidActionError
-from hfpolicy.flags import parse_flags
+from hfpolicy.flags import cli_message, parse_flags
 from hfpolicy.policies.base import Policy, PolicyLoadError
 
 
@@ -143,9 +143,17 @@ def load_policy_and_env_config(config: EvalPipelineConfig) -> tuple[Policy, EnvC
         raise ValueError("--eval.n_episodes and --eval.batch_size must be >= 1 and --eval.n_videos >= 0")
     device = config.policy.device or ("cuda" if torch.cuda.is_available() else "cpu")
     overrides = {} if config.policy.n_action_steps is None else {"n_action_steps": config.policy.n_action_steps}
-    policy = Policy.from_pretrained(
-        config.policy.path, revision=config.policy.revision, map_location=device, config_overrides=overrides
-    )
+    try:
+        policy = Policy.from_pretrained(
+            config.policy.path, revision=config.policy.revision, map_location=device, config_overrides=overrides
+        )
+    except PolicyLoadError as e:
+        flag_value = f"n_action_steps={config.policy.n_action_steps}"
+        if overrides and isinstance(e.__cause__, ValueError) and flag_value in str(e.__cause__):
+            # the flag, not the saved config.json, holds the value that does not fit
+            problem = cli_message(str(e.__cause__), PolicyLoadConfig, "policy.")
+            raise ValueError(f"{problem} (the policy in {config.policy.path})") from e
+        raise
     env_config = config.env.for_policy(policy.config.input_features)
     return policy, env_config
 

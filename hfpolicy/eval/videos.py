@@ -6,22 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hfpolicy.video import Mp4Writer, VideoWriteError
+from hfpolicy.video import Mp4Writer, VideoWriteError, episode_index_of, episode_video_path  # noqa: F401 (re-exported)
 
 _STOP = object()
-_VIDEO_PREFIX = "eval_episode_"
-
-
-def episode_video_path(videos_dir: str | Path, index: int) -> Path:
-    """Where evaluation writes the video of episode `index`: videos_dir/eval_episode_<index>.mp4."""
-    return Path(videos_dir) / f"{_VIDEO_PREFIX}{index}.mp4"
-
-
-def episode_index_of(video: str | Path) -> int | None:
-    """The episode index in an eval video's file name (None for other names)."""
-    stem = Path(video).stem
-    digits = stem.removeprefix(_VIDEO_PREFIX)
-    return int(digits) if stem.startswith(_VIDEO_PREFIX) and digits.isdigit() else None
 
 
 class VideoRecorder:

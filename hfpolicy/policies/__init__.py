@@ -1,12 +1,22 @@
 """Policies: the shared base class and config, and one folder per policy type (`<type>/configuration.py` beside
 `<type>/modeling.py`). Configurations are imported here so that every type is known to the command line and to
-config.json loading; the (heavier) models are imported when first used."""
+config.json loading; the base class and the models (which load torch) are imported when first used, so that
+`hfpolicy train --help` does not wait for torch."""
+
+import importlib
 
 from hfpolicy.policies.act.configuration import ACTConfig
-from hfpolicy.policies.base import Policy, PolicyLoadError, get_policy_class, make_policy
 from hfpolicy.policies.config import FeatureType, NormMode, PolicyConfig, PolicyFeature, known_policy_types
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
-from hfpolicy.policies.normalization import MissingStatsError
+
+# name -> module that defines it, imported on first access (PEP 562)
+_LAZY = {
+    "Policy": "hfpolicy.policies.base",
+    "PolicyLoadError": "hfpolicy.policies.base",
+    "get_policy_class": "hfpolicy.policies.base",
+    "make_policy": "hfpolicy.policies.base",
+    "MissingStatsError": "hfpolicy.policies.normalization",
+}
 
 __all__ = [
     "ACTConfig",
@@ -22,3 +32,9 @@ __all__ = [
     "known_policy_types",
     "make_policy",
 ]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

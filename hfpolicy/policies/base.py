@@ -5,15 +5,16 @@ turns chunk-predicting networks into a step-by-step controller with an observati
 import importlib
 import json
 import os
+import tempfile
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import safetensors
 import safetensors.torch
 import torch
-from huggingface_hub import PyTorchModelHubMixin, hf_hub_download
+from huggingface_hub import HfApi, PyTorchModelHubMixin, hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, HFValidationError
 from torch import Tensor, nn
 
@@ -23,6 +24,9 @@ from hfpolicy.hub_errors import describe_hub_error, is_missing_file
 from hfpolicy.policies.action_selection import ActionBuffer, ActionQueue
 from hfpolicy.policies.config import PolicyConfig, known_policy_types
 from hfpolicy.policies.normalization import Normalizer
+
+if TYPE_CHECKING:
+    from hfpolicy.policies.card import PolicyArtifacts
 
 _POLICY_CLASSES: dict[str, type["Policy"]] = {}
 
@@ -323,7 +327,7 @@ class Policy(
         except (safetensors.SafetensorError, OSError, ValueError) as e:
             raise PolicyLoadError(
                 f"{weights_path} is not a readable safetensors file ({e}); it may be truncated or corrupt: "
-                "download it again (force_download=True) or re-save the policy"
+                "download it again (delete it from the Hub cache; in Python, force_download=True) or re-save the policy"
             ) from e
         check_config_matches_weights(config, weights_metadata, config_path, weights_path)
         check_weights_finite(state_dict, weights_path)
@@ -341,50 +345,44 @@ class Policy(
         self,
         repo_id: str,
         *,
-        eval_info: str | Path | dict[str, Any] | None = None,
-        videos: Sequence[str | Path] = (),
-        train_config: dict[str, Any] | None = None,
-        training_curve: str | Path | None = None,
-        env_type: str | None = None,
-        dataset_repo_id: str | None = None,
-        train_command: str | None = None,
+        artifacts: "PolicyArtifacts | None" = None,
         private: bool | None = None,
         token: str | None = None,
         branch: str | None = None,
         commit_message: str = "Upload policy with hfpolicy",
         config: Any = None,
         model_card_kwargs: Any = None,
+        **artifact_fields: Any,
     ) -> str:
-        """Uploads config.json + model.safetensors and a model card in one commit; returns the commit URL.
+        """Uploads config.json + model.safetensors, a model card and the `artifacts` in one commit; returns the
+        commit URL. The repository is staged locally first, so a missing video fails before anything is created.
 
-        With `eval_info` (an eval_info.json path or its dict) the card carries the eval results (model-index and a
-        table) and eval_info.json is uploaded; `videos` (eval mp4s) go to eval/episode_<i>.mp4, the first also to
-        replay.mp4. `train_config`, `training_curve` (PNG) and `train_command` document how the policy was trained.
+        `artifacts` (hfpolicy.policies.card.PolicyArtifacts) holds what goes with the weights: eval_info (the card's
+        eval results and eval_info.json), eval videos, train_config, training_curve, env_type, dataset_repo_id,
+        train_command. Its fields may also be passed as keywords: `policy.push_to_hub("user/x", eval_info=info)`.
         (`config` and `model_card_kwargs` are accepted for PyTorchModelHubMixin compatibility and ignored: the
         config is always the policy's own.)
         """
-        from hfpolicy.hub import push_policy_to_hub
+        from hfpolicy.policies.card import PolicyArtifacts, stage_policy_repo
 
         del config, model_card_kwargs
-        return push_policy_to_hub(
-            self,
-            repo_id,
-            private=private,
-            token=token,
-            branch=branch,
-            commit_message=commit_message,
-            eval_info=eval_info,
-            videos=videos,
-            train_config=train_config,
-            training_curve=training_curve,
-            env_type=env_type,
-            dataset_repo_id=dataset_repo_id,
-            train_command=train_command,
-        )
+        if artifacts is not None and artifact_fields:
+            raise TypeError(f"pass either artifacts= or its fields ({', '.join(artifact_fields)}), not both")
+        artifacts = artifacts if artifacts is not None else PolicyArtifacts(**artifact_fields)
+        api = HfApi(token=token)
+        with tempfile.TemporaryDirectory(prefix="hfpolicy-push-") as tmp:
+            folder = stage_policy_repo(self, Path(tmp), repo_id, artifacts)  # fails before anything is created
+            repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+            if branch is not None:
+                api.create_branch(repo_id, branch=branch, exist_ok=True)
+            commit = api.upload_folder(
+                repo_id=repo_id, folder_path=folder, revision=branch, commit_message=commit_message, repo_type="model"
+            )
+        return str(commit)
 
     def generate_model_card(self, *args, **kwargs) -> Any:
         """The card `save_pretrained` writes: hfpolicy's own (without eval results; `push_to_hub` adds them)."""
-        from hfpolicy.hub import make_model_card
+        from hfpolicy.policies.card import make_model_card
 
         return make_model_card(kwargs.get("repo_id") or f"hfpolicy {self.config.type} policy", self)
 
@@ -460,7 +458,7 @@ def check_weights_finite(state_dict: dict[str, Tensor], weights_path: Path) -> N
         more = f" and {len(bad) - 5} more tensors" if len(bad) > 5 else ""
         raise PolicyLoadError(
             f"{weights_path} holds NaN or inf in {listed}{more}: the file is corrupt or the training diverged; "
-            "download it again (force_download=True) or load an earlier checkpoint"
+            "download it again (delete it from the Hub cache; in Python, force_download=True) or load an earlier checkpoint"
         )
 
 

@@ -126,7 +126,7 @@ def test_cli_converts_and_pushes(pusht_zarr_path, tmp_path, hub_server, zarr_dat
 
     assert convert_main(["pusht-zarr", str(pusht_zarr_path)]) == 2  # no --output_dir
     assert convert_main(["pusht-zarr", str(pusht_zarr_path), f"--output_dir={out}", "--episodes=[0]"]) == 2
-    assert "overwrite=True" in capsys.readouterr().err  # the command names the fix, without a traceback
+    assert "add --overwrite=true" in capsys.readouterr().err  # the command names the flag, without a traceback
     assert convert_main(["pusht-zarr", str(tmp_path / "missing.zarr"), f"--output_dir={tmp_path / 'y'}"]) == 2
     assert "is not a zarr folder" in capsys.readouterr().err
     with pytest.raises(FileNotFoundError, match="is not a zarr folder"):

@@ -122,7 +122,7 @@ def test_observations_to_batch_copies_and_filters():
 def test_unknown_env_name_obs_type_and_option_list_the_valid_ones():
     with pytest.raises(ValueError, match="unknown env 'pushT'; valid envs: pusht"):
         make_env("pushT", 1)
-    with pytest.raises(ValueError, match="unknown obs_type 'state'.*pixels_agent_pos, environment_state_agent_pos"):
+    with pytest.raises(ValueError, match="unknown obs_type='state'.*pixels_agent_pos, environment_state_agent_pos"):
         make_env("pusht", 1, obs_type="state")
     with pytest.raises(TypeError, match="no option.*'episode_len'.*episode_length"):
         make_env("pusht", 1, episode_len=10)

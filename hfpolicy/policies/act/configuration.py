@@ -80,10 +80,10 @@ class ACTConfig(PolicyConfig):
         """Checks the fields that do not depend on the features; raises ValueError naming the field and the fix."""
         if self.n_obs_steps != 1:
             raise ValueError(
-                f"ACT conditions on the current observation only: n_obs_steps must be 1, got {self.n_obs_steps}"
+                f"ACT conditions on the current observation only: n_obs_steps={self.n_obs_steps} must be 1"
             )
         if self.chunk_size < 1:
-            raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}")
+            raise ValueError(f"chunk_size={self.chunk_size} must be >= 1")
         if not 1 <= self.n_action_steps <= self.chunk_size:
             raise ValueError(
                 f"n_action_steps={self.n_action_steps} must be between 1 and chunk_size={self.chunk_size}: "
@@ -104,16 +104,16 @@ class ACTConfig(PolicyConfig):
                 f"use one of {FEEDFORWARD_ACTIVATIONS}"
             )
         if self.dim_model < 2 or self.dim_model % 2:
-            raise ValueError(f"dim_model must be even (2D positions use half of it per axis), got {self.dim_model}")
+            raise ValueError(f"dim_model={self.dim_model} must be even (2D positions use half of it per axis)")
         if self.n_heads < 1 or self.dim_model % self.n_heads:
             raise ValueError(f"n_heads={self.n_heads} must divide dim_model={self.dim_model}")
         for name in ("dim_feedforward", "n_encoder_layers", "n_decoder_layers", "latent_dim"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
         if self.use_vae and self.n_vae_encoder_layers < 1:
-            raise ValueError(f"n_vae_encoder_layers must be >= 1 with use_vae=True, got {self.n_vae_encoder_layers}")
+            raise ValueError(f"n_vae_encoder_layers={self.n_vae_encoder_layers} must be >= 1 with use_vae=True")
         if not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+            raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
 
     def validate_features(self) -> None:
         super().validate_features()

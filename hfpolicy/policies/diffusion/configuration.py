@@ -106,7 +106,7 @@ class DiffusionConfig(PolicyConfig):
                 "weights, or pretrained_backbone_weights=None to train the backbone from scratch"
             )
         if self.num_train_timesteps < 1:
-            raise ValueError(f"num_train_timesteps must be >= 1, got {self.num_train_timesteps}")
+            raise ValueError(f"num_train_timesteps={self.num_train_timesteps} must be >= 1")
         steps = self.num_inference_steps
         if steps is not None and not 1 <= steps <= self.num_train_timesteps:
             raise ValueError(
@@ -114,7 +114,9 @@ class DiffusionConfig(PolicyConfig):
                 "(or None to use num_train_timesteps)"
             )
         if not self.down_dims:
-            raise ValueError("down_dims is empty; the U-Net needs at least one level, e.g. (512, 1024, 2048)")
+            raise ValueError(
+                f"down_dims={self.down_dims} is empty; the U-Net needs at least one level, e.g. (512, 1024, 2048)"
+            )
         bad_dims = [d for d in self.down_dims if d < 1 or d % self.n_groups]
         if self.n_groups < 1 or bad_dims:
             raise ValueError(
@@ -122,23 +124,19 @@ class DiffusionConfig(PolicyConfig):
                 f"offending: {bad_dims}"
             )
         if self.kernel_size < 1 or self.kernel_size % 2 == 0:
-            raise ValueError(f"kernel_size must be odd and positive (same-length convolutions), got {self.kernel_size}")
+            raise ValueError(f"kernel_size={self.kernel_size} must be odd and positive (same-length convolutions)")
         if self.diffusion_step_embed_dim < 2 or self.diffusion_step_embed_dim % 2:
-            raise ValueError(f"diffusion_step_embed_dim must be even and >= 2, got {self.diffusion_step_embed_dim}")
+            raise ValueError(f"diffusion_step_embed_dim={self.diffusion_step_embed_dim} must be even and >= 2")
         if self.spatial_softmax_num_keypoints < 1:
-            raise ValueError(f"spatial_softmax_num_keypoints must be >= 1, got {self.spatial_softmax_num_keypoints}")
+            raise ValueError(f"spatial_softmax_num_keypoints={self.spatial_softmax_num_keypoints} must be >= 1")
         if self.resize_shape is not None and (len(self.resize_shape) != 2 or min(self.resize_shape) < 1):
-            raise ValueError(
-                f"resize_shape must be (height, width) with positive sizes or None, got {self.resize_shape}"
-            )
+            raise ValueError(f"resize_shape={self.resize_shape} must be (height, width) with positive sizes, or None")
         if self.drop_last_frames is not None and self.drop_last_frames < 0:
-            raise ValueError(f"drop_last_frames must be >= 0 or None, got {self.drop_last_frames}")
+            raise ValueError(f"drop_last_frames={self.drop_last_frames} must be >= 0, or None")
         if self.crop_shape is not None and (len(self.crop_shape) != 2 or min(self.crop_shape) < 1):
-            raise ValueError(f"crop_shape must be (height, width) with positive sizes or None, got {self.crop_shape}")
+            raise ValueError(f"crop_shape={self.crop_shape} must be (height, width) with positive sizes, or None")
         if self.n_obs_steps < 1 or self.n_action_steps < 1:
-            raise ValueError(
-                f"n_obs_steps and n_action_steps must be >= 1, got {self.n_obs_steps}, {self.n_action_steps}"
-            )
+            raise ValueError(f"n_obs_steps={self.n_obs_steps} and n_action_steps={self.n_action_steps} must be >= 1")
         multiple = self.horizon_multiple
         if self.horizon < 1 or self.horizon % multiple:
             raise ValueError(

@@ -26,6 +26,7 @@ from torchvision.transforms import InterpolationMode
 from hfpolicy.constants import ACTION, pad_key
 from hfpolicy.policies.base import NoiseSource, Policy
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
+from hfpolicy.policies.diffusion.cpu_kernels import use_cpu_matmul_convolutions
 
 
 class DiffusionPolicy(Policy):
@@ -57,10 +58,8 @@ class DiffusionPolicy(Policy):
         feature_dim += sum(config.state_features[key].shape[0] for key in self.state_keys)
         self.global_cond_dim = feature_dim * config.n_obs_steps
         self.unet = ConditionalUnet1d(config, self.action_dim, self.global_cond_dim)
-        if not config.fast_kernels:  # PyTorch's own convolution kernels: the rounding of LeRobot's implementation
-            for module in self.unet.modules():
-                if isinstance(module, Conv1d | ConvTranspose1d):
-                    module.matmul_on_cpu = False
+        if config.fast_kernels:  # off: PyTorch's own convolution kernels, which round as LeRobot's implementation
+            use_cpu_matmul_convolutions(self.unet)
 
         self.noise_scheduler = make_noise_scheduler("DDPM", config)  # the forward (noising) process of training
         self.sampler = make_noise_scheduler(config.noise_scheduler_type, config)  # the reverse process when acting
@@ -269,85 +268,12 @@ class SinusoidalEmbedding(nn.Module):
         return torch.cat([angles.sin(), angles.cos()], dim=-1)
 
 
-class Conv1d(nn.Conv1d):
-    """nn.Conv1d (same parameters and state dict) that, on CPU, runs as one matrix multiply over unfolded windows.
-
-    For the U-Net's wide channels and short sequences (2048 channels x 4 steps) oneDNN's and the fallback convolution
-    kernels are 1.5-3x slower than a single GEMM on 2 CPU cores, forward and backward. Results agree with F.conv1d up
-    to float rounding. Other devices (cuDNN) and other settings (groups, dilation, padding modes) use F.conv1d.
-    """
-
-    matmul_on_cpu = True  # False: always F.conv1d (DiffusionConfig.fast_kernels=False)
-
-    def _conv_forward(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        if (
-            not self.matmul_on_cpu
-            or x.device.type != "cpu"
-            or x.ndim != 3
-            or self.groups != 1
-            or self.dilation != (1,)
-            or self.padding_mode != "zeros"
-            or isinstance(self.padding, str)
-        ):
-            return super()._conv_forward(x, weight, bias)
-        batch, in_channels, _ = x.shape
-        out_channels, _, kernel = weight.shape
-        if self.padding[0]:
-            x = F.pad(x, (self.padding[0], self.padding[0]))
-        windows = x.unfold(2, kernel, self.stride[0])  # (B, C_in, L_out, kernel)
-        length = windows.shape[2]
-        windows = windows.transpose(1, 2).reshape(batch * length, in_channels * kernel)
-        out = _matmul_weight(windows, weight.reshape(out_channels, in_channels * kernel), bias)
-        return out.view(batch, length, out_channels).transpose(1, 2)
-
-
-class ConvTranspose1d(nn.ConvTranspose1d):
-    """nn.ConvTranspose1d that, on CPU, runs as one matrix multiply followed by col2im (F.fold): the fallback
-    transposed-convolution kernel reads its weights ~5x slower than memory allows. Same parameters and results."""
-
-    matmul_on_cpu = True  # False: always nn.ConvTranspose1d's kernel (DiffusionConfig.fast_kernels=False)
-
-    def forward(self, x: Tensor, output_size: list[int] | None = None) -> Tensor:
-        if (
-            not self.matmul_on_cpu
-            or x.device.type != "cpu"
-            or x.ndim != 3
-            or output_size is not None
-            or self.groups != 1
-            or self.dilation != (1,)
-            or self.output_padding != (0,)
-            or self.padding_mode != "zeros"
-        ):
-            return super().forward(x, output_size)
-        batch, in_channels, length = x.shape
-        _, out_channels, kernel = self.weight.shape
-        rows = x.transpose(1, 2).reshape(batch * length, in_channels)
-        columns = _matmul_weight(rows, self.weight.reshape(in_channels, out_channels * kernel).t(), None)
-        columns = columns.view(batch, length, out_channels * kernel).transpose(1, 2)  # (B, C_out * kernel, L)
-        (stride,), (padding,) = self.stride, self.padding
-        out_length = (length - 1) * stride - 2 * padding + kernel
-        out = F.fold(columns, (1, out_length), (1, kernel), stride=(1, stride), padding=(0, padding)).squeeze(2)
-        return out if self.bias is None else out + self.bias[:, None]
-
-
-def _matmul_weight(rows: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """rows (M, K) @ weight (N, K).T + bias -> (M, N). With few rows (acting with small batches) the product is
-    computed as weight @ rows.T, which MKL streams through the weights ~1.3x faster. Below 64 rows only: per-episode
-    acting pads batches to multiples of 16 (Policy.PER_EPISODE_ROW_BLOCK), whose deepest U-Net level has 64 rows, and must round
-    as larger batches do."""
-    if rows.shape[0] < 64:
-        out = weight @ rows.t() if bias is None else torch.addmm(bias[:, None], weight, rows.t())
-        return out.t()
-    weight = weight.t()
-    return rows @ weight if bias is None else torch.addmm(bias, rows, weight)
-
-
 class Conv1dBlock(nn.Sequential):
     """Conv1d (same length) -> GroupNorm -> Mish."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, n_groups: int):
         super().__init__(
-            Conv1d(in_channels, out_channels, kernel_size, padding=kernel_size // 2),
+            nn.Conv1d(in_channels, out_channels, kernel_size, padding=kernel_size // 2),
             nn.GroupNorm(n_groups, out_channels),
             nn.Mish(),
         )
@@ -363,7 +289,7 @@ class FiLMResidualBlock(nn.Module):
         film_dim = 2 * out_channels if self.scale_modulation else out_channels
         self.film = nn.Linear(cond_dim, film_dim)  # applied to mish(conditioning), computed once per U-Net call
         self.conv2 = Conv1dBlock(out_channels, out_channels, config.kernel_size, config.n_groups)
-        self.residual = Conv1d(in_channels, out_channels, 1) if in_channels != out_channels else nn.Identity()
+        self.residual = nn.Conv1d(in_channels, out_channels, 1) if in_channels != out_channels else nn.Identity()
 
     def forward(self, x: Tensor, cond: Tensor) -> Tensor:
         h = self.conv1(x)
@@ -405,7 +331,7 @@ class ConditionalUnet1d(nn.Module):
                     [
                         FiLMResidualBlock(in_channels, out_channels, cond_dim, config),
                         FiLMResidualBlock(out_channels, out_channels, cond_dim, config),
-                        nn.Identity() if is_last else Conv1d(out_channels, out_channels, 3, stride=2, padding=1),
+                        nn.Identity() if is_last else nn.Conv1d(out_channels, out_channels, 3, stride=2, padding=1),
                     ]
                 )
             )
@@ -419,13 +345,13 @@ class ConditionalUnet1d(nn.Module):
                     [
                         FiLMResidualBlock(2 * deep_channels, out_channels, cond_dim, config),  # input + skip
                         FiLMResidualBlock(out_channels, out_channels, cond_dim, config),
-                        ConvTranspose1d(out_channels, out_channels, 4, stride=2, padding=1),
+                        nn.ConvTranspose1d(out_channels, out_channels, 4, stride=2, padding=1),
                     ]
                 )
             )
         self.final = nn.Sequential(
             Conv1dBlock(dims[0], dims[0], config.kernel_size, config.n_groups),
-            Conv1d(dims[0], action_dim, 1),
+            nn.Conv1d(dims[0], action_dim, 1),
         )
 
     def forward(self, sample: Tensor, steps: Tensor, global_cond: Tensor) -> Tensor:

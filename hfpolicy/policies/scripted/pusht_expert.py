@@ -300,11 +300,8 @@ class PushTExpert:
         base = _unwrap_pusht(env)
         cpu0, wall0 = time.process_time(), time.perf_counter()
         cfg = self.config
-        pieces = np.array([[tuple(v) for v in shape.get_vertices()] for shape in base.block.shapes])
-        if pieces.shape != (2, 4, 2):
-            raise NotPushTEnvError(f"the block is not gym-pusht's T: expected 2 quadrilaterals, got {pieces.shape}")
         try:
-            self.tee = TeeGeometry(pieces, np.array(base.block.center_of_gravity))
+            self.tee = TeeGeometry.from_env(base)
         except ValueError as error:
             raise NotPushTEnvError(str(error)) from None
         self._env, self._space = base, base.space

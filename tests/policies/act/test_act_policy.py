@@ -267,7 +267,7 @@ def test_default_config_is_the_paper_setup():
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"n_obs_steps": 2}, "n_obs_steps must be 1"),
+        ({"n_obs_steps": 2}, "n_obs_steps=2 must be 1"),
         ({"n_action_steps": 101}, "between 1 and chunk_size=100"),
         ({"vision_backbone": "vit"}, "vision_backbone='vit'"),
         ({"n_heads": 7}, "n_heads=7 must divide dim_model=512"),

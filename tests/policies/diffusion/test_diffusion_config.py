@@ -63,10 +63,10 @@ OUT = {ACTION: PolicyFeature(FeatureType.ACTION, (2,))}
         ({"vision_backbone": "vit_b_16"}, r"vision_backbone='vit_b_16' is not supported"),
         ({"pretrained_backbone_weights": "IMAGENET1K_V1"}, r"set use_group_norm=False to use pretrained weights"),
         ({"down_dims": (30, 64)}, r"n_groups=8 must divide every entry of down_dims.*offending: \[30\]"),
-        ({"down_dims": ()}, r"down_dims is empty"),
-        ({"kernel_size": 4}, r"kernel_size must be odd"),
-        ({"crop_shape": (84,)}, r"crop_shape must be \(height, width\)"),
-        ({"diffusion_step_embed_dim": 7}, r"diffusion_step_embed_dim must be even"),
+        ({"down_dims": ()}, r"down_dims=\(\) is empty"),
+        ({"kernel_size": 4}, r"kernel_size=4 must be odd"),
+        ({"crop_shape": (84,)}, r"crop_shape=\(84,\) must be \(height, width\)"),
+        ({"diffusion_step_embed_dim": 7}, r"diffusion_step_embed_dim=7 must be even"),
     ],
 )
 def test_bad_settings_are_rejected_with_the_fix(fields, message):

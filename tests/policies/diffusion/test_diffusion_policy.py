@@ -9,7 +9,8 @@ from hfpolicy.constants import ACTION, CONFIG_FILE, OBS_ENV_STATE, OBS_IMAGE, OB
 from hfpolicy.envs import make_env, observations_to_batch
 from hfpolicy.policies import FeatureType, Policy, PolicyFeature
 from hfpolicy.policies.diffusion import DiffusionConfig, DiffusionPolicy
-from hfpolicy.policies.diffusion.modeling import Conv1d, ConvTranspose1d, crop_images
+from hfpolicy.policies.diffusion.cpu_kernels import MatmulConv1d, MatmulConvTranspose1d
+from hfpolicy.policies.diffusion.modeling import crop_images
 
 CONFIGS = {"image": image_config, "state": state_config}
 
@@ -350,10 +351,10 @@ def test_state_only_variant_is_chosen_by_the_features():
 @pytest.mark.parametrize(
     ("layer", "reference"),
     [
-        (lambda: Conv1d(6, 10, 5, padding=2), torch.nn.Conv1d),
-        (lambda: Conv1d(6, 10, 1), torch.nn.Conv1d),
-        (lambda: Conv1d(6, 6, 3, stride=2, padding=1), torch.nn.Conv1d),
-        (lambda: ConvTranspose1d(6, 6, 4, stride=2, padding=1), torch.nn.ConvTranspose1d),
+        (lambda: MatmulConv1d(6, 10, 5, padding=2), torch.nn.Conv1d),
+        (lambda: MatmulConv1d(6, 10, 1), torch.nn.Conv1d),
+        (lambda: MatmulConv1d(6, 6, 3, stride=2, padding=1), torch.nn.Conv1d),
+        (lambda: MatmulConvTranspose1d(6, 6, 4, stride=2, padding=1), torch.nn.ConvTranspose1d),
     ],
 )
 def test_cpu_matmul_convolutions_match_torch_forward_and_backward(layer, reference, batch_size):
@@ -400,3 +401,13 @@ def test_per_episode_actions_do_not_depend_on_the_batch(fast_kernels):
         assert torch.equal(act([i]), together[i : i + 1])
     policy.reset()  # without seeds the noise comes from the global RNG: other actions
     assert not torch.equal(torch.stack([policy.select_action(obs) for obs in observations], 1), together)
+
+
+@pytest.mark.parametrize("fast_kernels", [True, False])
+def test_cpu_kernels_are_switched_on_by_the_config_alone(fast_kernels):
+    policy = DiffusionPolicy(state_config(fast_kernels=fast_kernels), dataset_stats=pusht_stats())
+    convolutions = [m for m in policy.unet.modules() if isinstance(m, torch.nn.Conv1d | torch.nn.ConvTranspose1d)]
+    swapped = [m for m in convolutions if isinstance(m, MatmulConv1d | MatmulConvTranspose1d)]
+    assert convolutions and len(swapped) == (len(convolutions) if fast_kernels else 0)
+    plain = DiffusionPolicy(state_config(fast_kernels=False), dataset_stats=pusht_stats())
+    assert policy.state_dict().keys() == plain.state_dict().keys()  # same parameters and names either way

@@ -1,0 +1,234 @@
+"""A policy's model card and the files that go with it to the Hub (`PolicyArtifacts`), staged in one folder.
+
+This is the policies' side of publishing: it needs a policy and huggingface_hub's ModelCard, nothing of training,
+evaluation or the run folder (those build a `PolicyArtifacts` and hand it to `Policy.push_to_hub`). A pushed policy
+repository holds:
+
+    config.json, model.safetensors   the policy (Policy.from_pretrained reads only these two)
+    README.md                        model card: YAML (library, tags, dataset, model-index eval results) + metrics,
+                                     the replay video, how to use it and the command that trained it
+    train_config.json                the full training config, when the policy was trained with hfpolicy.train
+    eval_info.json                   aggregate and per-episode eval results
+    replay.mp4                       the first eval episode (the Hub shows it on robotics model pages)
+    eval/episode_<i>.mp4             every filmed eval episode
+    training_curve.png               loss (and eval success) over training steps
+"""
+
+import json
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData, constants
+
+from hfpolicy.constants import EVAL_INFO_FILE, REPLAY_VIDEO_FILE, TRAIN_CONFIG_FILE, TRAINING_CURVE_FILE
+
+if TYPE_CHECKING:
+    from hfpolicy.policies.base import Policy
+
+
+@dataclass
+class PolicyArtifacts:
+    """What accompanies a policy's weights on the Hub; every field optional."""
+
+    eval_info: str | Path | dict[str, Any] | None = None  # an eval_info.json (path or dict): card metrics + the file
+    videos: Sequence[str | Path] = field(default_factory=tuple)  # eval mp4s: eval/episode_<i>.mp4, the first replay.mp4
+    train_config: dict[str, Any] | None = None  # train_config.json's dict: uploaded, and the card names the data
+    training_curve: str | Path | None = None  # a PNG of loss (and success) over steps
+    env_type: str | None = None  # the simulator the eval ran in (default pusht)
+    dataset_repo_id: str | None = None  # the Hub dataset trained on (card metadata and link)
+    train_command: str | None = None  # the command that trained the policy (the card's "Reproduce" block)
+
+    def eval_info_dict(self) -> dict[str, Any] | None:
+        """eval_info read (from its file if a path); ValueError unless it has eval_info.json's 'aggregated' entry."""
+        if self.eval_info is None:
+            return None
+        info = self.eval_info if isinstance(self.eval_info, dict) else json.loads(Path(self.eval_info).read_text())
+        if "aggregated" not in info:
+            raise ValueError("eval_info must be an eval_info.json (or its dict) with an 'aggregated' entry")
+        return info
+
+
+EVAL_VIDEOS_DIR = "eval"
+POLICY_TAGS = {"diffusion": "diffusion-policy", "act": "act"}  # Hub tags of the policy types
+ENV_NAMES = {"pusht": "PushT (gym-pusht)"}  # readable names of the simulators in eval results
+CARD_METRICS = (  # (eval_info key, model-index metric name)
+    ("avg_max_reward", "Average max reward"),
+    ("pc_success", "Success rate (%)"),
+    ("n_episodes", "Episodes"),
+)
+
+CARD_TEMPLATE = """---
+{{ card_data }}
+---
+
+# {{ repo_id }}
+
+A **{{ policy_name }}** policy for **{{ env_name }}**, trained with [hfpolicy](https://github.com/hfpolicy/hfpolicy){% if dataset_repo_id %} on [{{ dataset_repo_id }}](https://huggingface.co/datasets/{{ dataset_repo_id }}){% elif local_dataset %} on a local dataset: {{ local_dataset }}{% endif %}.
+{% if recipe %}Recipe: `{{ recipe }}`{% if recipe_reason %} ({{ recipe_reason }}){% endif %}.
+{% endif %}It reads {{ inputs }} and outputs `action` {{ action_shape }}.
+{% if provenance %}
+**Provenance:** {{ provenance }}
+{% endif %}
+{% if metrics_table %}## Evaluation
+
+{{ metrics_table }}
+
+{% if video_url %}<video src="{{ video_url }}" controls autoplay loop muted width="384"></video>
+
+{% endif %}Per-episode results are in [eval_info.json](eval_info.json){% if n_videos %}; {{ n_videos }} filmed episodes are in [eval/](eval/){% endif %}.
+
+{% endif %}## Use
+
+```python
+from hfpolicy.policies import Policy
+
+policy = Policy.from_pretrained("{{ repo_id }}")
+policy.reset()                           # at every episode start
+action = policy.select_action(batch)     # batch: {{ inputs }}, each with a batch dim
+```
+
+Evaluate it in simulation:
+
+```bash
+hfpolicy eval --policy.path={{ repo_id }} --env.type={{ env_type }} --eval.n_episodes=50 --eval.batch_size=50
+```
+{% if train_command %}
+## Training
+
+Reproduce the training:
+
+```bash
+{{ train_command }}
+```
+
+The full training configuration is in [train_config.json](train_config.json).{% if has_curve %}
+
+![training curve](training_curve.png){% endif %}
+{% endif %}"""
+
+
+def make_model_card(
+    repo_id: str,
+    policy: "Policy",
+    artifacts: PolicyArtifacts | None = None,
+    *,
+    license: str = "apache-2.0",
+    provenance: str | None = None,
+    library_name: str = "hfpolicy",
+) -> ModelCard:
+    """The model card: YAML metadata (with model-index eval results when `artifacts` has eval_info) and a body with
+    the metrics table, the replay video, usage and the training command. With a train_config the card also says what
+    the run trained on when that was local data, and which recipe chose its settings.
+
+    `provenance` says where the weights came from; by default a policy converted from another library's checkpoint
+    (`config.converted_from`) says so. `library_name` is the Hub library ("lerobot" for exported LeRobot layouts)."""
+    artifacts = artifacts or PolicyArtifacts()
+    info = artifacts.eval_info_dict()
+    eval_summary = info["aggregated"] if info is not None else None
+    dataset_repo_id, train_command, n_videos = artifacts.dataset_repo_id, artifacts.train_command, len(artifacts.videos)
+    train_config = artifacts.train_config or {}
+    dataset_cfg = train_config.get("dataset") or {}
+    local_dataset = None
+    if dataset_cfg.get("root"):
+        local_dataset = f"`{dataset_cfg['root']}`"
+        if dataset_cfg.get("scripted_episodes"):
+            local_dataset += (
+                f", {dataset_cfg['scripted_episodes']} demonstrations recorded by hfpolicy's scripted expert"
+            )
+    config = policy.config
+    env_type = artifacts.env_type or "pusht"
+    env_name = ENV_NAMES.get(env_type, env_type)
+    tags = ["robotics", "hfpolicy", POLICY_TAGS.get(config.type, config.type), env_type]
+    if provenance is None and config.converted_from:
+        provenance = f"converted by hfpolicy from {config.converted_from}, with the same weights and normalization."
+    if library_name == "lerobot" or (config.converted_from or "").startswith("LeRobot"):
+        tags.append("lerobot")
+    eval_results = None
+    if eval_summary is not None:
+        eval_results = [
+            EvalResult(
+                task_type="robotics",
+                task_name="Robotics",
+                dataset_type=env_type,
+                dataset_name=env_name,
+                metric_type=key,
+                metric_name=name,
+                metric_value=float(eval_summary[key]) if key != "n_episodes" else int(eval_summary[key]),
+            )
+            for key, name in CARD_METRICS
+        ]
+    card_data = ModelCardData(
+        library_name=library_name,
+        license=license,
+        pipeline_tag="robotics",
+        tags=tags,
+        datasets=[dataset_repo_id] if dataset_repo_id else None,
+        model_name=repo_id,
+        eval_results=eval_results,
+    )
+    video_url = f"{constants.ENDPOINT}/{repo_id}/resolve/main/{REPLAY_VIDEO_FILE}" if n_videos else None
+    return ModelCard.from_template(
+        card_data,
+        template_str=CARD_TEMPLATE,
+        repo_id=repo_id,
+        policy_name=POLICY_TAGS.get(config.type, config.type).replace("-", " ").title(),
+        env_name=env_name,
+        env_type=env_type,
+        dataset_repo_id=dataset_repo_id,
+        inputs=", ".join(f"`{key}` {tuple(f.shape)}" for key, f in config.input_features.items()),
+        action_shape=tuple(config.action_feature.shape),
+        metrics_table=_metrics_table(eval_summary) if eval_summary else None,
+        video_url=video_url,
+        n_videos=n_videos,
+        train_command=train_command,
+        has_curve=artifacts.training_curve is not None,
+        local_dataset=local_dataset,
+        recipe=train_config.get("recipe"),
+        recipe_reason=train_config.get("recipe_reason"),
+        provenance=provenance,
+    )
+
+
+def _metrics_table(summary: dict[str, Any]) -> str:
+    low, high = summary.get("pc_success_ci95", (float("nan"), float("nan")))
+    rows = [
+        ("Success rate", f"{summary['pc_success']:.1f}% (95% CI {low:.1f}–{high:.1f}%)"),
+        ("Average max reward", f"{summary['avg_max_reward']:.3f}"),
+        ("Average sum of rewards", f"{summary['avg_sum_reward']:.2f}"),
+        ("Episodes", f"{summary['n_episodes']}"),
+    ]
+    return "\n".join(["| Metric | Value |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows)])
+
+
+def stage_policy_repo(
+    policy: "Policy", folder: str | Path, repo_id: str, artifacts: PolicyArtifacts | None = None
+) -> Path:
+    """Writes the whole repository (see the module docstring) into `folder`, the model card once; returns it.
+    Missing videos or a malformed eval_info fail here, before anything is uploaded."""
+    from hfpolicy.video import episode_index_of
+
+    folder, artifacts = Path(folder), artifacts or PolicyArtifacts()
+    videos = [Path(video) for video in artifacts.videos]
+    missing = [str(video) for video in videos if not video.is_file()]
+    if missing:
+        raise FileNotFoundError(f"eval video {', '.join(missing)} does not exist")
+    info = artifacts.eval_info_dict()
+    folder.mkdir(parents=True, exist_ok=True)
+    make_model_card(repo_id, policy, artifacts).save(folder / "README.md")
+    policy.save_pretrained(folder)  # config.json, model.safetensors; it keeps the README.md written above
+    if info is not None:
+        (folder / EVAL_INFO_FILE).write_text(json.dumps(info, indent=2))
+    if artifacts.train_config is not None:
+        (folder / TRAIN_CONFIG_FILE).write_text(json.dumps(artifacts.train_config, indent=2))
+    for i, video in enumerate(videos):
+        if i == 0:
+            shutil.copyfile(video, folder / REPLAY_VIDEO_FILE)
+        (folder / EVAL_VIDEOS_DIR).mkdir(exist_ok=True)
+        index = episode_index_of(video)
+        shutil.copyfile(video, folder / EVAL_VIDEOS_DIR / f"episode_{i if index is None else index}.mp4")
+    if artifacts.training_curve is not None:
+        shutil.copyfile(artifacts.training_curve, folder / TRAINING_CURVE_FILE)
+    return folder
