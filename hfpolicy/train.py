@@ -419,10 +419,10 @@ def record_scripted_dataset(dataset: DatasetConfig, progress: bool) -> Path:
                 f"{root} exists but is not a readable dataset ({e}); delete it to record {n} episodes again"
             ) from e
         if meta.total_episodes != n or OBS_ENV_STATE not in meta.features:
+            lacking = "" if OBS_ENV_STATE in meta.features else f" without {OBS_ENV_STATE}"
             raise TrainConfigError(
-                f"{root} holds {meta.total_episodes} episodes{'' if OBS_ENV_STATE in meta.features else ' without ' + OBS_ENV_STATE}, "
-                f"not the {n} scripted demonstrations --dataset.scripted_episodes={n} asks for: choose another "
-                "--dataset.root, or delete that folder"
+                f"{root} holds {meta.total_episodes} episodes{lacking}, not the {n} scripted demonstrations "
+                f"--dataset.scripted_episodes={n} asks for: choose another --dataset.root, or delete that folder"
             )
         return root
     if PartialState().is_main_process:
