@@ -80,7 +80,8 @@ def test_recipe_choice_is_said_first_and_recorded(hub_server, tmp_path, capsys):
         example.choose_recipe(["--recipe=gpu"])
     # A recipe is flags put before the user's: none when resuming, no --policy.* ones for another policy type.
     assert "--policy.down_dims=[64,128,256]" in example.recipe_flags("cpu", ["--steps=3"])
-    assert not [f for f in example.recipe_flags("cpu", ["--policy.type=act"]) if f.startswith("--policy.")]
+    act_flags = example.recipe_flags("cpu", ["--policy.type=act"])
+    assert "--policy.chunk_size=16" in act_flags and "--policy.down_dims=[64,128,256]" not in act_flags
     assert example.recipe_flags("cpu", ["--output_dir=x", "--resume=true"]) == []
     assert "--dataset.scripted_episodes=500" not in example.recipe_flags("cpu", ["--dataset.root=data/pusht_human"])
     # The paper recipe without the Hub dataset: the error names the offline recipe.
