@@ -56,7 +56,7 @@ import torch
 from torch import Tensor
 
 from hfpolicy.atomic_files import write_json_atomically
-from hfpolicy.constants import ACTION, CONFIG_FILE, OBS_ENV_STATE, WEIGHTS_FILE
+from hfpolicy.constants import ACTION, CONFIG_FILE, OBS_ENV_STATE, OBS_STATE, WEIGHTS_FILE
 from hfpolicy.policies.base import Policy, PolicyLoadError, get_policy_class
 from hfpolicy.policies.config import FeatureType, NormMode, PolicyConfig, PolicyFeature, feature_norm_mode
 from hfpolicy.policies.normalization import EPS, STAT_NAMES
@@ -94,6 +94,18 @@ class LeRobotConversionWarning(UserWarning):
 def warn_ignored(message: str) -> None:
     """Reports a LeRobot field hfpolicy ignores because it does not change the actions."""
     warnings.warn(message, LeRobotConversionWarning, stacklevel=3)
+
+
+def lerobot_model_inputs(input_features: Mapping[str, Any], policy_name: str) -> dict[str, Any]:
+    """The input features LeRobot's Diffusion Policy and ACT condition on (observation.state, observation.environment_
+    state and the images); any other input of the checkpoint is dropped with a warning."""
+    inputs = {}
+    for key, feature in input_features.items():
+        if key in (OBS_STATE, OBS_ENV_STATE) or feature.type == FeatureType.IMAGE:
+            inputs[key] = feature
+        else:
+            warn_ignored(f"input feature {key!r}: LeRobot's {policy_name} does not condition on it; dropped")
+    return inputs
 
 
 # --- recognising and loading a LeRobot checkpoint ------------------------------------------------------------------

@@ -16,11 +16,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
 from hfpolicy.policies.act.configuration import ACTConfig
 from hfpolicy.policies.act.modeling import sinusoidal_positions_1d
-from hfpolicy.policies.config import FeatureType, PolicyFeature
-from hfpolicy.policies.lerobot_format import LeRobotConversionError, warn_ignored
+from hfpolicy.policies.config import PolicyFeature
+from hfpolicy.policies.lerobot_format import LeRobotConversionError, lerobot_model_inputs, warn_ignored
 
 # LeRobot ACTConfig fields that are ACTConfig fields of the same name and meaning.
 SHARED_FIELDS = (
@@ -112,12 +111,7 @@ def config_from_lerobot(
     for name, default in IGNORED_FIELDS.items():
         if name in lerobot_config and lerobot_config[name] != default:
             warn_ignored(f"LeRobot's {name}={lerobot_config[name]!r} does not change the actions; hfpolicy ignores it")
-    inputs = {}
-    for key, feature in input_features.items():  # LeRobot's ACT reads only these keys
-        if key in (OBS_STATE, OBS_ENV_STATE) or feature.type == FeatureType.IMAGE:
-            inputs[key] = feature
-        else:
-            warn_ignored(f"input feature {key!r}: LeRobot's ACT does not condition on it; dropped")
+    inputs = lerobot_model_inputs(input_features, "ACT")
     fields = {name: lerobot_config[name] for name in SHARED_FIELDS if name in lerobot_config}
     fields["pretrained_backbone_weights"] = None
     fields["replace_final_stride_with_dilation"] = bool(fields.get("replace_final_stride_with_dilation", False))

@@ -19,9 +19,9 @@ import torch
 from torch import Tensor
 
 from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
-from hfpolicy.policies.config import FeatureType, PolicyFeature
+from hfpolicy.policies.config import PolicyFeature
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
-from hfpolicy.policies.lerobot_format import LeRobotConversionError, warn_ignored
+from hfpolicy.policies.lerobot_format import LeRobotConversionError, lerobot_model_inputs, warn_ignored
 
 LEROBOT_PREFIX = "diffusion."
 LEROBOT_FINAL_BLOCK_GROUPS = 8  # LeRobot builds the U-Net's final conv block with GroupNorm(8, ...) whatever n_groups
@@ -107,12 +107,7 @@ def config_from_lerobot(
             "U-Net (one n_groups everywhere) cannot reproduce"
         )
 
-    inputs = {}
-    for key, feature in input_features.items():  # LeRobot's model reads only these keys
-        if key in (OBS_STATE, OBS_ENV_STATE) or feature.type == FeatureType.IMAGE:
-            inputs[key] = feature
-        else:
-            warn_ignored(f"input feature {key!r}: LeRobot's Diffusion Policy does not condition on it; dropped")
+    inputs = lerobot_model_inputs(input_features, "Diffusion Policy")
     if OBS_STATE not in inputs:
         raise LeRobotConversionError(f"LeRobot's Diffusion Policy needs an {OBS_STATE!r} input feature (type STATE)")
 
