@@ -18,11 +18,11 @@ import numpy as np
 from draccus.utils import ParsingError
 from tqdm.auto import tqdm
 
+from hfpolicy.cli.flags import parse_flags
 from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE, REWARD, SUCCESS
 from hfpolicy.datasets import DatasetWriter, push_dataset_to_hub
 from hfpolicy.datasets.pusht_zarr import PUSHT_TASK, PushTGeometry, pusht_features
 from hfpolicy.envs import SUCCESS_INFO_KEY, EnvConfig, PushTEnvConfig
-from hfpolicy.flags import parse_flags
 
 DEMONSTRATORS = ("scripted",)  # --policy.type values `hfpolicy record` knows
 

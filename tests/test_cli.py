@@ -7,14 +7,14 @@ import draccus
 import pytest
 
 from hfpolicy.cli import SUBCOMMANDS, main
+from hfpolicy.cli.flags import cli_message
 from hfpolicy.datasets.convert import PushTZarrConfig
 from hfpolicy.eval.cli import EvalPipelineConfig
-from hfpolicy.export import ExportConfig
-from hfpolicy.flags import cli_message
+from hfpolicy.hub.export import ExportConfig
+from hfpolicy.hub.push import PushConfig
 from hfpolicy.policies import DiffusionConfig, PolicyConfig
-from hfpolicy.push import PushConfig
 from hfpolicy.record import RecordConfig
-from hfpolicy.train_config import TrainConfig
+from hfpolicy.training.config import TrainConfig
 
 
 def test_help_lists_every_command(capsys):

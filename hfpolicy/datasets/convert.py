@@ -10,8 +10,8 @@ from pathlib import Path
 
 from draccus.utils import ParsingError
 
+from hfpolicy.cli.flags import parse_flags
 from hfpolicy.datasets.metadata import DatasetMeta
-from hfpolicy.flags import parse_flags
 
 
 @dataclass

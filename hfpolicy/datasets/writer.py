@@ -16,7 +16,7 @@ Everything is written into a hidden temporary folder beside `root` and renamed t
 interrupted write leaves nothing at `root` (`abort()`, or an exception inside `with DatasetWriter.create(...)`,
 removes the temporary folder).
 
-Videos: each episode is encoded while its frames arrive (H.264 yuv420p through hfpolicy.video.Mp4Writer), and
+Videos: each episode is encoded while its frames arrive (H.264 yuv420p through hfpolicy.io.video.Mp4Writer), and
 `save_episode()` appends its packets to the current videos/{key}/chunk-XXX/file-XXX.mp4 without re-encoding; an
 episode starts with a keyframe, so a reader seeks straight to it. Data: one parquet row group per episode, appended to
 the current data file. New files start when a file passes its size limit. Stats are exact over all frames
@@ -40,7 +40,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hfpolicy.atomic_files import write_json_atomically
 from hfpolicy.constants import EPISODE_INDEX, FRAME_INDEX, INDEX, TASK, TASK_INDEX, TIMESTAMP
 from hfpolicy.datasets.features import (
     IMAGE,
@@ -78,7 +77,8 @@ from hfpolicy.datasets.format import (
     next_chunk_file,
 )
 from hfpolicy.datasets.stats import ImageStatsAccumulator, aggregate_stats, array_stats, stats_to_json
-from hfpolicy.video import VIDEO_PIX_FMT, Mp4Writer
+from hfpolicy.io.atomic import write_json_atomically
+from hfpolicy.io.video import VIDEO_PIX_FMT, Mp4Writer
 
 MB = 1024**2
 

@@ -22,11 +22,11 @@ from pathlib import Path
 import torch
 from draccus.utils import ParsingError
 
+from hfpolicy.cli.flags import cli_message, parse_flags
 from hfpolicy.constants import EVAL_INFO_FILE
 from hfpolicy.envs import EnvConfig, PushTEnvConfig
 from hfpolicy.eval.evaluation import DEFAULT_START_SEED, EvalResult, evaluate
 from hfpolicy.eval.rollouts import EpisodeRecord, InvalidActionError
-from hfpolicy.flags import cli_message, parse_flags
 from hfpolicy.policies.base import Policy, PolicyLoadError
 
 

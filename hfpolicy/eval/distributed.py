@@ -14,15 +14,15 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import gather_object
 
-from hfpolicy.atomic_files import write_json_atomically
 from hfpolicy.constants import EVAL_INFO_FILE
 from hfpolicy.envs import EnvConfig
 from hfpolicy.eval.evaluation import EvalResult, evaluate
 from hfpolicy.eval.rollouts import EpisodeRecord
 from hfpolicy.eval.videos import episode_index_of
+from hfpolicy.io.atomic import write_json_atomically
 
 if TYPE_CHECKING:
-    from hfpolicy.train_config import TrainEvalConfig
+    from hfpolicy.training.config import TrainEvalConfig
 
 
 def evaluate_on_all_processes(

@@ -11,11 +11,11 @@ from typing import Any
 from gymnasium.vector import VectorEnv
 from tqdm.auto import tqdm
 
-from hfpolicy.atomic_files import write_json_atomically
 from hfpolicy.constants import DEFAULT_EVAL_START_SEED
 from hfpolicy.envs import episode_step_limit
 from hfpolicy.eval.rollouts import EpisodeRecord, rollout
 from hfpolicy.eval.videos import VideoRecorder, episode_video_path
+from hfpolicy.io.atomic import write_json_atomically
 from hfpolicy.policies.base import Policy
 
 DEFAULT_START_SEED = DEFAULT_EVAL_START_SEED  # episode i is seeded start_seed + i (far from training data seeds)

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import numpy as np
 
-from hfpolicy.video import Mp4Writer, VideoWriteError, episode_index_of, episode_video_path  # noqa: F401 (re-exported)
+from hfpolicy.io.video import Mp4Writer, VideoWriteError, episode_index_of, episode_video_path  # noqa: F401 (re-exported)
 
 _STOP = object()
 
 
 class VideoRecorder:
-    """Streams frames into mp4 files (H.264, hfpolicy.video.Mp4Writer) from a background thread.
+    """Streams frames into mp4 files (H.264, hfpolicy.io.video.Mp4Writer) from a background thread.
 
     `add_frame(path, frame)` queues a frame for the video at `path` (opened at its first frame); `finish(path)` closes
     that video (written atomically). `close()` waits for the encoder and raises its error, if any; videos never

@@ -18,9 +18,9 @@ from huggingface_hub import HfApi, PyTorchModelHubMixin, hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, HFValidationError
 from torch import Tensor, nn
 
-from hfpolicy.atomic_files import write_json_atomically
 from hfpolicy.constants import ACTION, CONFIG_FILE, WEIGHTS_FILE
-from hfpolicy.hub_errors import describe_hub_error, is_missing_file
+from hfpolicy.io.atomic import write_json_atomically
+from hfpolicy.io.hub_errors import describe_hub_error, is_missing_file
 from hfpolicy.policies.action_selection import ActionBuffer, ActionQueue
 from hfpolicy.policies.config import PolicyConfig, known_policy_types
 from hfpolicy.policies.normalization import Normalizer

@@ -7,7 +7,7 @@ repository holds:
     config.json, model.safetensors   the policy (Policy.from_pretrained reads only these two)
     README.md                        model card: YAML (library, tags, dataset, model-index eval results) + metrics,
                                      the replay video, how to use it and the command that trained it
-    train_config.json                the full training config, when the policy was trained with hfpolicy.train
+    train_config.json                the full training config, when the policy was trained with hfpolicy.training.loop
     eval_info.json                   aggregate and per-episode eval results
     replay.mp4                       the first eval episode (the Hub shows it on robotics model pages)
     eval/episode_<i>.mp4             every filmed eval episode
@@ -208,7 +208,7 @@ def stage_policy_repo(
 ) -> Path:
     """Writes the whole repository (see the module docstring) into `folder`, the model card once; returns it.
     Missing videos or a malformed eval_info fail here, before anything is uploaded."""
-    from hfpolicy.video import episode_index_of
+    from hfpolicy.io.video import episode_index_of
 
     folder, artifacts = Path(folder), artifacts or PolicyArtifacts()
     videos = [Path(video) for video in artifacts.videos]

@@ -55,8 +55,8 @@ import safetensors.torch
 import torch
 from torch import Tensor
 
-from hfpolicy.atomic_files import write_json_atomically
 from hfpolicy.constants import ACTION, CONFIG_FILE, OBS_ENV_STATE, OBS_STATE, WEIGHTS_FILE
+from hfpolicy.io.atomic import write_json_atomically
 from hfpolicy.policies.base import Policy, PolicyLoadError, get_policy_class
 from hfpolicy.policies.config import FeatureType, NormMode, PolicyConfig, PolicyFeature, feature_norm_mode
 from hfpolicy.policies.normalization import EPS, STAT_NAMES

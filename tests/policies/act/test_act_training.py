@@ -13,8 +13,8 @@ from hfpolicy.datasets import PolicyDataset, dataset_to_policy_features
 from hfpolicy.eval import main as eval_main
 from hfpolicy.policies import Policy
 from hfpolicy.policies.act import ACTPolicy
-from hfpolicy.train import METRICS_FILE
-from hfpolicy.train import main as train_main
+from hfpolicy.training.loop import METRICS_FILE
+from hfpolicy.training.loop import main as train_main
 
 BATCH_SIZE = 16
 STEPS = 150

@@ -14,9 +14,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from hfpolicy.checkpoints import PRETRAINED_DIR, latest_checkpoint
 from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, TRAIN_CONFIG_FILE, TRAINING_CURVE_FILE
-from hfpolicy.hub_errors import describe_push_error
+from hfpolicy.io.hub_errors import describe_push_error
+from hfpolicy.training.checkpoints import PRETRAINED_DIR, latest_checkpoint
 
 
 class PushError(RuntimeError):
@@ -87,9 +87,9 @@ def push_run(
     Hub and network failures raise PushError naming the cause and the way to retry."""
     import json
 
+    from hfpolicy.io.video import episode_index_of
     from hfpolicy.policies.card import PolicyArtifacts
-    from hfpolicy.training_curve import draw_training_curve
-    from hfpolicy.video import episode_index_of
+    from hfpolicy.training.curve import draw_training_curve
 
     run_dir = Path(run_dir)
     config_path = run_dir / TRAIN_CONFIG_FILE
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     """`hfpolicy push --run=DIR [--repo_id=user/name]`; bad input and Hub failures exit 2 with one line."""
     from draccus.utils import ParsingError
 
-    from hfpolicy.flags import FlagError, parse_flags
+    from hfpolicy.cli.flags import FlagError, parse_flags
 
     try:
         cfg = parse_flags(PushConfig, sys.argv[1:] if argv is None else argv, prog="hfpolicy push")

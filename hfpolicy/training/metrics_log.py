@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from hfpolicy.atomic_files import write_atomically
+from hfpolicy.io.atomic import write_atomically
 
 
 def append_metrics(path: Path, step: int, entry: dict[str, Any]) -> None:

@@ -8,10 +8,10 @@
 `--resume=true` continues the run in `--output_dir` from its last checkpoint, exactly: the data order, the random
 crops and noise, the optimizer, LR schedule and EMA all continue as if the run had never stopped.
 
-The run's main process holds the run folder's lock (hfpolicy.run_lock) from before the first check to the end, so two
+The run's main process holds the run folder's lock (hfpolicy.io.run_lock) from before the first check to the end, so two
 trainings never write into one folder. A NaN or inf loss stops the run before anything computed from it is logged,
-evaluated or saved. The configuration lives in hfpolicy.train_config, evaluation across processes in
-hfpolicy.eval.distributed, the training curve and the Hub push in hfpolicy.training_curve and hfpolicy.push.
+evaluated or saved. The configuration lives in hfpolicy.training.config, evaluation across processes in
+hfpolicy.eval.distributed, the training curve and the Hub push in hfpolicy.training.curve and hfpolicy.hub.push.
 """
 
 import contextlib
@@ -33,14 +33,7 @@ from diffusers.optimization import get_scheduler
 from draccus.utils import ParsingError
 from tqdm.auto import tqdm
 
-from hfpolicy.atomic_files import write_json_atomically
-from hfpolicy.checkpoints import (
-    PRETRAINED_DIR,
-    CheckpointError,
-    latest_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
-)
+from hfpolicy.cli.flags import FlagError, cli_message
 from hfpolicy.constants import METRICS_FILE, OBS_ENV_STATE, TRAIN_CONFIG_FILE, TRAINING_CURVE_FILE
 from hfpolicy.datasets import (
     DatasetMeta,
@@ -52,13 +45,19 @@ from hfpolicy.datasets import (
 from hfpolicy.datasets.format import INFO_PATH
 from hfpolicy.envs import EnvConfig
 from hfpolicy.eval.distributed import evaluate_on_all_processes
-from hfpolicy.flags import FlagError, cli_message
-from hfpolicy.metrics_log import append_metrics, truncate_metrics
+from hfpolicy.hub.push import PushError, check_push_access, push_run
+from hfpolicy.io.atomic import write_json_atomically
+from hfpolicy.io.run_lock import RunLock, RunLockedError
 from hfpolicy.policies import Policy, PolicyConfig, make_policy
 from hfpolicy.policies.ema import EMA
-from hfpolicy.push import PushError, check_push_access, push_run
-from hfpolicy.run_lock import RunLock, RunLockedError
-from hfpolicy.train_config import (  # noqa: F401 (re-exported: `from hfpolicy.train import TrainConfig, ...`)
+from hfpolicy.training.checkpoints import (
+    PRETRAINED_DIR,
+    CheckpointError,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from hfpolicy.training.config import (  # noqa: F401 (re-exported: `from hfpolicy.training.loop import TrainConfig, ...`)
     TRACKERS,
     DatasetConfig,
     HubConfig,
@@ -73,7 +72,8 @@ from hfpolicy.train_config import (  # noqa: F401 (re-exported: `from hfpolicy.t
     train_config_to_dict,
     validate_train_config,
 )
-from hfpolicy.training_curve import draw_training_curve  # noqa: F401 (re-exported)
+from hfpolicy.training.curve import draw_training_curve  # noqa: F401 (re-exported)
+from hfpolicy.training.metrics_log import append_metrics, truncate_metrics
 
 __all__ = [
     "METRICS_FILE",
@@ -324,7 +324,7 @@ def is_launch_main_process() -> bool:
 
 @contextlib.contextmanager
 def lock_run_folder(output_dir: Path):
-    """The run folder's exclusive lock, held by the main process for the block (see hfpolicy.run_lock)."""
+    """The run folder's exclusive lock, held by the main process for the block (see hfpolicy.io.run_lock)."""
     if not is_launch_main_process():
         yield
         return
@@ -668,7 +668,7 @@ def save_shareable_policy(
 def push_trained_policy(
     accelerator: Accelerator, policy: torch.nn.Module, ema: EMA | None, cfg: TrainConfig, output_dir: Path, step: int
 ) -> str:
-    """Pushes the run (hfpolicy.push) with the policy's EMA weights, its evaluation up to `step` and this command."""
+    """Pushes the run (hfpolicy.hub.push) with the policy's EMA weights, its evaluation up to `step` and this command."""
     model = accelerator.unwrap_model(policy)
     with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
         return push_run(

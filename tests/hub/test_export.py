@@ -10,12 +10,12 @@ import torch
 from hfpolicy.cli import main as cli_main
 from hfpolicy.constants import ACTION, EVAL_INFO_FILE, OBS_ENV_STATE, OBS_STATE
 from hfpolicy.eval import main as eval_main
-from hfpolicy.export import export_policy
+from hfpolicy.hub.export import export_policy
 from hfpolicy.policies import FeatureType, Policy, PolicyFeature
 from hfpolicy.policies.diffusion import DiffusionConfig
 from hfpolicy.policies.diffusion.modeling import DiffusionPolicy
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "lerobot-0.6.1"
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "lerobot-0.6.1"
 
 
 def saved_policy(folder: Path, **overrides) -> DiffusionPolicy:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from draccus.utils import ParsingError
 
-from hfpolicy.flags import parse_flags
+from hfpolicy.cli.flags import parse_flags
 from hfpolicy.policies.base import Policy, PolicyLoadError
 from hfpolicy.policies.card import make_model_card
 from hfpolicy.policies.lerobot_format import LEROBOT_VERSION, write_lerobot_checkpoint

@@ -22,7 +22,7 @@ from policies.toy_policy import make_toy_policy
 from hfpolicy.constants import EVAL_INFO_FILE
 from hfpolicy.envs import make_env, make_vector_env
 from hfpolicy.eval import EvalResult, evaluate, main, rollout, summarize_episodes, wilson_interval
-from hfpolicy.video import read_video_frames
+from hfpolicy.io.video import read_video_frames
 
 START_SEED = 100_000
 MAX_STEPS = 25  # below MAX_END_STEP, so some toy episodes are cut by max_steps
@@ -423,7 +423,7 @@ def test_policy_reset_seeds_must_match_the_batch():
 
 def test_an_unwritable_videos_dir_is_named(tmp_path):
     from hfpolicy.eval import VideoRecorder
-    from hfpolicy.video import VideoWriteError, encode_video
+    from hfpolicy.io.video import VideoWriteError, encode_video
 
     blocker = tmp_path / "a_file"  # a file where the videos folder should be: unwritable, even for root
     blocker.write_text("not a folder")

@@ -7,17 +7,20 @@ import sys
 
 # subcommand -> (module:function taking the remaining argv, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("hfpolicy.train:main", "train a policy on a dataset (the main job; also `accelerate launch ...`)"),
+    "train": (
+        "hfpolicy.training.loop:main",
+        "train a policy on a dataset (the main job; also `accelerate launch ...`)",
+    ),
     "eval": ("hfpolicy.eval:main", "evaluate a policy (local dir or Hub repo id) in batched simulation"),
     "convert": ("hfpolicy.datasets.convert:main", "convert other dataset formats to LeRobot v3.0 (pusht-zarr)"),
     "record": ("hfpolicy.record:main", "record demonstrations with a scripted expert into a LeRobot v3.0 dataset"),
-    "push": ("hfpolicy.push:main", "push a training run (policy, evaluation, curve, card) to the Hub"),
-    "export": ("hfpolicy.export:main", "write a saved policy in another library's layout (--format=lerobot)"),
+    "push": ("hfpolicy.hub.push:main", "push a training run (policy, evaluation, curve, card) to the Hub"),
+    "export": ("hfpolicy.hub.export:main", "write a saved policy in another library's layout (--format=lerobot)"),
 }
 
 
 # subcommand -> module:config class whose --help is printed without importing the command (and torch) at all
-HELP_CONFIGS = {"train": ("hfpolicy.train_config:TrainConfig", "hfpolicy train")}
+HELP_CONFIGS = {"train": ("hfpolicy.training.config:TrainConfig", "hfpolicy train")}
 
 
 def usage() -> str:
@@ -43,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         print(usage(), file=sys.stderr)
         return 2
     if name in HELP_CONFIGS and any(arg in ("-h", "--help") for arg in rest):
-        from hfpolicy.flags import print_help
+        from hfpolicy.cli.flags import print_help
 
         (module_name, class_name), prog = HELP_CONFIGS[name][0].split(":"), HELP_CONFIGS[name][1]
         print_help(getattr(importlib.import_module(module_name), class_name), rest, prog)

@@ -17,15 +17,15 @@ import torch
 from huggingface_hub import HfApi, ModelCard
 from safetensors.torch import load_file
 
-from hfpolicy.checkpoints import list_checkpoints
 from hfpolicy.constants import EVAL_INFO_FILE, OBS_ENV_STATE, OBS_STATE, REPLAY_VIDEO_FILE
 from hfpolicy.envs import make_env
 from hfpolicy.eval import evaluate
 from hfpolicy.eval import main as eval_main
 from hfpolicy.policies import Policy
-from hfpolicy.train import METRICS_FILE, main, parse_train_config, train
+from hfpolicy.training.checkpoints import list_checkpoints
+from hfpolicy.training.loop import METRICS_FILE, main, parse_train_config, train
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY_POLICY = [
     f"--dataset.input_features=[{OBS_STATE},{OBS_ENV_STATE}]",
     "--policy.type=diffusion",

@@ -2,7 +2,7 @@
 
 Publishing depends on policies, never the reverse: the card and the staged repository are the policies' own
 (hfpolicy.policies.card), `Policy.push_to_hub(repo_id, artifacts=PolicyArtifacts(...))` uploads them, and a
-training run is pushed by hfpolicy.push (`hfpolicy push --run=DIR`), which gathers its PolicyArtifacts.
+training run is pushed by hfpolicy.hub.push (`hfpolicy push --run=DIR`), which gathers its PolicyArtifacts.
 """
 
 from hfpolicy.policies.card import (

@@ -18,9 +18,9 @@ from typing import Any
 
 import draccus
 
+from hfpolicy.cli.flags import parse_flags
 from hfpolicy.constants import DEFAULT_EVAL_START_SEED, TRAIN_CONFIG_FILE
 from hfpolicy.envs.configs import EnvConfig, PushTEnvConfig
-from hfpolicy.flags import parse_flags
 from hfpolicy.policies.config import PolicyConfig
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
 

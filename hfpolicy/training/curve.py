@@ -4,8 +4,8 @@ its metrics.jsonl into a PNG that the model card shows."""
 import io
 from pathlib import Path
 
-from hfpolicy.atomic_files import write_atomically
-from hfpolicy.metrics_log import read_metrics
+from hfpolicy.io.atomic import write_atomically
+from hfpolicy.training.metrics_log import read_metrics
 
 
 def draw_training_curve(metrics_path: Path, png_path: Path) -> Path | None:

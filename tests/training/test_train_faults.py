@@ -13,13 +13,13 @@ import huggingface_hub.constants as hub_constants
 import pytest
 from huggingface_hub import HfApi
 
-from hfpolicy.checkpoints import list_checkpoints
 from hfpolicy.constants import METRICS_FILE, TRAIN_CONFIG_FILE
-from hfpolicy.metrics_log import append_metrics, read_metrics, truncate_metrics
-from hfpolicy.push import PushError, push_run
-from hfpolicy.push import main as push_main
-from hfpolicy.run_lock import RunLock
-from hfpolicy.train import main
+from hfpolicy.hub.push import PushError, push_run
+from hfpolicy.hub.push import main as push_main
+from hfpolicy.io.run_lock import RunLock
+from hfpolicy.training.checkpoints import list_checkpoints
+from hfpolicy.training.loop import main
+from hfpolicy.training.metrics_log import append_metrics, read_metrics, truncate_metrics
 
 TINY = [
     "--dataset.input_features=[observation.state,observation.environment_state]",

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from hfpolicy.run_lock import RunLock, RunLockedError
+from hfpolicy.io.run_lock import RunLock, RunLockedError
 
 HOLDER = """
 import sys, time
-from hfpolicy.run_lock import RunLock
+from hfpolicy.io.run_lock import RunLock
 lock = RunLock(sys.argv[1]).acquire()
 print("locked", flush=True)
 time.sleep(60)

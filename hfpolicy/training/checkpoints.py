@@ -12,7 +12,7 @@ A checkpoint is assembled in a hidden temporary folder and renamed into place wh
 saving leaves the previous checkpoints intact and no half-written one that `--resume` could pick up. A save that
 fails (a full disk, say) removes its temporary folder and says what happened.
 
-The training state is tensors in safetensors files and everything else in JSON (see `hfpolicy.tensor_tree`): loading
+The training state is tensors in safetensors files and everything else in JSON (see `hfpolicy.io.tensor_tree`): loading
 a checkpoint never unpickles anything, so a planted file in a run folder cannot run code.
 """
 
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 
-from hfpolicy.tensor_tree import load_tree, save_tree
+from hfpolicy.io.tensor_tree import load_tree, save_tree
 
 CHECKPOINTS_DIR = "checkpoints"
 LAST_LINK = "last"

@@ -10,9 +10,9 @@ import torch
 from accelerate import Accelerator
 from diffusers.optimization import get_scheduler
 
-from hfpolicy.checkpoints import CheckpointError, load_training_state, save_training_state
+from hfpolicy.io.tensor_tree import load_tree, save_tree
 from hfpolicy.policies.ema import EMA
-from hfpolicy.tensor_tree import load_tree, save_tree
+from hfpolicy.training.checkpoints import CheckpointError, load_training_state, save_training_state
 
 
 def test_tree_round_trip_keeps_types_and_values(tmp_path):
@@ -103,7 +103,7 @@ def test_legacy_pickle_checkpoint_is_refused_not_loaded(tmp_path):
 def test_a_failed_save_removes_its_temporary_folder_and_names_a_full_disk(tmp_path):
     import errno
 
-    from hfpolicy.checkpoints import CHECKPOINTS_DIR, list_checkpoints, save_checkpoint
+    from hfpolicy.training.checkpoints import CHECKPOINTS_DIR, list_checkpoints, save_checkpoint
 
     accelerator = Accelerator(cpu=True)
     model, optimizer, scheduler, ema = make_training()
