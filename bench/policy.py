@@ -93,7 +93,7 @@ def make_act_policy(seed: int = 0):
 def bench_act(repeats: int, skip_training: bool) -> tuple[dict[str, float], list[tuple[str, str, str]]]:
     """ACT's train step at batch 8 and chunk latency at batch 1 (median of `repeats` after a warm-up)."""
     from hfpolicy.constants import ACTION, OBS_IMAGE, OBS_STATE, pad_key
-    from hfpolicy.training.loop import make_optimizer
+    from hfpolicy.training.setup import make_optimizer
 
     policy = make_act_policy()
     config = policy.config
@@ -144,7 +144,7 @@ def bench_act(repeats: int, skip_training: bool) -> tuple[dict[str, float], list
 
 def bench_training(policy, batch_size: int, repeats: int) -> dict[str, float]:
     from hfpolicy.policies.ema import EMA
-    from hfpolicy.training.loop import make_optimizer
+    from hfpolicy.training.setup import make_optimizer
 
     config = policy.config
     policy.train()

@@ -5,7 +5,7 @@
     python bench/train_throughput.py --steps 3        # fewer timed steps (each is seconds on a CPU)
 
 Diffusion Policy in the paper's PushT image configuration, batch 64, on this machine's device:
-- samples_per_s_w0 / samples_per_s_w2: the real training loop (`hfpolicy.training.loop.train`, its DataLoader with 0 or 2
+- samples_per_s_w0 / samples_per_s_w2: the real training loop (`hfpolicy.training.train`, its DataLoader with 0 or 2
   workers, its optimizer, EMA and LR schedule), steady state: the mean step time of the last `--steps` steps after
   `--warmup` steps (the videos are decoded into the frame cache before the first step, as `train` always does);
 - samples_per_s_model_only: forward + backward + AdamW step + EMA on one batch already in memory, the ceiling the
@@ -29,7 +29,8 @@ DEFAULT_ZARR = Path(__file__).resolve().parents[2] / "shared" / "data" / "pusht_
 
 def loop_samples_per_s(root: Path, num_workers: int, batch_size: int, warmup: int, steps: int, work: Path) -> dict:
     """Runs the real training loop and reads its per-step timings back from metrics.jsonl."""
-    from hfpolicy.training.loop import METRICS_FILE, parse_train_config, train
+    from hfpolicy.constants import METRICS_FILE
+    from hfpolicy.training import parse_train_config, train
 
     out = work / f"run_w{num_workers}"
     cfg = parse_train_config(
@@ -62,7 +63,7 @@ def model_only_samples_per_s(root: Path, batch_size: int, warmup: int, steps: in
     from hfpolicy.policies import make_policy
     from hfpolicy.policies.diffusion.configuration import DiffusionConfig
     from hfpolicy.policies.ema import EMA
-    from hfpolicy.training.loop import make_optimizer
+    from hfpolicy.training.setup import make_optimizer
 
     meta = DatasetMeta.load(root)
     inputs, outputs = dataset_to_policy_features(meta.features)

@@ -23,7 +23,7 @@ import sys
 import torch
 
 from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
-from hfpolicy.training.loop import describe_dataset, main
+from hfpolicy.training import describe_dataset, main
 
 RECIPE_CHOICES = ("auto", "paper", "cpu")
 

@@ -10,15 +10,13 @@ is seeded start_seed + i. Frame t holds the observation before action t and the 
 action t produced, as in lerobot/pusht.
 """
 
-import sys
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from draccus.utils import ParsingError
 from tqdm.auto import tqdm
 
-from hfpolicy.cli.flags import parse_flags
 from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE, REWARD, SUCCESS
 from hfpolicy.datasets import DatasetWriter, push_dataset_to_hub
 from hfpolicy.datasets.pusht_zarr import PUSHT_TASK, PushTGeometry, pusht_features
@@ -133,12 +131,51 @@ def record(cfg: RecordConfig) -> Path:
     return output_dir
 
 
+def record_command(cfg: RecordConfig) -> str:
+    """`hfpolicy record`: records, and says where to."""
+    root = record(cfg)
+    return f"recorded {cfg.n_episodes} episodes into {root}" + (f"; pushed to {cfg.push_to}" if cfg.push_to else "")
+
+
 def main(argv: list[str] | None = None) -> int:
-    try:
-        cfg = parse_flags(RecordConfig, sys.argv[1:] if argv is None else argv, prog="hfpolicy record")
-        root = record(cfg)
-    except (ParsingError, ValueError, FileExistsError) as e:
-        print(f"hfpolicy record: error: {e}", file=sys.stderr)
-        return 2
-    print(f"recorded {cfg.n_episodes} episodes into {root}" + (f"; pushed to {cfg.push_to}" if cfg.push_to else ""))
-    return 0
+    from hfpolicy.cli.commands import run_command
+
+    return run_command("record", argv)
+
+
+def scripted_dataset_root(n_episodes: int) -> Path:
+    """Where `--dataset.scripted_episodes=N` records by default: $HFPOLICY_CACHE (default ~/.cache/hfpolicy)."""
+    cache = Path(os.environ.get("HFPOLICY_CACHE", Path.home() / ".cache" / "hfpolicy"))
+    return cache / "datasets" / f"pusht_scripted_{n_episodes}"
+
+
+def scripted_recording(n_episodes: int, root: str | Path | None, progress: bool) -> Path:
+    """The recording of `n_episodes` expert demos (seeds 0..n-1, state + block keypoints) in `root` (default:
+    `scripted_dataset_root`): reused when it exists, else recorded by the main process (atomically: an interrupted
+    recording leaves nothing behind, and the next run records again). ValueError for a folder holding other data."""
+    from accelerate import PartialState
+
+    from hfpolicy.datasets import DatasetMeta
+
+    n = n_episodes
+    root = Path(root) if root is not None else scripted_dataset_root(n)
+    if root.exists():
+        try:
+            meta = DatasetMeta.load(root)
+        except (ValueError, OSError) as e:
+            raise ValueError(
+                f"{root} exists but is not a readable dataset ({e}); delete it to record {n} episodes again"
+            ) from e
+        if meta.total_episodes != n or OBS_ENV_STATE not in meta.features:
+            lacking = "" if OBS_ENV_STATE in meta.features else f" without {OBS_ENV_STATE}"
+            raise ValueError(
+                f"{root} holds {meta.total_episodes} episodes{lacking}, not the {n} scripted demonstrations "
+                f"--dataset.scripted_episodes={n} asks for: choose another --dataset.root, or delete that folder"
+            )
+        return root
+    if PartialState().is_main_process:
+        print(f"recording {n} scripted PushT demonstrations into {root} (once; later runs reuse them)")
+        record(
+            RecordConfig(n_episodes=n, output_dir=str(root), environment_state=True, images=False, progress=progress)
+        )
+    return root

@@ -13,8 +13,8 @@ import torch
 from hfpolicy.envs import make_env
 from hfpolicy.eval import evaluate
 from hfpolicy.policies import Policy, make_policy
+from hfpolicy.training import TrainingClock, format_duration, record_scripted_dataset
 from hfpolicy.training.config import DatasetConfig, TrainConfigError, describe_dataset
-from hfpolicy.training.loop import TrainingClock, format_duration, record_scripted_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 N_DEMOS, SEEDS, EPISODE_STEPS = 4, 4, 100  # evaluated on the demos' own seeds: the policy must reproduce them

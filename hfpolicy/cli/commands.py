@@ -1,36 +1,113 @@
-"""The `hfpolicy` command. Each subcommand lives in its own module and parses its own dataclass config with draccus,
-so flags read like LeRobot's: `hfpolicy train --policy.type=diffusion --dataset.repo_id=lerobot/pusht --steps=1000`.
+"""The `hfpolicy` command: one table of subcommands and one runner for all of them.
+
+    hfpolicy train --policy.type=diffusion --dataset.repo_id=lerobot/pusht --steps=1000
+
+A command is one row of COMMANDS: the dataclass its flags parse into and the function that runs it, both named as
+"module:name", so nothing is imported before the command runs (`hfpolicy --help` and `hfpolicy train --help` stay
+fast). `run_command` parses the flags (hfpolicy.cli.flags, draccus underneath), calls the function and prints the
+line it returns; an error is one line `hfpolicy <cmd>: error: ...` and exit status 2 for bad input (a flag, a value,
+a folder, a file), 1 for a run that failed on its own (a diverged loss, a push that broke off).
 """
 
 import importlib
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-# subcommand -> (module:function taking the remaining argv, one-line help)
-SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "train": (
-        "hfpolicy.training.loop:main",
-        "train a policy on a dataset (the main job; also `accelerate launch ...`)",
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand."""
+
+    config: str  # "module:Class": the dataclass its flags parse into (its --help is written from it)
+    run: str  # "module:function": runs the parsed config; returns the line printed at the end (or None)
+    help: str  # the one line `hfpolicy --help` gives it
+    parse: str = "hfpolicy.cli.flags:parse_flags"  # "module:function" (config_class=, argv=, prog=) -> the config
+    positional: str | None = None  # the field a first argument without `--` sets (`convert pusht-zarr ZARR`)
+    bad_input: tuple[str, ...] = ()  # "module:Class" errors that mean bad input here, beyond BAD_INPUT (exit 2)
+    failures: tuple[str, ...] = ()  # "module:Class" errors that mean the run failed (exit 1)
+
+
+# Errors that are bad input for every command (checked by class, through each error's bases).
+BAD_INPUT = (
+    "builtins:ValueError",  # FlagError, TrainConfigError, DatasetFormatError, ... are ValueErrors
+    "builtins:FileExistsError",
+    "builtins:FileNotFoundError",
+    "draccus.utils:ParsingError",
+    "hfpolicy.io.run_lock:RunLockedError",
+    "hfpolicy.policies.base:PolicyLoadError",
+)
+
+# name -> Command. A name with a space is a command of a group (`hfpolicy convert pusht-zarr`).
+COMMANDS: dict[str, Command] = {
+    "train": Command(
+        config="hfpolicy.training.config:TrainConfig",
+        run="hfpolicy.training.cli:run",
+        parse="hfpolicy.training.config:parse_train_config",
+        help="train a policy on a dataset (the main job; also `accelerate launch ...`)",
+        bad_input=("hfpolicy.training.checkpoints:CheckpointError",),
+        failures=("hfpolicy.training.progress:TrainingDivergedError", "hfpolicy.hub.push:PushError"),
     ),
-    "eval": ("hfpolicy.eval:main", "evaluate a policy (local dir or Hub repo id) in batched simulation"),
-    "convert": ("hfpolicy.datasets.convert:main", "convert other dataset formats to LeRobot v3.0 (pusht-zarr)"),
-    "record": ("hfpolicy.record:main", "record demonstrations with a scripted expert into a LeRobot v3.0 dataset"),
-    "push": ("hfpolicy.hub.push:main", "push a training run (policy, evaluation, curve, card) to the Hub"),
-    "export": ("hfpolicy.hub.export:main", "write a saved policy in another library's layout (--format=lerobot)"),
+    "eval": Command(
+        config="hfpolicy.eval.cli:EvalPipelineConfig",
+        run="hfpolicy.eval.cli:run",
+        help="evaluate a policy (local dir or Hub repo id) in batched simulation",
+        failures=("hfpolicy.eval.rollouts:InvalidActionError",),
+    ),
+    "convert pusht-zarr": Command(
+        config="hfpolicy.datasets.convert:PushTZarrConfig",
+        run="hfpolicy.datasets.convert:convert_pusht_zarr_command",
+        positional="zarr_path",
+        help="convert the diffusion_policy PushT zarr to a LeRobot v3.0 dataset",
+    ),
+    "record": Command(
+        config="hfpolicy.record:RecordConfig",
+        run="hfpolicy.record:record_command",
+        help="record demonstrations with a scripted expert into a LeRobot v3.0 dataset",
+    ),
+    "push": Command(
+        config="hfpolicy.hub.push:PushConfig",
+        run="hfpolicy.hub.push:push_command",
+        help="push a training run (policy, evaluation, curve, card) to the Hub",
+        bad_input=("hfpolicy.hub.push:PushError",),
+    ),
+    "export": Command(
+        config="hfpolicy.hub.export:ExportConfig",
+        run="hfpolicy.hub.export:export_command",
+        help="write a saved policy in another library's layout (--format=lerobot)",
+    ),
 }
+SUBCOMMANDS = COMMANDS  # the name tests and older callers use
 
 
-# subcommand -> module:config class whose --help is printed without importing the command (and torch) at all
-HELP_CONFIGS = {"train": ("hfpolicy.training.config:TrainConfig", "hfpolicy train")}
+def load(name: str) -> Any:
+    """ "module:attribute" -> the attribute."""
+    module_name, attribute = name.split(":")
+    return getattr(importlib.import_module(module_name), attribute)
 
 
-def usage() -> str:
-    lines = ["usage: hfpolicy <command> [--flag=value ...]", "", "commands:"]
-    lines += [f"  {name:<9} {help_line}" for name, (_, help_line) in SUBCOMMANDS.items()]
+def usage(group: str | None = None) -> str:
+    """`hfpolicy --help` (or, for a group such as "convert", the group's commands)."""
+    names = [name for name in COMMANDS if group is None or name.startswith(f"{group} ")]
+    head = "hfpolicy <command>" if group is None else f"hfpolicy {group} <format>"
+    lines = [f"usage: {head} [--flag=value ...]", "", "commands:"]
+    lines += [f"  {name:<19} {COMMANDS[name].help}" for name in names]
     lines += ["", "`hfpolicy <command> --help` lists a command's flags."]
     return "\n".join(lines)
 
 
+def split_command(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(the command's name, its flags) from `train --steps=3` or `convert pusht-zarr ZARR ...`."""
+    if argv and argv[0] in COMMANDS:
+        return argv[0], argv[1:]
+    if len(argv) >= 2 and f"{argv[0]} {argv[1]}" in COMMANDS:
+        return f"{argv[0]} {argv[1]}", argv[2:]
+    return None, argv
+
+
 def main(argv: list[str] | None = None) -> int:
+    """`hfpolicy ...`: the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
@@ -40,20 +117,64 @@ def main(argv: list[str] | None = None) -> int:
 
         print(__version__)
         return 0
-    name, rest = argv[0], argv[1:]
-    if name not in SUBCOMMANDS:
-        print(f"hfpolicy: unknown command {name!r}; valid commands: {', '.join(SUBCOMMANDS)}\n", file=sys.stderr)
+    name, rest = split_command(argv)
+    if name is None:
+        group = argv[0]
+        if any(known.startswith(f"{group} ") for known in COMMANDS):  # a group without (or with an unknown) format
+            if rest[1:2] in ([], ["-h"], ["--help"]):
+                print(usage(group))
+                return 0
+            print(f"hfpolicy {group}: unknown format {rest[1]!r}\n\n{usage(group)}", file=sys.stderr)
+            return 2
+        print(f"hfpolicy: unknown command {group!r}; valid commands: {', '.join(COMMANDS)}\n", file=sys.stderr)
         print(usage(), file=sys.stderr)
         return 2
-    if name in HELP_CONFIGS and any(arg in ("-h", "--help") for arg in rest):
-        from hfpolicy.cli.flags import print_help
+    return run_command(name, rest)
 
-        (module_name, class_name), prog = HELP_CONFIGS[name][0].split(":"), HELP_CONFIGS[name][1]
-        print_help(getattr(importlib.import_module(module_name), class_name), rest, prog)
-    module_name, function_name = SUBCOMMANDS[name][0].split(":")
-    function = getattr(importlib.import_module(module_name), function_name)
-    result = function(rest)
-    return int(result or 0)
+
+def run_command(
+    name: str,
+    argv: list[str] | None = None,
+    *,
+    prog: str | None = None,
+    config_class: type | None = None,
+    before_run: Callable[[Any], None] | None = None,
+) -> int:
+    """Parses `argv` for the command `name`, runs it and prints its line; errors as the module docstring says.
+    `config_class` replaces the row's config (a subclass with other defaults), `before_run(cfg)` runs after the
+    parse (examples/train_pusht.py prints its recipe there)."""
+    command = COMMANDS[name]
+    prog = prog or f"hfpolicy {name}"
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if command.positional and argv and not argv[0].startswith("-"):  # the input path, given positionally
+        argv = [f"--{command.positional}={argv[0]}", *argv[1:]]
+    try:
+        if config_class is None:
+            config_class = load(command.config)
+        cfg = load(command.parse)(config_class=config_class, argv=argv, prog=prog)
+        if before_run is not None:
+            before_run(cfg)
+        line = load(command.run)(cfg)
+    except Exception as e:
+        status = exit_status(e, command)
+        if status is None:
+            raise
+        cause = f" ({e.__cause__})" if type(e).__name__ == "ParsingError" and e.__cause__ else ""
+        print(f"{prog}: error: {e}{cause}", file=sys.stderr)
+        return status
+    if line:
+        print(line)
+    return 0
+
+
+def exit_status(error: BaseException, command: Command) -> int | None:
+    """1 for a failure of the run, 2 for bad input, None for an error the runner does not know (a bug: raised)."""
+    names = {f"{cls.__module__}:{cls.__qualname__}" for cls in type(error).__mro__}
+    if names & set(command.failures):
+        return 1
+    if names & set(BAD_INPUT + command.bad_input):
+        return 2
+    return None
 
 
 if __name__ == "__main__":

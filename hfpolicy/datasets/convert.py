@@ -4,13 +4,9 @@ hfpolicy convert pusht-zarr ZARR_PATH --output_dir=DIR [--push_to=REPO_ID] [--ep
 """
 
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from draccus.utils import ParsingError
-
-from hfpolicy.cli.flags import parse_flags
 from hfpolicy.datasets.metadata import DatasetMeta
 
 
@@ -30,20 +26,17 @@ class PushTZarrConfig:
     license: str = "mit"  # with --push_to: the license in the dataset card (the diffusion_policy data is MIT)
 
 
-def convert_pusht_zarr_command(config: PushTZarrConfig) -> int:
+def convert_pusht_zarr_command(config: PushTZarrConfig) -> str:
     from hfpolicy.datasets.hub import push_dataset_to_hub
     from hfpolicy.datasets.pusht_zarr import convert_pusht_zarr
 
     if not config.zarr_path or not config.output_dir:
-        print("hfpolicy convert pusht-zarr: give the zarr path and --output_dir=DIR", file=sys.stderr)
-        return 2
+        raise ValueError("give the zarr path and --output_dir=DIR")
     if Path(config.output_dir).exists() and not config.overwrite:
-        print(
-            f"hfpolicy convert pusht-zarr: error: --output_dir={config.output_dir} exists; choose a new folder, or add "
-            "--overwrite=true to replace that dataset (it is replaced only once the new one is complete)",
-            file=sys.stderr,
+        raise FileExistsError(
+            f"--output_dir={config.output_dir} exists; choose a new folder, or add --overwrite=true to replace that "
+            "dataset (it is replaced only once the new one is complete)"
         )
-        return 2
     root = convert_pusht_zarr(
         config.zarr_path,
         config.output_dir,
@@ -54,60 +47,30 @@ def convert_pusht_zarr_command(config: PushTZarrConfig) -> int:
         video_crf=config.video_crf,
     )
     meta = DatasetMeta.load(root)
-    print(f"wrote {root}: {meta.total_episodes} episodes, {meta.total_frames} frames (LeRobot v3.0)")
-    if config.push_to:
-        url = push_dataset_to_hub(
-            root,
-            config.push_to,
-            private=config.private,
-            license=config.license,
-            tags=["pusht", "diffusion_policy", "simulation"],
-            description=(
-                "PushT demonstrations of Diffusion Policy (Chi et al., 2023), converted from the diffusion_policy "
-                "zarr (pusht_cchi_v7_replay.zarr) with hfpolicy. Rewards and success are recomputed with gym-pusht's "
-                "coverage of the goal zone."
-            ),
-        )
-        print(f"pushed to {url}")
-    return 0
-
-
-# name -> (config class, the field the positional argument sets, command, one-line help)
-CONVERTERS: dict[str, tuple[type, str, Callable[..., int], str]] = {
-    "pusht-zarr": (
-        PushTZarrConfig,
-        "zarr_path",
-        convert_pusht_zarr_command,
-        "the diffusion_policy PushT zarr -> LeRobot v3.0",
-    ),
-}
-
-
-def usage() -> str:
-    lines = ["usage: hfpolicy convert <format> INPUT --output_dir=DIR [--flag=value ...]", "", "formats:"]
-    lines += [f"  {name:<12} {help_line}" for name, (_, _, _, help_line) in CONVERTERS.items()]
-    lines += ["", "`hfpolicy convert <format> --help` lists a format's flags."]
-    return "\n".join(lines)
+    wrote = f"wrote {root}: {meta.total_episodes} episodes, {meta.total_frames} frames (LeRobot v3.0)"
+    if not config.push_to:
+        return wrote
+    print(wrote)
+    url = push_dataset_to_hub(
+        root,
+        config.push_to,
+        private=config.private,
+        license=config.license,
+        tags=["pusht", "diffusion_policy", "simulation"],
+        description=(
+            "PushT demonstrations of Diffusion Policy (Chi et al., 2023), converted from the diffusion_policy "
+            "zarr (pusht_cchi_v7_replay.zarr) with hfpolicy. Rewards and success are recomputed with gym-pusht's "
+            "coverage of the goal zone."
+        ),
+    )
+    return f"pushed to {url}"
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
-        print(usage())
-        return 0
-    name, rest = argv[0], argv[1:]
-    if name not in CONVERTERS:
-        print(f"hfpolicy convert: unknown format {name!r}; formats: {', '.join(CONVERTERS)}\n", file=sys.stderr)
-        print(usage(), file=sys.stderr)
-        return 2
-    config_class, positional, command, _ = CONVERTERS[name]
-    if rest and not rest[0].startswith("-"):  # the input path, given positionally
-        rest = [f"--{positional}={rest[0]}", *rest[1:]]
-    try:
-        return command(parse_flags(config_class, rest, prog=f"hfpolicy convert {name}"))
-    except (ParsingError, FileNotFoundError, FileExistsError, ValueError) as e:  # bad input: one line, no traceback
-        print(f"hfpolicy convert {name}: error: {e}", file=sys.stderr)
-        return 2
+    """`hfpolicy convert <format> ...` (the formats are rows of hfpolicy.cli.commands)."""
+    from hfpolicy.cli.commands import main as hfpolicy_main
+
+    return hfpolicy_main(["convert", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE, REWARD, SUCCESS
 from hfpolicy.datasets.writer import DatasetWriter
-from hfpolicy.envs.pusht_geometry import TeeGeometry
+from hfpolicy.envs.pusht_tee import TeeGeometry
 
 PUSHT_FPS = 10
 PUSHT_TASK = "Push the T-shaped block onto the T-shaped target."
@@ -53,7 +53,7 @@ def pusht_features(image_size: int = 96, environment_state: bool = False, images
 
 class PushTGeometry:
     """gym-pusht's T block, goal and success threshold (from a `PushTEnv`), to score recorded poses without stepping
-    the physics: coverage and keypoints come from hfpolicy.envs.pusht_geometry.TeeGeometry (the expert's T too), the
+    the physics: coverage and keypoints come from hfpolicy.envs.pusht_tee.TeeGeometry (the expert's T too), the
     replay helpers below step the env itself."""
 
     def __init__(self):

@@ -14,19 +14,17 @@ inside training does (accelerate launch sets OMP_NUM_THREADS=1 for its processes
 
 import json
 import os
-import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 import torch
-from draccus.utils import ParsingError
 
-from hfpolicy.cli.flags import cli_message, parse_flags
+from hfpolicy.cli.flags import cli_message
 from hfpolicy.constants import EVAL_INFO_FILE
 from hfpolicy.envs import EnvConfig, PushTEnvConfig
 from hfpolicy.eval.evaluation import DEFAULT_START_SEED, EvalResult, evaluate
-from hfpolicy.eval.rollouts import EpisodeRecord, InvalidActionError
+from hfpolicy.eval.rollouts import EpisodeRecord
 from hfpolicy.policies.base import Policy, PolicyLoadError
 
 
@@ -158,25 +156,16 @@ def load_policy_and_env_config(config: EvalPipelineConfig) -> tuple[Policy, EnvC
     return policy, env_config
 
 
-def main(argv: list[str] | None = None) -> int:
-    try:
-        config = parse_flags(EvalPipelineConfig, sys.argv[1:] if argv is None else argv, prog="hfpolicy eval")
-        set_torch_threads(config.num_threads)
-        policy, env_config = load_policy_and_env_config(config)
-        config.output_dir = config.output_dir or default_output_dir(env_config)
-        check_writable(config.output_dir)
-    except (ParsingError, PolicyLoadError, ValueError) as e:
-        cause = f" ({e.__cause__})" if isinstance(e, ParsingError) and e.__cause__ else ""
-        print(f"hfpolicy eval: error: {e}{cause}", file=sys.stderr)
-        return 2
-    try:
-        result = evaluate_and_save(config, policy, env_config)
-    except InvalidActionError as e:
-        print(f"hfpolicy eval: error: {e}", file=sys.stderr)
-        return 1
+def run(config: EvalPipelineConfig) -> str:
+    """`hfpolicy eval`: loads the policy, evaluates it, saves the results; the summary line."""
+    set_torch_threads(config.num_threads)
+    policy, env_config = load_policy_and_env_config(config)
+    config.output_dir = config.output_dir or default_output_dir(env_config)
+    check_writable(config.output_dir)
+    result = evaluate_and_save(config, policy, env_config)
     summary = result.aggregated
     low, high = summary["pc_success_ci95"]
-    print(
+    return (
         f"success {summary['pc_success']:.1f}% (95% CI {low:.1f}-{high:.1f}), "
         f"avg max reward {summary['avg_max_reward']:.3f}, avg sum reward {summary['avg_sum_reward']:.2f}; "
         f"{summary['n_episodes']} episodes in {summary['eval_s']:.1f} s ({summary['episodes_per_s']:.2f}/s)"
@@ -188,4 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         + f"\nresults: {config.output_dir / EVAL_INFO_FILE}"
         + (f", videos: {config.output_dir / 'videos'}" if result.video_paths else "")
     )
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from hfpolicy.cli.commands import run_command
+
+    return run_command("eval", argv)

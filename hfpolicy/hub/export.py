@@ -16,10 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from draccus.utils import ParsingError
-
-from hfpolicy.cli.flags import parse_flags
-from hfpolicy.policies.base import Policy, PolicyLoadError
+from hfpolicy.policies.base import Policy
 from hfpolicy.policies.card import make_model_card
 from hfpolicy.policies.lerobot_format import LEROBOT_VERSION, write_lerobot_checkpoint
 
@@ -78,24 +75,25 @@ def export_policy(
     return output_dir
 
 
+def export_command(config: ExportConfig) -> str:
+    """`hfpolicy export`: checks the flags before loading the policy (which may take a while), then writes it."""
+    if not config.policy.path:
+        raise ValueError("--policy.path is required: a local directory or a Hub repo id of a saved policy")
+    if config.output_dir is None:
+        raise ValueError("--output_dir is required: the directory to create")
+    if config.format not in FORMATS:
+        raise ValueError(f"unknown --format={config.format!r}; formats: {', '.join(FORMATS)}")
+    if Path(config.output_dir).exists():
+        raise FileExistsError(f"{config.output_dir} already exists; choose a new --output_dir")
+    policy = Policy.from_pretrained(config.policy.path, revision=config.policy.revision)
+    output_dir = export_policy(policy, config.output_dir, format=config.format, source=config.policy.path)
+    return f"exported {config.policy.path} to {output_dir} ({config.format} layout)"
+
+
 def main(argv: list[str] | None = None) -> int:
-    try:
-        config = parse_flags(ExportConfig, sys.argv[1:] if argv is None else argv, prog="hfpolicy export")
-        if not config.policy.path:
-            raise ValueError("--policy.path is required: a local directory or a Hub repo id of a saved policy")
-        if config.output_dir is None:
-            raise ValueError("--output_dir is required: the directory to create")
-        if config.format not in FORMATS:
-            raise ValueError(f"unknown --format={config.format!r}; formats: {', '.join(FORMATS)}")
-        if Path(config.output_dir).exists():  # before loading the policy, which may take a while
-            raise FileExistsError(f"{config.output_dir} already exists; choose a new --output_dir")
-        policy = Policy.from_pretrained(config.policy.path, revision=config.policy.revision)
-        output_dir = export_policy(policy, config.output_dir, format=config.format, source=config.policy.path)
-    except (ParsingError, PolicyLoadError, FileExistsError, ValueError) as e:
-        print(f"hfpolicy export: error: {e}", file=sys.stderr)
-        return 2
-    print(f"exported {config.policy.path} to {output_dir} ({config.format} layout)")
-    return 0
+    from hfpolicy.cli.commands import run_command
+
+    return run_command("export", argv)
 
 
 if __name__ == "__main__":

@@ -10,13 +10,28 @@ evaluation (eval_info.json and videos), the training curve drawn from metrics.js
 after hours of training.
 """
 
+import contextlib
+import os
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, TRAIN_CONFIG_FILE, TRAINING_CURVE_FILE
+from hfpolicy.constants import EVAL_INFO_FILE, TRAIN_CONFIG_FILE
 from hfpolicy.io.hub_errors import describe_push_error
-from hfpolicy.training.checkpoints import PRETRAINED_DIR, latest_checkpoint
+from hfpolicy.training.run_folder import PRETRAINED_DIR, RunFolder
+
+if TYPE_CHECKING:
+    pass
+
+
+if TYPE_CHECKING:
+    import torch
+    from accelerate import Accelerator
+
+    from hfpolicy.policies.ema import EMA
+    from hfpolicy.training.config import TrainConfig
 
 
 class PushError(RuntimeError):
@@ -59,16 +74,6 @@ def check_push_access(repo_id: str, token: str | None = None, flag: str = "--hub
         )
 
 
-def latest_eval_dir(run_dir: Path, up_to_step: int | None = None) -> Path | None:
-    """The run's latest `eval/step_<n>` holding an eval_info.json (at or before `up_to_step`)."""
-    found = []
-    for folder in (Path(run_dir) / "eval").glob("step_*"):
-        step = folder.name.removeprefix("step_")
-        if step.isdigit() and (folder / EVAL_INFO_FILE).is_file() and (up_to_step is None or int(step) <= up_to_step):
-            found.append((int(step), folder))
-    return max(found)[1] if found else None
-
-
 def push_run(
     run_dir: str | Path,
     repo_id: str | None = None,
@@ -92,7 +97,8 @@ def push_run(
     from hfpolicy.training.curve import draw_training_curve
 
     run_dir = Path(run_dir)
-    config_path = run_dir / TRAIN_CONFIG_FILE
+    run = RunFolder(run_dir)
+    config_path = run.config_file
     if not config_path.is_file():
         raise PushError(f"{run_dir} is not a training run folder (it has no {TRAIN_CONFIG_FILE})")
     train_config = json.loads(config_path.read_text())
@@ -102,15 +108,15 @@ def push_run(
     if check_access:
         check_push_access(repo_id, token, flag="--repo_id")
     if policy is None:
-        checkpoint = latest_checkpoint(run_dir)
+        checkpoint = run.latest_checkpoint()
         if checkpoint is None:
             raise PushError(f"{run_dir} holds no checkpoint to push (the run stopped before its first one)")
         from hfpolicy.policies import Policy
 
         policy = Policy.from_pretrained(checkpoint / PRETRAINED_DIR)
-    eval_dir = latest_eval_dir(run_dir, up_to_step)
+    eval_dir = run.latest_eval_dir(up_to_step)
     videos = sorted((eval_dir / "videos").glob("*.mp4"), key=episode_index_of) if eval_dir is not None else []
-    curve = draw_training_curve(run_dir / METRICS_FILE, run_dir / TRAINING_CURVE_FILE)
+    curve = draw_training_curve(run.metrics_file, run.curve_file)
     dataset = train_config.get("dataset") or {}
     hub = train_config.get("hub") or {}
     artifacts = PolicyArtifacts(
@@ -147,19 +153,49 @@ class PushConfig:
     branch: str | None = None  # push to this branch (default: the run's --hub.branch, else main)
 
 
+def push_command(cfg: PushConfig) -> str:
+    """`hfpolicy push --run=DIR [--repo_id=user/name]`; bad input and Hub failures are PushErrors."""
+    if cfg.run is None:
+        raise PushError("--run=DIR is needed: the folder of the training run to push")
+    url = push_run(cfg.run, cfg.repo_id, private=cfg.private, branch=cfg.branch)
+    return f"pushed {cfg.run}: {url}"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`hfpolicy push --run=DIR [--repo_id=user/name]`; bad input and Hub failures exit 2 with one line."""
-    from draccus.utils import ParsingError
+    from hfpolicy.cli.commands import run_command
 
-    from hfpolicy.cli.flags import FlagError, parse_flags
+    return run_command("push", argv)
 
-    try:
-        cfg = parse_flags(PushConfig, sys.argv[1:] if argv is None else argv, prog="hfpolicy push")
-        if cfg.run is None:
-            raise PushError("--run=DIR is needed: the folder of the training run to push")
-        url = push_run(cfg.run, cfg.repo_id, private=cfg.private, branch=cfg.branch)
-    except (FlagError, ParsingError, PushError) as e:
-        print(f"hfpolicy push: error: {e}", file=sys.stderr)
-        return 2
-    print(f"pushed {cfg.run}: {url}")
-    return 0
+
+def push_trained_policy(
+    accelerator: "Accelerator",
+    policy: "torch.nn.Module",
+    ema: "EMA | None",
+    cfg: "TrainConfig",
+    output_dir: Path,
+    step: int,
+) -> str:
+    """Pushes the run (hfpolicy.hub.push) with the policy's EMA weights, its evaluation up to `step` and this command."""
+    model = accelerator.unwrap_model(policy)
+    with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
+        return push_run(
+            output_dir,
+            cfg.hub.repo_id,
+            policy=model,
+            private=cfg.hub.private,
+            branch=cfg.hub.branch,
+            train_command=reproduce_command(),
+            up_to_step=step,
+            check_access=False,  # checked before step 1
+        )
+
+
+def reproduce_command() -> str:
+    """The command line of this run, as `accelerate launch ...` when launched by accelerate."""
+    argv = [shlex.quote(a) for a in sys.argv]
+    script = argv[0]
+    if os.environ.get("ACCELERATE_MIXED_PRECISION") is not None or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return " ".join(["accelerate", "launch", script, *argv[1:]])
+    if script.endswith(".py"):
+        return " ".join(["python", script, *argv[1:]])
+    return " ".join(["hfpolicy", "train", *argv[1:]])

@@ -7,7 +7,7 @@ repository holds:
     config.json, model.safetensors   the policy (Policy.from_pretrained reads only these two)
     README.md                        model card: YAML (library, tags, dataset, model-index eval results) + metrics,
                                      the replay video, how to use it and the command that trained it
-    train_config.json                the full training config, when the policy was trained with hfpolicy.training.loop
+    train_config.json                the full training config, when the policy was trained with hfpolicy.training
     eval_info.json                   aggregate and per-episode eval results
     replay.mp4                       the first eval episode (the Hub shows it on robotics model pages)
     eval/episode_<i>.mp4             every filmed eval episode

@@ -1,2 +1,43 @@
-"""Training a policy: the loop (hfpolicy.training.loop), its set-up, progress, configuration, checkpoints and the
-run folder they all write into."""
+"""Training a policy, one module a job:
+
+    loop.py         `train(cfg)` and the loop itself, top to bottom
+    setup.py        `build_training`: accelerator, data, policy, optimizer, resume (bad input fails here)
+    progress.py     running means, the NaN/inf guard, the time-left clock, log entries
+    config.py       TrainConfig and its parts, validation, train_config.json
+    checkpoints.py  atomic, pickle-free checkpoints and exact resume
+    run_folder.py   RunFolder: the run folder's layout and its lock
+    metrics_log.py  metrics.jsonl;  curve.py: the training curve PNG
+    cli.py          `hfpolicy train`
+
+The names below are imported on first use, so `hfpolicy train --help` does not import torch.
+"""
+
+import importlib
+
+_EXPORTS = {
+    "train": "loop",
+    "TrainResult": "loop",
+    "main": "cli",
+    "build_training": "setup",
+    "make_optimizer": "setup",
+    "record_scripted_dataset": "setup",
+    "TrainingClock": "progress",
+    "TrainingDivergedError": "progress",
+    "format_duration": "progress",
+    "RunFolder": "run_folder",
+    "TrainConfig": "config",
+    "TrainConfigError": "config",
+    "DatasetConfig": "config",
+    "HubConfig": "config",
+    "TrainEvalConfig": "config",
+    "describe_dataset": "config",
+    "parse_train_config": "config",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

@@ -16,6 +16,7 @@ The training state is tensors in safetensors files and everything else in JSON (
 a checkpoint never unpickles anything, so a planted file in a run folder cannot run code.
 """
 
+import contextlib
 import errno
 import json
 import os
@@ -29,11 +30,18 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 
+from hfpolicy.constants import TRAIN_CONFIG_FILE
+from hfpolicy.io.atomic import write_json_atomically
 from hfpolicy.io.tensor_tree import load_tree, save_tree
+from hfpolicy.policies.ema import EMA
+from hfpolicy.training.config import TrainConfig, train_config_to_dict
+from hfpolicy.training.run_folder import (  # noqa: F401 (CHECKPOINTS_DIR, list_checkpoints: re-exported)
+    CHECKPOINTS_DIR,
+    PRETRAINED_DIR,
+    RunFolder,
+    list_checkpoints,
+)
 
-CHECKPOINTS_DIR = "checkpoints"
-LAST_LINK = "last"
-PRETRAINED_DIR = "pretrained_model"
 TRAINING_STATE_DIR = "training_state"
 STEP_FILE = "step.json"
 MODEL_STATE, OPTIMIZER_STATE, SCHEDULER_STATE, EMA_STATE, SCALER_STATE = (
@@ -51,27 +59,6 @@ class CheckpointError(RuntimeError):
 
 def rng_state_name(rank: int) -> str:
     return f"rng_state_{rank}"
-
-
-_PREFIX = "step_"
-
-
-def checkpoint_name(step: int) -> str:
-    return f"{_PREFIX}{step:06d}"
-
-
-def list_checkpoints(output_dir: Path) -> list[Path]:
-    """Complete checkpoints of a run, oldest first."""
-    folder = Path(output_dir) / CHECKPOINTS_DIR
-    if not folder.is_dir():
-        return []
-    found = [p for p in folder.iterdir() if p.is_dir() and not p.is_symlink() and p.name.startswith(_PREFIX)]
-    return sorted(found, key=lambda p: int(p.name[len(_PREFIX) :]))
-
-
-def latest_checkpoint(output_dir: Path) -> Path | None:
-    checkpoints = list_checkpoints(output_dir)
-    return checkpoints[-1] if checkpoints else None
 
 
 def save_checkpoint(
@@ -93,9 +80,9 @@ def save_checkpoint(
     the temporary folder and raises `CheckpointError` saying what happened; earlier checkpoints are untouched.
     `model` (as prepared by the accelerator), `optimizer`, `lr_scheduler` and `ema` (None without EMA) are saved.
     """
-    folder = Path(output_dir) / CHECKPOINTS_DIR
-    final = folder / checkpoint_name(step)
-    staging = folder / f".tmp_{checkpoint_name(step)}"
+    run = RunFolder(output_dir)
+    final = run.checkpoint_dir(step)
+    staging = final.with_name(f".tmp_{final.name}")
     try:
         if accelerator.is_main_process:
             shutil.rmtree(staging, ignore_errors=True)
@@ -120,10 +107,8 @@ def save_checkpoint(
         shutil.rmtree(staging, ignore_errors=True)
         raise CheckpointError(describe_save_error(e, final)) from e
     if accelerator.is_main_process:
-        _point_last_link(folder, final.name)
-        if keep_last > 0:
-            for old in list_checkpoints(output_dir)[:-keep_last]:
-                shutil.rmtree(old)
+        run.point_last_link(final)
+        run.drop_old_checkpoints(keep_last)
     accelerator.wait_for_everyone()
     return final
 
@@ -144,14 +129,6 @@ def load_checkpoint(
         raise CheckpointError(f"{checkpoint} is not a complete checkpoint (no {TRAINING_STATE_DIR}/{STEP_FILE})")
     load_training_state(accelerator, state_dir, model=model, optimizer=optimizer, lr_scheduler=lr_scheduler, ema=ema)
     return int(json.loads(step_file.read_text())["step"])
-
-
-def _point_last_link(folder: Path, target_name: str) -> None:
-    """Repoints checkpoints/last at `target_name` atomically (a new link renamed over the old one)."""
-    tmp_link = folder / f".{LAST_LINK}.tmp"
-    tmp_link.unlink(missing_ok=True)
-    tmp_link.symlink_to(target_name)
-    os.replace(tmp_link, folder / LAST_LINK)
 
 
 # --- training state: safetensors + JSON -------------------------------------------------------------------------
@@ -254,3 +231,13 @@ def describe_save_error(error: OSError, where: Path) -> str:
             "resume with --resume=true; the previous checkpoints are intact"
         )
     return f"could not write the checkpoint {where} ({error}); the previous checkpoints are intact"
+
+
+def save_shareable_policy(
+    accelerator: Accelerator, policy: torch.nn.Module, ema: EMA | None, cfg: TrainConfig, folder: Path
+) -> None:
+    """save_pretrained with the EMA weights (when EMA is on) and the train_config.json beside them."""
+    model = accelerator.unwrap_model(policy)
+    with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
+        model.save_pretrained(folder)
+    write_json_atomically(folder / TRAIN_CONFIG_FILE, train_config_to_dict(cfg))

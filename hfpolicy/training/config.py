@@ -11,7 +11,6 @@ back on `--resume`.
 import io
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,15 +118,11 @@ def validate_train_config(cfg: TrainConfig) -> None:
         raise TrainConfigError("; ".join(problems))
 
 
-def scripted_dataset_root(n_episodes: int) -> Path:
-    """Where `--dataset.scripted_episodes=N` records by default: $HFPOLICY_CACHE (default ~/.cache/hfpolicy)."""
-    cache = Path(os.environ.get("HFPOLICY_CACHE", Path.home() / ".cache" / "hfpolicy"))
-    return cache / "datasets" / f"pusht_scripted_{n_episodes}"
-
-
 def describe_dataset(dataset: DatasetConfig) -> str:
     """One phrase for the first line a run prints: where its data comes from."""
     if dataset.scripted_episodes > 0:
+        from hfpolicy.record import scripted_dataset_root
+
         root = dataset.root or scripted_dataset_root(dataset.scripted_episodes)
         state = "reused" if Path(root).exists() else "recorded now, reused by later runs"
         return f"{dataset.scripted_episodes} scripted-expert PushT demonstrations in {root} ({state})"

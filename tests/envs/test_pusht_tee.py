@@ -1,4 +1,4 @@
-"""gym-pusht's T in one module (hfpolicy.envs.pusht_geometry), used by the dataset converter and the scripted expert:
+"""gym-pusht's T in one module (hfpolicy.envs.pusht_tee), used by the dataset converter and the scripted expert:
 its keypoints and coverage are the env's own."""
 
 import gym_pusht  # noqa: F401  (registers gym_pusht/PushT-v0)
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hfpolicy.datasets.pusht_zarr import PushTGeometry
-from hfpolicy.envs.pusht_geometry import TeeGeometry
+from hfpolicy.envs.pusht_tee import TeeGeometry
 from hfpolicy.policies.scripted import PushTExpert
 
 

@@ -6,7 +6,7 @@ import sys
 from accelerate import PartialState
 from safetensors.torch import save_file
 
-from hfpolicy.training.loop import parse_train_config, train
+from hfpolicy.training import parse_train_config, train
 
 if __name__ == "__main__":
     result = train(parse_train_config(sys.argv[1:]))

@@ -17,13 +17,13 @@ import torch
 from huggingface_hub import HfApi, ModelCard
 from safetensors.torch import load_file
 
-from hfpolicy.constants import EVAL_INFO_FILE, OBS_ENV_STATE, OBS_STATE, REPLAY_VIDEO_FILE
+from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, OBS_ENV_STATE, OBS_STATE, REPLAY_VIDEO_FILE
 from hfpolicy.envs import make_env
 from hfpolicy.eval import evaluate
 from hfpolicy.eval import main as eval_main
 from hfpolicy.policies import Policy
+from hfpolicy.training import main, parse_train_config, train
 from hfpolicy.training.checkpoints import list_checkpoints
-from hfpolicy.training.loop import METRICS_FILE, main, parse_train_config, train
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_POLICY = [

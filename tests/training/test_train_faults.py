@@ -17,8 +17,8 @@ from hfpolicy.constants import METRICS_FILE, TRAIN_CONFIG_FILE
 from hfpolicy.hub.push import PushError, push_run
 from hfpolicy.hub.push import main as push_main
 from hfpolicy.io.run_lock import RunLock
+from hfpolicy.training import main
 from hfpolicy.training.checkpoints import list_checkpoints
-from hfpolicy.training.loop import main
 from hfpolicy.training.metrics_log import append_metrics, read_metrics, truncate_metrics
 
 TINY = [

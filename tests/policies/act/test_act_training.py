@@ -8,13 +8,12 @@ import pytest
 import torch
 from act_setup import state_config
 
-from hfpolicy.constants import ACTION, EVAL_INFO_FILE, OBS_ENV_STATE, OBS_STATE
+from hfpolicy.constants import ACTION, EVAL_INFO_FILE, METRICS_FILE, OBS_ENV_STATE, OBS_STATE
 from hfpolicy.datasets import PolicyDataset, dataset_to_policy_features
 from hfpolicy.eval import main as eval_main
 from hfpolicy.policies import Policy
 from hfpolicy.policies.act import ACTPolicy
-from hfpolicy.training.loop import METRICS_FILE
-from hfpolicy.training.loop import main as train_main
+from hfpolicy.training import main as train_main
 
 BATCH_SIZE = 16
 STEPS = 150

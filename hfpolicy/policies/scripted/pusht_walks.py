@@ -1,5 +1,5 @@
 """The scripted expert's walks of the agent around gym-pusht's T (WalkAround) and their pacing (paced). The T itself
-(frames, poses, coverage) is hfpolicy.envs.pusht_geometry, shared with the dataset converter; its names are
+(frames, poses, coverage) is hfpolicy.envs.pusht_tee, shared with the dataset converter; its names are
 re-exported here.
 """
 
@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from hfpolicy.envs.pusht_geometry import TeeGeometry, batch_to_world, rotate, to_local, to_world
+from hfpolicy.envs.pusht_tee import TeeGeometry, batch_to_world, rotate, to_local, to_world
 
 __all__ = ["TeeGeometry", "WalkAround", "batch_to_world", "paced", "rotate", "to_local", "to_world"]
 

@@ -1,0 +1,42 @@
+"""`hfpolicy train` (and examples/train_pusht.py): the run function of the command table's "train" row."""
+
+from collections.abc import Callable
+
+from hfpolicy.cli.commands import run_command
+from hfpolicy.training.config import TrainConfig
+
+
+def run(cfg: TrainConfig) -> str | None:
+    """Trains; the last line the main process prints (None on the other processes)."""
+    from accelerate import PartialState
+
+    from hfpolicy.training.loop import train
+    from hfpolicy.training.run_folder import PRETRAINED_DIR
+
+    result = train(cfg)
+    if not PartialState().is_main_process:
+        return None
+    summary = result.eval_summary
+    return (
+        f"done: {result.last_checkpoint / PRETRAINED_DIR}"
+        + (f"; final eval success {summary['pc_success']:.1f}%" if summary else "")
+        + (f"; on the Hub: {result.hub_commit}" if result.hub_commit else "")
+    )
+
+
+def main(
+    argv: list[str] | None = None,
+    config_class: type[TrainConfig] = TrainConfig,
+    announce: Callable[[TrainConfig], str] | None = None,
+    prog: str = "hfpolicy train",
+) -> int:
+    """`hfpolicy train`: parse flags, train; bad input exits 2 with one clear line, a failed run 1.
+    `announce(cfg)` is the first line the main process prints (examples/train_pusht.py: the recipe and the data)."""
+
+    def before_run(cfg: TrainConfig) -> None:
+        from hfpolicy.training.setup import is_launch_main_process
+
+        if announce is not None and is_launch_main_process():
+            print(announce(cfg), flush=True)
+
+    return run_command("train", argv, prog=prog, config_class=config_class, before_run=before_run)

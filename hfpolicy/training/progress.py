@@ -1,0 +1,152 @@
+"""A run's progress as it trains: the running means of a log entry, the guard that stops a run whose loss turns NaN
+or inf, the clock that estimates the time left (evaluations included), and the log entry written to the trackers
+and metrics.jsonl."""
+
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+
+from hfpolicy.training.config import TrainConfig
+from hfpolicy.training.metrics_log import append_metrics
+from hfpolicy.training.run_folder import RunFolder
+
+
+class TrainingDivergedError(RuntimeError):
+    """The training loss became NaN or inf."""
+
+
+class RunningMeans:
+    """Sums of per-step values since the last log entry; `pop` averages them (the loss over processes too)."""
+
+    def __init__(self):
+        self.sums: dict[str, Any] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, **values: Any) -> None:
+        for key, value in values.items():
+            if value is None:
+                continue
+            self.sums[key] = self.sums.get(key, 0.0) + (value.detach() if isinstance(value, torch.Tensor) else value)
+            self.counts[key] = self.counts.get(key, 0) + 1
+
+    def pop(self, accelerator: Accelerator) -> dict[str, float]:
+        means = {}
+        for key, total in self.sums.items():
+            value = total / self.counts[key]
+            if key == "loss":
+                value = accelerator.reduce(
+                    torch.as_tensor(value, device=accelerator.device, dtype=torch.float32), "mean"
+                )
+            means[key] = float(value)
+        self.sums, self.counts = {}, {}
+        return means
+
+
+class NonFiniteLossGuard:
+    """Notes the first step whose loss is NaN or inf without a host sync per step. `check` (a collective: every
+    process calls it at the same steps) raises TrainingDivergedError on every process when any process saw one, or,
+    before a checkpoint, when a weight is NaN or inf (an update from a huge gradient shows in the weights one step
+    before it shows in the loss)."""
+
+    def __init__(self, device: torch.device):
+        self.first_bad_step = torch.zeros((), dtype=torch.long, device=device)  # 0: none yet
+
+    def add(self, step: int, loss: torch.Tensor) -> None:
+        bad = ~torch.isfinite(loss.detach()) & (self.first_bad_step == 0)
+        self.first_bad_step = torch.where(bad, step, self.first_bad_step)
+
+    def check(self, accelerator: Accelerator, run: RunFolder, step: int, model: torch.nn.Module | None) -> None:
+        weights_bad = model is not None and not all(torch.isfinite(p).all() for p in model.parameters())
+        if weights_bad and self.first_bad_step == 0:
+            self.first_bad_step.fill_(step)
+        steps = accelerator.gather(self.first_bad_step.reshape(1))
+        bad = steps[steps > 0]
+        if bad.numel() == 0:
+            return
+        checkpoint = run.latest_checkpoint()
+        kept = (
+            f"the last good checkpoint is {checkpoint}: resume from it with --resume=true"
+            if checkpoint is not None
+            else "no checkpoint was saved yet: start again"
+        )
+        raise TrainingDivergedError(
+            f"the training loss (or the weights) became NaN or inf at step {int(bad.min())}: the run stopped there, "
+            f"before saving, evaluating or logging anything computed from it; {kept}, with a lower "
+            "--policy.optimizer_lr or --grad_clip_norm (or check the data)"
+        )
+
+
+def planned_evaluations(cfg: TrainConfig, start_step: int) -> dict[int, int]:
+    """{step: episodes} of the evaluations still to come: every eval.freq steps, and the final one after the last step
+    with eval.final_n_episodes."""
+    plan = {step: cfg.eval.n_episodes for step in range(start_step + 1, cfg.steps + 1) if step % cfg.eval.freq == 0}
+    plan[cfg.steps] = cfg.eval.final_n_episodes or cfg.eval.n_episodes
+    return plan
+
+
+class TrainingClock:
+    """The time a run has left: steps at the median of the recent step times (the first step, which compiles and
+    warms up, is left out) plus the evaluations still planned, at the measured seconds per eval episode. tqdm's own
+    ETA smooths over the first steps and ignores evaluations, so early on it is off by hours."""
+
+    ANNOUNCE_AFTER_STEPS = 10  # steps after which the run's estimated total time is printed once
+    WARN_ABOVE_S = 24 * 3600  # estimates above this get a warning line
+
+    def __init__(self, total_steps: int, eval_plan: dict[int, int]):
+        self.total_steps, self.eval_plan = total_steps, eval_plan
+        self.step_times: list[float] = []
+        self.n_steps_seen = 0
+        self.eval_s_per_episode: float | None = None
+        self.last_log = ""
+
+    def add_step(self, seconds: float) -> None:
+        self.n_steps_seen += 1
+        if self.n_steps_seen > 1:  # the first step of a process compiles / allocates: not representative
+            self.step_times = [*self.step_times[-99:], seconds]
+
+    def add_eval(self, n_episodes: int, seconds: float) -> None:
+        self.eval_s_per_episode = seconds / max(n_episodes, 1)
+
+    def remaining_s(self, step: int) -> tuple[float | None, bool]:
+        """(seconds left after `step`, whether the evaluations are included); None before a step was timed."""
+        if not self.step_times:
+            return None, False
+        steps_s = sorted(self.step_times)[len(self.step_times) // 2] * (self.total_steps - step)
+        episodes = sum(n for s, n in self.eval_plan.items() if s > step)
+        if episodes and self.eval_s_per_episode is None:
+            return steps_s, False
+        return steps_s + episodes * (self.eval_s_per_episode or 0.0), True
+
+    def postfix(self, step: int) -> str:
+        left, with_evals = self.remaining_s(step)
+        eta = "eta ?" if left is None else f"eta {format_duration(left)}" + ("" if with_evals else " + evals")
+        return ", ".join(part for part in (eta, self.last_log) if part)
+
+    def announcement(self, step: int, device: torch.device) -> str:
+        left, with_evals = self.remaining_s(step)
+        total = format_duration(left or 0.0) + ("" if with_evals else " plus evaluations")
+        line = f"estimated time left: {total} ({self.total_steps - step} steps on {device})"
+        if left is not None and left > self.WARN_ABOVE_S:
+            line += (
+                f"; that is {left / 86400:.1f} days: fewer --steps, a smaller policy, a GPU, or (examples/train_pusht.py) "
+                "--recipe=cpu finish sooner"
+            )
+        return line
+
+
+def format_duration(seconds: float) -> str:
+    """1d 02:03:04 / 02:03:04 / 03:04."""
+    seconds = int(round(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}" if hours or days else f"{minutes:02d}:{secs:02d}"
+    return f"{days}d {clock}" if days else clock
+
+
+def log_entry(accelerator: Accelerator, run: RunFolder, step: int, entry: dict[str, Any]) -> None:
+    """To the trackers and to metrics.jsonl (main process only)."""
+    accelerator.log({k if "/" in k else f"train/{k}": v for k, v in entry.items()}, step=step)
+    if accelerator.is_main_process:
+        append_metrics(run.metrics_file, step, entry)

@@ -1,0 +1,155 @@
+"""The run folder: the one place that knows its layout, and the lock its run holds.
+
+<output_dir>/
+    .hfpolicy.lock                 held by the run's main process (hfpolicy.io.run_lock)
+    train_config.json              the run's configuration
+    metrics.jsonl                  log entries and evaluation summaries (hfpolicy.training.metrics_log)
+    training_curve.png             drawn for the model card (hfpolicy.training.curve)
+    checkpoints/step_<n>/          pretrained_model/ + training_state/ (hfpolicy.training.checkpoints)
+    checkpoints/last -> step_<n>
+    eval/step_<n>/                 eval_info.json and videos of the evaluation after step n
+"""
+
+import os
+import shutil
+from pathlib import Path
+
+from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, TRAIN_CONFIG_FILE, TRAINING_CURVE_FILE
+from hfpolicy.io.run_lock import RunLock
+from hfpolicy.training.config import TrainConfigError
+from hfpolicy.training.metrics_log import truncate_metrics
+
+CHECKPOINTS_DIR = "checkpoints"
+EVAL_DIR = "eval"
+LAST_LINK = "last"
+PRETRAINED_DIR = "pretrained_model"
+_PREFIX = "step_"
+
+
+def checkpoint_name(step: int) -> str:
+    """step_000500: the name of a step's checkpoint folder and of its evaluation folder."""
+    return f"{_PREFIX}{step:06d}"
+
+
+def _steps_in(folder: Path) -> list[tuple[int, Path]]:
+    """(step, path) of the `step_<n>` folders (not links) in `folder`, oldest first."""
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in folder.iterdir():
+        number = path.name.removeprefix(_PREFIX)
+        if path.name.startswith(_PREFIX) and number.isdigit() and path.is_dir() and not path.is_symlink():
+            found.append((int(number), path))
+    return sorted(found)
+
+
+class RunFolder:
+    """A training run's folder (see the module docstring). The main process holds its lock between `lock()` and
+    `unlock()`; the other processes of a launch only read and write in it."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self._lock: RunLock | None = None
+
+    # --- layout -------------------------------------------------------------------------------------------------
+    @property
+    def config_file(self) -> Path:
+        return self.root / TRAIN_CONFIG_FILE
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.root / METRICS_FILE
+
+    @property
+    def curve_file(self) -> Path:
+        return self.root / TRAINING_CURVE_FILE
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.root / CHECKPOINTS_DIR
+
+    def checkpoint_dir(self, step: int) -> Path:
+        return self.checkpoints_dir / checkpoint_name(step)
+
+    def eval_dir(self, step: int) -> Path:
+        return self.root / EVAL_DIR / checkpoint_name(step)
+
+    def checkpoints(self) -> list[Path]:
+        """Complete checkpoints, oldest first."""
+        return [path for _, path in _steps_in(self.checkpoints_dir)]
+
+    def latest_checkpoint(self) -> Path | None:
+        checkpoints = self.checkpoints()
+        return checkpoints[-1] if checkpoints else None
+
+    def latest_eval_dir(self, up_to_step: int | None = None) -> Path | None:
+        """The latest `eval/step_<n>` holding an eval_info.json (at or before `up_to_step`)."""
+        found = [
+            path
+            for step, path in _steps_in(self.root / EVAL_DIR)
+            if (path / EVAL_INFO_FILE).is_file() and (up_to_step is None or step <= up_to_step)
+        ]
+        return found[-1] if found else None
+
+    def point_last_link(self, checkpoint: Path) -> None:
+        """Repoints checkpoints/last at `checkpoint` atomically (a new link renamed over the old one)."""
+        tmp_link = self.checkpoints_dir / f".{LAST_LINK}.tmp"
+        tmp_link.unlink(missing_ok=True)
+        tmp_link.symlink_to(checkpoint.name)
+        os.replace(tmp_link, self.checkpoints_dir / LAST_LINK)
+
+    def drop_old_checkpoints(self, keep_last: int) -> None:
+        """Deletes all but the last `keep_last` checkpoints (0 keeps all)."""
+        if keep_last > 0:
+            for old in self.checkpoints()[:-keep_last]:
+                shutil.rmtree(old)
+
+    # --- the run's life -----------------------------------------------------------------------------------------
+    def lock(self) -> None:
+        """Takes the folder's exclusive lock (creating the folder); RunLockedError names the run holding it."""
+        try:
+            self._lock = RunLock(self.root).acquire()
+        except OSError as e:  # RunLockedError is not an OSError: it passes through, naming the other run
+            raise TrainConfigError(f"cannot create --output_dir={self.root} ({e}): choose a writable folder") from e
+
+    def unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def check_for(self, resume: bool) -> None:
+        """A new run needs a folder without checkpoints: a fresh one, or one whose run stopped before its first
+        checkpoint (that run is started again in place). A resumed run needs a folder holding a checkpoint."""
+        checkpoint = self.latest_checkpoint()
+        if resume and checkpoint is None:
+            if self.config_file.exists():
+                raise TrainConfigError(
+                    f"--output_dir={self.root} holds no checkpoint to resume from: its run stopped before the first "
+                    "one (--save_freq); start it again in place by dropping --resume"
+                )
+            raise TrainConfigError(
+                f"--resume=true but --output_dir={self.root} holds no checkpoint to resume from; drop --resume to "
+                "start a new run there"
+            )
+        if not resume and checkpoint is not None:
+            raise TrainConfigError(
+                f"--output_dir={self.root} holds another run (checkpoints up to {checkpoint.name}): pass "
+                "--resume=true to continue it, or choose another --output_dir"
+            )
+
+    def forget_after(self, step: int) -> None:
+        """Drops what a stopped run logged and evaluated after `step`, the checkpoint the run continues from (0: a
+        run started again in place): those steps are trained, logged and evaluated again."""
+        truncate_metrics(self.metrics_file, after_step=step)
+        for evaluated_step, folder in _steps_in(self.root / EVAL_DIR):
+            if evaluated_step > step:
+                shutil.rmtree(folder)
+
+
+def list_checkpoints(output_dir: str | Path) -> list[Path]:
+    """Complete checkpoints of the run in `output_dir`, oldest first."""
+    return RunFolder(output_dir).checkpoints()
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    return RunFolder(output_dir).latest_checkpoint()

@@ -1,0 +1,328 @@
+"""Setting a run up: everything that can fail on bad input fails here, before the first step. The run's output
+folder, its dataset (local, recorded or downloaded), the policy's features checked against the data, the optimizer,
+the eval env, and the endless stream of batches that an exact resume continues."""
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import ProjectConfiguration, set_seed
+from diffusers.optimization import get_scheduler
+
+from hfpolicy.cli.flags import cli_message
+from hfpolicy.datasets import (
+    DatasetMeta,
+    EpisodeAwareSampler,
+    EpochBatchSampler,
+    PolicyDataset,
+    dataset_to_policy_features,
+)
+from hfpolicy.datasets.format import INFO_PATH
+from hfpolicy.envs import EnvConfig
+from hfpolicy.io.atomic import write_json_atomically
+from hfpolicy.policies import Policy, PolicyConfig, make_policy
+from hfpolicy.policies.ema import EMA
+from hfpolicy.training.checkpoints import load_checkpoint
+from hfpolicy.training.config import (
+    DatasetConfig,
+    TrainConfig,
+    TrainConfigError,
+    dataset_label,
+    flat_hparams,
+    train_config_to_dict,
+)
+from hfpolicy.training.progress import planned_evaluations
+from hfpolicy.training.run_folder import RunFolder
+
+
+def default_output_dir(cfg: TrainConfig) -> Path:
+    return Path("outputs/train") / f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{cfg.policy.type}"
+
+
+def is_launch_main_process() -> bool:
+    """Whether this is the main process of the launch (rank 0), asked before the Accelerator exists. (Creating
+    accelerate's PartialState for this would fix the distributed setup before the Accelerator could: on CPU, each
+    process of `accelerate launch --num_processes 2` would then train alone.)"""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def resolve_dataset_root(dataset: DatasetConfig, recipe: str | None = None, progress: bool = True) -> Path:
+    """The local folder of the dataset: `--dataset.root`, the scripted recording (made now if it does not exist yet),
+    or the Hub dataset downloaded into the HF cache."""
+    if dataset.scripted_episodes > 0:
+        return record_scripted_dataset(dataset, progress)
+    if dataset.root is not None:
+        root = Path(dataset.root)
+        if not root.is_dir():
+            raise TrainConfigError(
+                f"--dataset.root={root} is not a directory (a LeRobot v3.0 dataset: meta/, data/, videos/)"
+            )
+        if not (root / INFO_PATH).is_file():
+            nested = next(root.glob(f"*/{INFO_PATH}"), None)
+            hint = f"; its subfolder is one: --dataset.root={nested.parents[1]}" if nested is not None else ""
+            raise TrainConfigError(
+                f"--dataset.root={root} has no {INFO_PATH}, so it is not a LeRobot v3.0 dataset{hint}; or drop "
+                "--dataset.root to download --dataset.repo_id from the Hub (`hfpolicy convert` and `hfpolicy record` "
+                "write local datasets)"
+            )
+        return root
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    from hfpolicy.datasets import download_dataset
+
+    try:
+        return download_dataset(dataset.repo_id, revision=dataset.revision, episodes=dataset.episodes)
+    except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as e:
+        offline = " or --recipe=cpu, which trains offline on recorded scripted demonstrations" if recipe else ""
+        raise TrainConfigError(
+            f"could not download the dataset {dataset.repo_id!r} from the Hub ({type(e).__name__}: "
+            f"{str(e).splitlines()[0]}); check the repo id and the network, or train on a local copy with "
+            f"--dataset.root=DIR (`hfpolicy convert` and `hfpolicy record` write one){offline}"
+        ) from e
+
+
+@contextlib.contextmanager
+def dataset_errors_as_config_errors(dataset: DatasetConfig):
+    """A dataset that cannot be read or windowed as asked is bad input: one clear line, no traceback."""
+    try:
+        yield
+    except ValueError as e:
+        where = dataset.root or dataset.repo_id
+        raise TrainConfigError(f"dataset {where}: {e}") from e
+
+
+def configure_policy_features(
+    policy_cfg: PolicyConfig, dataset_features: dict[str, Any], input_keys: list[str] | None
+) -> PolicyConfig:
+    """The policy config with its input/output features taken from the dataset (unless already set), checked
+    against what the dataset holds; ValueError naming the missing feature otherwise."""
+    inputs, outputs = dataset_to_policy_features(dataset_features)
+    if input_keys is not None:
+        missing = [key for key in input_keys if key not in inputs]
+        if missing:
+            raise TrainConfigError(
+                f"--dataset.input_features asks for {missing}, which the dataset does not have as policy inputs; "
+                f"it has {sorted(inputs)}"
+            )
+        inputs = {key: inputs[key] for key in input_keys}
+    chosen_inputs = policy_cfg.input_features or inputs
+    chosen_outputs = policy_cfg.output_features or outputs
+    for key, feature in {**chosen_inputs, **chosen_outputs}.items():
+        offered = inputs.get(key) or outputs.get(key)
+        if offered is None:
+            raise TrainConfigError(
+                f"the policy needs feature {key!r}, which the dataset does not have; its features: "
+                f"{sorted(dataset_features)}"
+            )
+        if tuple(offered.shape) != tuple(feature.shape):
+            raise TrainConfigError(
+                f"the policy expects {key!r} of shape {tuple(feature.shape)}, the dataset has {offered.shape}"
+            )
+    try:
+        configured = dataclasses.replace(
+            policy_cfg, input_features=dict(chosen_inputs), output_features=dict(chosen_outputs)
+        )
+        configured.validate_features()
+    except ValueError as e:
+        problem = cli_message(str(e), type(policy_cfg), "policy.")
+        raise TrainConfigError(f"the {policy_cfg.type} policy cannot be built from this dataset: {problem}") from e
+    return configured
+
+
+def make_optimizer(policy: Policy, device: torch.device) -> torch.optim.Optimizer:
+    """AdamW with the policy's presets (fused: one pass over the weights, ~5x faster steps on CPU than foreach)."""
+    cfg = policy.config
+    return torch.optim.AdamW(
+        policy.get_optim_params(),
+        lr=cfg.optimizer_lr,
+        betas=cfg.optimizer_betas,
+        eps=cfg.optimizer_eps,
+        weight_decay=cfg.optimizer_weight_decay,
+        fused=torch.device(device).type in ("cpu", "cuda"),
+    )
+
+
+def configure_eval_env(env_cfg: EnvConfig, policy_cfg: PolicyConfig) -> EnvConfig:
+    """The eval env with an observation type that gives the policy's inputs, in the policy's shapes."""
+    try:
+        return env_cfg.for_policy(policy_cfg.input_features)
+    except ValueError as e:
+        raise TrainConfigError(f"{e} (or set --eval.freq=0 to train without evaluation)") from e
+
+
+def endless_batches(dataloader, batch_sampler: EpochBatchSampler, start_batch: int, seed: int):
+    """Batches forever, epoch after epoch, starting at batch `start_batch` counted from the run's start (no data
+    is loaded for the skipped batches: the sampler starts mid-epoch). Each epoch's order and worker seeds are
+    functions of (seed, epoch) alone, so a resumed run reads exactly what the uninterrupted one would have."""
+    epoch, skip = divmod(start_batch, len(batch_sampler))
+    while True:
+        batch_sampler.set_epoch(epoch, start_batch=skip)
+        dataloader.generator.manual_seed(seed * 100_003 + epoch)  # seeds of the worker processes of this epoch
+        yield from dataloader
+        epoch, skip = epoch + 1, 0
+
+
+def move_to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def record_scripted_dataset(dataset: DatasetConfig, progress: bool) -> Path:
+    """The scripted recording `--dataset.scripted_episodes` asks for (hfpolicy.record makes or reuses it)."""
+    from hfpolicy.record import scripted_recording
+
+    try:
+        return scripted_recording(dataset.scripted_episodes, dataset.root, progress)
+    except ValueError as e:
+        raise TrainConfigError(str(e)) from e
+
+
+@dataclasses.dataclass
+class Training:
+    """Everything the loop needs, built and checked by `build_training`."""
+
+    cfg: TrainConfig  # as run: the policy's features and the output folder filled in
+    run: RunFolder
+    accelerator: Accelerator
+    policy: torch.nn.Module  # as prepared by the accelerator
+    optimizer: torch.optim.Optimizer
+    lr_scheduler: Any
+    ema: EMA | None
+    batches: Iterator[dict[str, Any]]  # endless, continuing where a resumed run stopped
+    env_cfg: EnvConfig | None  # the eval env; None: no evaluation
+    start_step: int  # the step the run resumes from (0: a new run)
+    samples_per_step: int  # over all processes and accumulation steps
+    eval_plan: dict[int, int]  # {step: episodes} of the evaluations still to come
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint saves and a resume restores."""
+        return {"model": self.policy, "optimizer": self.optimizer, "lr_scheduler": self.lr_scheduler, "ema": self.ema}
+
+
+def build_training(cfg: TrainConfig, run: RunFolder) -> Training:
+    """Sets up the run in a checked and locked folder: accelerator, data, policy, optimizer, and the state of the
+    checkpoint it resumes from. Everything that can fail on bad input fails here, before the first step."""
+    accelerator = Accelerator(
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        mixed_precision=cfg.mixed_precision,
+        log_with=None if cfg.tracker == "none" else cfg.tracker,
+        project_config=ProjectConfiguration(project_dir=str(run.root), logging_dir=str(run.root / "logs")),
+    )
+    set_seed(cfg.seed, device_specific=True)  # seed + rank: different crops and noise on each process
+    cfg, data = load_training_data(cfg, accelerator)
+    policy = make_policy(cfg.policy, dataset_stats=data.dataset.stats)
+    if cfg.compile:
+        policy.compile()  # in place: forward (training) is compiled; acting and the state dict stay as they are
+    optimizer = make_optimizer(policy, accelerator.device)
+    lr_scheduler = get_scheduler(
+        cfg.policy.scheduler_name,
+        optimizer,
+        num_warmup_steps=cfg.policy.scheduler_warmup_steps,
+        num_training_steps=cfg.steps,
+    )
+    policy, optimizer = accelerator.prepare(policy, optimizer)
+    ema = EMA(policy, power=cfg.policy.ema_power, max_decay=cfg.policy.ema_max_decay) if cfg.policy.use_ema else None
+    env_cfg = configure_eval_env(cfg.env, cfg.policy) if cfg.eval.freq > 0 else None
+    state = {"model": policy, "optimizer": optimizer, "lr_scheduler": lr_scheduler, "ema": ema}
+    start_step = load_checkpoint(accelerator, run.latest_checkpoint(), **state) if cfg.resume else 0
+    cfg = dataclasses.replace(cfg, output_dir=str(run.root))
+    if accelerator.is_main_process:
+        run.forget_after(start_step)  # what a stopped run logged or evaluated after its last checkpoint
+        write_json_atomically(run.config_file, train_config_to_dict(cfg))
+    accelerator.init_trackers("hfpolicy", config=flat_hparams(train_config_to_dict(cfg)))
+    training = Training(
+        cfg=cfg,
+        run=run,
+        accelerator=accelerator,
+        policy=policy,
+        optimizer=optimizer,
+        lr_scheduler=lr_scheduler,
+        ema=ema,
+        batches=endless_batches(
+            data.dataloader, data.batch_sampler, start_step * cfg.gradient_accumulation_steps, cfg.seed
+        ),
+        env_cfg=env_cfg,
+        start_step=start_step,
+        samples_per_step=cfg.batch_size * cfg.gradient_accumulation_steps * accelerator.num_processes,
+        eval_plan=planned_evaluations(cfg, start_step) if env_cfg is not None else {},
+    )
+    announce_training(training, data)
+    return training
+
+
+@dataclasses.dataclass
+class TrainingData:
+    """The dataset a run reads and how: its name, the dataset, its sampler and the DataLoader over them."""
+
+    name: str  # the Hub repo id, or the local folder: what the run really read
+    dataset: PolicyDataset
+    sampler: EpisodeAwareSampler
+    batch_sampler: EpochBatchSampler
+    dataloader: torch.utils.data.DataLoader
+
+
+def load_training_data(cfg: TrainConfig, accelerator: Accelerator) -> tuple[TrainConfig, TrainingData]:
+    """(the config with the dataset's root and the policy's features filled in, the data); the frames are decoded
+    now, once, not mid-epoch."""
+    progress = accelerator.is_main_process and cfg.progress
+    with accelerator.main_process_first():  # one process downloads or records, the others then read it
+        dataset_root = resolve_dataset_root(cfg.dataset, recipe=cfg.recipe, progress=progress)
+    if cfg.dataset.scripted_episodes > 0:  # train_config.json and the card name the recording's folder
+        cfg = dataclasses.replace(cfg, dataset=dataclasses.replace(cfg.dataset, root=str(dataset_root)))
+    name = dataset_label(cfg.dataset)
+    with dataset_errors_as_config_errors(cfg.dataset):
+        meta = DatasetMeta.load(dataset_root, name)
+    policy_cfg = configure_policy_features(cfg.policy, meta.features, cfg.dataset.input_features)
+    with dataset_errors_as_config_errors(cfg.dataset):
+        dataset = PolicyDataset(
+            name,
+            root=dataset_root,
+            episodes=cfg.dataset.episodes,
+            delta_timestamps=policy_cfg.delta_timestamps(meta.fps),
+            download_videos=bool(policy_cfg.image_features),  # a state-only policy never decodes a frame
+        )
+        sampler = EpisodeAwareSampler(
+            dataset,
+            drop_last_frames=policy_cfg.drop_n_last_frames,
+            shuffle=True,
+            seed=cfg.seed,
+            num_replicas=accelerator.num_processes,
+            rank=accelerator.process_index,
+        )  # each process reads its own shard of one shared (seed, epoch) permutation
+        batch_sampler = EpochBatchSampler(sampler, cfg.batch_size)  # a resumed run starts mid-epoch
+    dataset.prefetch_frames(progress=progress)  # decode the videos once, up front, not mid-epoch
+    dataloader = torch.utils.data.DataLoader(
+        dataset,
+        sampler=batch_sampler,
+        batch_size=None,  # the dataset fetches whole batches (one index list per item)
+        num_workers=cfg.num_workers,
+        pin_memory=accelerator.device.type == "cuda",
+        persistent_workers=cfg.num_workers > 0,
+        generator=torch.Generator(),  # its own: starting an epoch must not draw from the global RNG (exact resume)
+    )
+    return dataclasses.replace(cfg, policy=policy_cfg), TrainingData(name, dataset, sampler, batch_sampler, dataloader)
+
+
+def announce_training(training: Training, data: TrainingData) -> None:
+    """The run's first line (main process): policy, data, processes, folder, and where it resumes."""
+    cfg, accelerator, start_step = training.cfg, training.accelerator, training.start_step
+    if not accelerator.is_main_process:
+        return
+    n_params = sum(p.numel() for p in training.policy.parameters()) / 1e6
+    print(
+        f"hfpolicy train: {cfg.policy.type} policy, {n_params:.1f} M params; {data.name}: "
+        f"{data.dataset.num_episodes} episodes, {len(data.sampler) * accelerator.num_processes} samples per epoch; "
+        f"{accelerator.num_processes} process(es) on {accelerator.device}, {training.samples_per_step} samples per "
+        f"step; output {training.run.root}" + (f"; resuming at step {start_step}" if start_step else "")
+    )
+    if start_step >= cfg.steps:
+        print(
+            f"the run already reached --steps={cfg.steps}: nothing to train (pass a larger --steps to train "
+            f"longer; `hfpolicy push --run={training.run.root}` pushes it to the Hub)"
+        )
