@@ -1,22 +1,26 @@
-"""An exclusive lock on a run folder for the lifetime of a run, so two trainings never write into one folder.
+"""An exclusive lock on a run folder for the lifetime of a run, so two runs never write into one folder.
 
     with RunLock(output_dir):          # raises RunLockedError naming the holder if another live process has it
         train ...
 
-The lock is `fcntl.flock` on `<output_dir>/.hfpolicy.lock`: the kernel releases it when the holding process exits,
-however it exits (a crash, kill -9, a power cut), so a stale lock never blocks a resume; the file itself stays and
-only records who held it last (pid, host, time) for the error message.
+The lock is the `filelock` package's lock on `<output_dir>/.hfpolicy.lock` (flock on POSIX, msvcrt on Windows): the
+operating system releases it when the holding process exits, however it exits (a crash, kill -9, a power cut), so a
+stale lock never blocks a resume. Who holds it (pid, host, time) is written beside it, in `.hfpolicy.lock.holder`,
+for the error message; that file only records the last holder and is never what locks.
 """
 
-import fcntl
 import json
 import os
 import socket
 import time
 from pathlib import Path
-from typing import IO
+
+from filelock import FileLock, Timeout
+
+from hfpolicy.io.atomic import write_atomically
 
 LOCK_FILE = ".hfpolicy.lock"
+HOLDER_FILE = ".hfpolicy.lock.holder"
 
 
 class RunLockedError(RuntimeError):
@@ -28,34 +32,28 @@ class RunLock:
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
-        self._file: IO[str] | None = None
+        self._lock: FileLock | None = None
 
     def acquire(self) -> "RunLock":
         self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / LOCK_FILE
-        lock_file = open(path, "a+")  # noqa: SIM115 (held open for the run's lifetime)
+        # an OS lock or none: a soft (file-exists) fallback would outlive a killed run
+        lock = FileLock(self.folder / LOCK_FILE, timeout=0, thread_local=False, fallback_to_soft=False)
         try:
-            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock_file.seek(0)
-            holder = lock_file.read().strip()
-            lock_file.close()
+            lock.acquire(blocking=False)
+        except Timeout:
             raise RunLockedError(
-                f"{self.folder} is in use by another run ({_describe(holder)}): wait for it to end, stop it, or "
-                "choose another --output_dir"
+                f"{self.folder} is in use by another run ({_describe(self.folder / HOLDER_FILE)}): wait for it to "
+                "end, stop it, or choose another --output_dir"
             ) from None
-        lock_file.seek(0)
-        lock_file.truncate()
-        lock_file.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}))
-        lock_file.flush()
-        self._file = lock_file
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+        write_atomically(self.folder / HOLDER_FILE, json.dumps(holder))
+        self._lock = lock
         return self
 
     def release(self) -> None:
-        if self._file is not None:
-            fcntl.flock(self._file, fcntl.LOCK_UN)
-            self._file.close()
-            self._file = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def __enter__(self) -> "RunLock":
         return self.acquire()
@@ -64,9 +62,10 @@ class RunLock:
         self.release()
 
 
-def _describe(holder: str) -> str:
+def _describe(holder_file: Path) -> str:
     try:
-        info = json.loads(holder)
-        return f"pid {info['pid']} on {info['host']}, since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(info['since']))}"
-    except (ValueError, KeyError, TypeError):
+        info = json.loads(holder_file.read_text())
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info["since"]))
+        return f"pid {info['pid']} on {info['host']}, since {since}"
+    except (OSError, ValueError, KeyError, TypeError):
         return "a process that did not record itself"

@@ -1,7 +1,7 @@
 """The run folder: the one place that knows its layout, and the lock its run holds.
 
 <output_dir>/
-    .hfpolicy.lock                 held by the run's main process (hfpolicy.io.run_lock)
+    .hfpolicy.lock(.holder)        held by the run's main process (hfpolicy.io.run_lock), and who holds it
     train_config.json              the run's configuration
     metrics.jsonl                  log entries and evaluation summaries (hfpolicy.training.metrics_log)
     training_curve.png             drawn for the model card (hfpolicy.training.curve)
