@@ -2,7 +2,9 @@
 turns chunk-predicting networks into a step-by-step controller with an observation history and an action queue.
 """
 
+import functools
 import importlib
+import inspect
 import json
 import os
 import tempfile
@@ -32,6 +34,22 @@ _POLICY_CLASSES: dict[str, type["Policy"]] = {}
 
 WEIGHTS_CONFIG_METADATA = "hfpolicy_config"  # model.safetensors metadata: the config the weights were trained as
 NoiseSource = torch.Generator | list[torch.Generator] | None  # one generator for the batch, or one per batch row
+
+
+NOISE_PARAMETERS = ("generator", "noise")  # what `predict_action_chunk` passes to a generate_actions that takes it
+
+
+@functools.cache
+def _noise_parameters_of(function: Any) -> frozenset[str]:
+    parameters = inspect.signature(function).parameters.values()
+    if any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters):
+        return frozenset(NOISE_PARAMETERS)
+    return frozenset(parameter.name for parameter in parameters if parameter.name in NOISE_PARAMETERS)
+
+
+def noise_parameters(generate_actions: Any) -> frozenset[str]:
+    """Which of `generator` / `noise` a (bound) generate_actions takes: a deterministic policy's takes neither."""
+    return _noise_parameters_of(getattr(generate_actions, "__func__", generate_actions))
 
 
 class PolicyLoadError(RuntimeError):
@@ -110,8 +128,9 @@ class Policy(
     ) -> Tensor:
         """Normalized action chunk (B, >= n_action_steps, A) from normalized observations (B, n_obs_steps, ...).
 
-        Policies that sample draw their noise from `generator` (one `torch.Generator`, or a list with one per batch
-        row; None: torch's global RNG) or take it as `noise`; deterministic policies ignore both."""
+        Policies that sample declare `generator` (one `torch.Generator`, or a list with one per batch row; None:
+        torch's global RNG) and/or `noise` (the initial noise tensor) and get them; a deterministic policy writes
+        `generate_actions(self, observation)` and is called with the observation alone."""
         raise NotImplementedError
 
     def make_action_buffer(self) -> ActionBuffer:
@@ -165,7 +184,14 @@ class Policy(
             if len(generator) != batch_size:
                 raise ValueError(f"{len(generator)} noise generators for a batch of {batch_size}: pass one per row")
             generator = list(generator)
-        chunk = self.generate_actions(self.normalizer.normalize(observation), generator=generator, noise=noise)
+        takes = noise_parameters(self.generate_actions)
+        if noise is not None and "noise" not in takes:
+            raise TypeError(
+                f"{type(self).__name__}.generate_actions(observation) takes no `noise`: add a `noise: Tensor | None = "
+                "None` parameter to it to act from a given initial noise"
+            )
+        sources = {name: value for name, value in (("generator", generator), ("noise", noise)) if name in takes}
+        chunk = self.generate_actions(self.normalizer.normalize(observation), **sources)
         if chunk.ndim != 3 or chunk.shape[1] < n_steps:
             raise RuntimeError(
                 f"{type(self).__name__}.generate_actions returned shape {tuple(chunk.shape)}; "

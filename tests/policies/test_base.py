@@ -298,3 +298,28 @@ def test_diffusion_config_combination_errors_are_plain_value_errors():
         PolicyConfig.from_dict({**data, "n_action_steps": 20})
     with pytest.raises(ValueError, match=r"`down_dims.0`: Couldn't parse 'a' into an int"):
         PolicyConfig.from_dict({**data, "down_dims": "abc"})
+
+
+def test_a_policy_written_to_the_documented_contract_acts(monkeypatch):
+    """The class docstring's contract: `generate_actions(observation)`, no noise arguments for a deterministic policy."""
+    from hfpolicy.policies import base
+
+    monkeypatch.setitem(base._POLICY_CLASSES, "toy", ToyPolicy)  # the subclass below registers itself: undone after
+
+    class OneArgumentPolicy(ToyPolicy):
+        def generate_actions(self, observation):
+            self.generate_calls += 1
+            start = self.config.n_obs_steps - 1
+            return self._chunk(observation[OBS_STATE][:, -1])[:, start : start + self.config.n_action_steps]
+
+    config = ToyConfig()
+    policy, reference = OneArgumentPolicy(config, toy_stats(config)), ToyPolicy(config, toy_stats(config))
+    reference.load_state_dict(policy.state_dict())
+    observation = {OBS_STATE: torch.randn(3, 2)}
+    policy.reset(seeds=[0, 1, 2])  # seeds make per-episode generators: they are not passed to it
+    reference.reset(seeds=[0, 1, 2])
+    for _ in range(9):  # past the first chunk of 8: a second prediction
+        torch.testing.assert_close(policy.select_action(observation), reference.select_action(observation))
+    assert policy.generate_calls == 2
+    with pytest.raises(TypeError, match="takes no `noise`: add a `noise"):
+        policy.predict_action_chunk({OBS_STATE: torch.randn(3, 2, 2)}, noise=torch.zeros(3, 16, 2))
