@@ -1,5 +1,6 @@
 """The repository's own promises: README's test command is exactly what CI runs."""
 
+import ast
 import re
 from pathlib import Path
 
@@ -38,3 +39,94 @@ def test_readme_commands_name_real_files_and_flags():
     assert "accelerate launch examples/train_pusht.py" in text and (ROOT / "examples" / "train_pusht.py").is_file()
     for script in re.findall(r"bench/\w+\.py", text):
         assert (ROOT / script).is_file(), script
+
+
+# --- the package's shape ---------------------------------------------------------------------------------------------
+LONG_FUNCTIONS_ALLOWED = {"hfpolicy/training/loop.py:run_loop", "hfpolicy/eval/rollouts.py:rollout"}  # the two loops
+
+
+def package_modules() -> dict[str, Path]:
+    """{module name: path} of every module of hfpolicy/."""
+    modules = {}
+    for path in sorted((ROOT / "hfpolicy").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def test_every_function_fits_one_screen_but_the_training_and_rollout_loops():
+    too_long = []
+    for path in package_modules().values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                name = f"{path.relative_to(ROOT).as_posix()}:{node.name}"
+                if node.end_lineno - first + 1 > 60 and name not in LONG_FUNCTIONS_ALLOWED:
+                    too_long.append(f"{name} ({node.end_lineno - first + 1} lines)")
+    assert not too_long, too_long
+
+
+def imported_modules(path: Path, module: str, known: set[str]) -> set[str]:
+    """The hfpolicy modules `path` imports at its top level (not inside functions: those run later)."""
+    found = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text())
+    nodes = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+    nodes += [
+        n for n in tree.body if isinstance(n, ast.Try) for n in n.body if isinstance(n, ast.Import | ast.ImportFrom)
+    ]
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            base = node.module or ""
+            if node.level:
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
+            candidates = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        found |= {name for name in candidates if name in known}
+    # importing a.b.c runs a/__init__ and a/b/__init__ first
+    return found | {parent for name in found for parent in parents(name) if parent in known} - {module}
+
+
+def parents(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def test_no_import_circle():
+    """The top-level imports of hfpolicy's modules form no cycle (a cycle breaks depending on which module is
+    imported first)."""
+    modules = package_modules()
+    graph = {name: imported_modules(path, name, set(modules)) for name, path in modules.items()}
+    state: dict[str, str] = {}
+    cycles = []
+
+    def visit(name: str, stack: list[str]) -> None:
+        state[name] = "open"
+        for child in sorted(graph[name]):
+            if child in parents(name):
+                continue  # a module imports its own package's __init__ only once that has started
+            if state.get(child) == "open":
+                cycles.append(" -> ".join([*stack[stack.index(child) :], child]))
+            elif child not in state:
+                visit(child, [*stack, child])
+        state[name] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert not cycles, cycles
+
+
+def test_no_module_imports_fcntl():
+    """POSIX-only modules would stop `import hfpolicy.training` on Windows; the run lock uses filelock."""
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in package_modules().values()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        and any(n == "fcntl" for n in [getattr(node, "module", None), *(a.name for a in node.names)])
+    ]
+    assert not offenders

@@ -36,7 +36,7 @@ BAD_INPUT = (
     "builtins:FileNotFoundError",
     "draccus.utils:ParsingError",
     "hfpolicy.io.run_lock:RunLockedError",
-    "hfpolicy.policies.base:PolicyLoadError",
+    "hfpolicy.policies.registry:PolicyLoadError",
 )
 
 # name -> Command. A name with a space is a command of a group (`hfpolicy convert pusht-zarr`).

@@ -12,9 +12,9 @@ from hfpolicy.policies.diffusion.configuration import DiffusionConfig
 # name -> module that defines it, imported on first access (PEP 562)
 _LAZY = {
     "Policy": "hfpolicy.policies.base",
-    "PolicyLoadError": "hfpolicy.policies.base",
-    "get_policy_class": "hfpolicy.policies.base",
-    "make_policy": "hfpolicy.policies.base",
+    "PolicyLoadError": "hfpolicy.policies.registry",
+    "get_policy_class": "hfpolicy.policies.registry",
+    "make_policy": "hfpolicy.policies.registry",
     "MissingStatsError": "hfpolicy.policies.normalization",
 }
 

@@ -1,13 +1,11 @@
-"""The policy base class: an nn.Module that saves to and loads from the Hub, normalizes its own inputs and outputs, and
+"""The policy contract and acting: the base class, an nn.Module that normalizes its own inputs and outputs and
 turns chunk-predicting networks into a step-by-step controller with an observation history and an action queue.
 """
 
 import functools
-import importlib
 import inspect
 import json
 import os
-import tempfile
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,21 +14,24 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import safetensors
 import safetensors.torch
 import torch
-from huggingface_hub import HfApi, PyTorchModelHubMixin, hf_hub_download
-from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, HFValidationError
+from huggingface_hub import PyTorchModelHubMixin
 from torch import Tensor, nn
 
 from hfpolicy.constants import ACTION, CONFIG_FILE, WEIGHTS_FILE
 from hfpolicy.io.atomic import write_json_atomically
-from hfpolicy.io.hub_errors import describe_hub_error, is_missing_file
 from hfpolicy.policies.action_selection import ActionBuffer, ActionQueue
-from hfpolicy.policies.config import PolicyConfig, known_policy_types
+from hfpolicy.policies.config import PolicyConfig
 from hfpolicy.policies.normalization import Normalizer
+from hfpolicy.policies.registry import (  # noqa: F401 (get_policy_class, make_policy: re-exported)
+    PolicyLoadError,
+    get_policy_class,
+    make_policy,
+    register_policy_class,
+)
 
 if TYPE_CHECKING:
     from hfpolicy.policies.card import PolicyArtifacts
 
-_POLICY_CLASSES: dict[str, type["Policy"]] = {}
 
 WEIGHTS_CONFIG_METADATA = "hfpolicy_config"  # model.safetensors metadata: the config the weights were trained as
 NoiseSource = torch.Generator | list[torch.Generator] | None  # one generator for the batch, or one per batch row
@@ -50,10 +51,6 @@ def _noise_parameters_of(function: Any) -> frozenset[str]:
 def noise_parameters(generate_actions: Any) -> frozenset[str]:
     """Which of `generator` / `noise` a (bound) generate_actions takes: a deterministic policy's takes neither."""
     return _noise_parameters_of(getattr(generate_actions, "__func__", generate_actions))
-
-
-class PolicyLoadError(RuntimeError):
-    """A saved policy (config.json / model.safetensors) cannot be loaded as it is."""
 
 
 class Policy(
@@ -102,7 +99,7 @@ class Policy(
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if cls.config_class is not PolicyConfig:
-            _POLICY_CLASSES[cls.config_class.get_choice_name(cls.config_class)] = cls
+            register_policy_class(cls)
 
     def __init__(self, config: PolicyConfig, dataset_stats: dict[str, dict[str, Any]] | None = None):
         super().__init__()
@@ -287,85 +284,19 @@ class Policy(
         A checkpoint saved by LeRobot (its config.json, model.safetensors and processor files) is recognised and
         returned as hfpolicy's policy of that type, with the same weights and normalization (see `lerobot_format`).
         """
+        from hfpolicy.policies.loading import load_policy
 
-        def resolve(filename: str) -> Path:
-            local = Path(pretrained_name_or_path)
-            if local.is_dir():
-                path = local / filename
-                if not path.is_file():
-                    raise PolicyLoadError(
-                        f"{path} does not exist: a saved policy directory holds {CONFIG_FILE} and {WEIGHTS_FILE}"
-                    )
-                return path
-            try:
-                return Path(
-                    hf_hub_download(
-                        repo_id=str(pretrained_name_or_path),
-                        filename=filename,
-                        revision=revision,
-                        cache_dir=cache_dir,
-                        force_download=force_download,
-                        token=token,
-                        local_files_only=local_files_only,
-                    )
-                )
-            except (EntryNotFoundError, HFValidationError, HfHubHTTPError, OSError) as e:
-                if isinstance(e, HFValidationError) and not str(pretrained_name_or_path).count("/") == 1:
-                    raise PolicyLoadError(
-                        f"{pretrained_name_or_path!r} is not a local directory, nor a Hub repo id (user/name)"
-                    ) from e
-                raise PolicyLoadError(
-                    describe_hub_error(e, str(pretrained_name_or_path), filename, revision)
-                    + (": is it an hfpolicy policy?" if is_missing_file(e) else "")
-                ) from e
-
-        config_path = resolve(CONFIG_FILE)
-        try:
-            config_data = json.loads(config_path.read_text())
-        except json.JSONDecodeError as e:
-            raise PolicyLoadError(f"{config_path} is not valid JSON ({e}); re-save or re-download the policy") from e
-        from hfpolicy.policies import lerobot_format  # imports this module: imported here, not at the top
-
-        if lerobot_format.is_lerobot_config(config_data):  # saved by LeRobot: converted to hfpolicy's own class
-            policy = lerobot_format.load_lerobot_policy(
-                config_data,
-                resolve,
-                str(pretrained_name_or_path),
-                expected_class=cls,
-                config_overrides=config_overrides,
-            )
-            return policy.to(map_location).eval()
-        if config_overrides:
-            config_data.update(config_overrides)
-        try:
-            config = PolicyConfig.from_dict(config_data)
-        except ValueError as e:
-            raise PolicyLoadError(f"{config_path}: {e}") from e
-        policy_class = get_policy_class(config.type)
-        if not issubclass(policy_class, cls):
-            raise PolicyLoadError(f"{pretrained_name_or_path} holds a {config.type!r} policy, not a {cls.__name__}")
-
-        weights_path = resolve(WEIGHTS_FILE)
-        try:
-            state_dict = safetensors.torch.load_file(str(weights_path), device="cpu")
-            with safetensors.safe_open(str(weights_path), framework="pt") as weights_file:
-                weights_metadata = weights_file.metadata() or {}
-        except (safetensors.SafetensorError, OSError, ValueError) as e:
-            raise PolicyLoadError(
-                f"{weights_path} is not a readable safetensors file ({e}); it may be truncated or corrupt: "
-                "download it again (delete it from the Hub cache; in Python, force_download=True) or re-save the policy"
-            ) from e
-        check_config_matches_weights(config, weights_metadata, config_path, weights_path)
-        check_weights_finite(state_dict, weights_path)
-
-        try:
-            policy = policy_class(config)
-        except ValueError as e:  # settings that do not fit together, e.g. n_action_steps > horizon - n_obs_steps + 1
-            raise PolicyLoadError(f"{config_path}: {e}") from e
-        policy.load_strict(state_dict, source=str(weights_path))
-        policy.to(map_location)
-        policy.eval()
-        return policy
+        return load_policy(
+            cls,
+            pretrained_name_or_path,
+            revision=revision,
+            force_download=force_download,
+            token=token,
+            cache_dir=cache_dir,
+            local_files_only=local_files_only,
+            map_location=map_location,
+            config_overrides=config_overrides,
+        )
 
     def push_to_hub(
         self,
@@ -389,22 +320,15 @@ class Policy(
         (`config` and `model_card_kwargs` are accepted for PyTorchModelHubMixin compatibility and ignored: the
         config is always the policy's own.)
         """
-        from hfpolicy.policies.card import PolicyArtifacts, stage_policy_repo
+        from hfpolicy.policies.card import PolicyArtifacts, upload_policy_repo
 
         del config, model_card_kwargs
         if artifacts is not None and artifact_fields:
             raise TypeError(f"pass either artifacts= or its fields ({', '.join(artifact_fields)}), not both")
         artifacts = artifacts if artifacts is not None else PolicyArtifacts(**artifact_fields)
-        api = HfApi(token=token)
-        with tempfile.TemporaryDirectory(prefix="hfpolicy-push-") as tmp:
-            folder = stage_policy_repo(self, Path(tmp), repo_id, artifacts)  # fails before anything is created
-            repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
-            if branch is not None:
-                api.create_branch(repo_id, branch=branch, exist_ok=True)
-            commit = api.upload_folder(
-                repo_id=repo_id, folder_path=folder, revision=branch, commit_message=commit_message, repo_type="model"
-            )
-        return str(commit)
+        return upload_policy_repo(
+            self, repo_id, artifacts, private=private, token=token, branch=branch, commit_message=commit_message
+        )
 
     def generate_model_card(self, *args, **kwargs) -> Any:
         """The card `save_pretrained` writes: hfpolicy's own (without eval results; `push_to_hub` adds them)."""
@@ -434,75 +358,3 @@ class Policy(
                 f"{source} does not fit {type(self).__name__} built from its config: {', '.join(problems)}"
             )
         self.load_state_dict(state_dict, strict=True)
-
-
-def check_config_matches_weights(
-    config: PolicyConfig, weights_metadata: dict[str, str], config_path: Path, weights_path: Path
-) -> None:
-    """Refuses a config.json (or config_overrides) that contradicts what the weights were trained as.
-
-    `save_pretrained` records the config in model.safetensors' metadata. Fields that only steer acting or training
-    (`config.acting_fields`: n_action_steps, the sampler, the optimizer presets, ...) may differ; any other field
-    that differs (horizon, crop_shape, n_obs_steps, features, ...) would give the weights another meaning. Weights
-    saved without that record (older files, other tools) are not checked."""
-    saved_json = weights_metadata.get(WEIGHTS_CONFIG_METADATA)
-    if saved_json is None:
-        return
-    try:
-        saved = json.loads(saved_json)
-    except json.JSONDecodeError as e:
-        raise PolicyLoadError(f"{weights_path}: its config metadata is not valid JSON ({e}); re-save the policy") from e
-    current = config.to_dict()
-    differing = [
-        name
-        for name in sorted(set(saved) | set(current))
-        if name not in config.acting_fields and saved.get(name) != current.get(name)
-    ]
-    if differing:
-        changes = "; ".join(f"{name}: {current.get(name)!r} (trained with {saved.get(name)!r})" for name in differing)
-        raise PolicyLoadError(
-            f"{config_path} contradicts the weights in {weights_path}, which were trained with other settings: "
-            f"{changes}. These fields decide what the weights mean; restore them in config.json (only "
-            f"{', '.join(sorted(config.acting_fields))} may be changed after training)"
-        )
-
-
-def check_weights_finite(state_dict: dict[str, Tensor], weights_path: Path) -> None:
-    """Refuses weights holding NaN or inf (a corrupted but readable file, or a diverged training), naming them.
-
-    All-NaN normalization buffers are the normalizer's "no stats yet" marker (using them raises MissingStatsError),
-    not damage, and are let through."""
-    bad = {
-        name: int((~torch.isfinite(tensor)).sum())
-        for name, tensor in state_dict.items()
-        if tensor.is_floating_point()
-        and not torch.isfinite(tensor).all()
-        and not (name.startswith("normalizer.") and torch.isnan(tensor).all())
-    }
-    if bad:
-        listed = ", ".join(f"{name} ({count} values)" for name, count in list(bad.items())[:5])
-        more = f" and {len(bad) - 5} more tensors" if len(bad) > 5 else ""
-        raise PolicyLoadError(
-            f"{weights_path} holds NaN or inf in {listed}{more}: the file is corrupt or the training diverged; "
-            "download it again (delete it from the Hub cache; in Python, force_download=True) or load an earlier checkpoint"
-        )
-
-
-def get_policy_class(type_name: str) -> type[Policy]:
-    """The Policy subclass registered for a config type, importing `hfpolicy.policies.<type>.modeling` if needed."""
-    if type_name not in _POLICY_CLASSES:
-        module_name = f"hfpolicy.policies.{type_name}.modeling"
-        try:
-            importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if e.name is None or not module_name.startswith(e.name):
-                raise  # a dependency of an existing policy module is missing: show that error
-    if type_name not in _POLICY_CLASSES:
-        known = sorted(set(known_policy_types()) | set(_POLICY_CLASSES))
-        raise PolicyLoadError(f"no policy class for type {type_name!r}; known types: {', '.join(known)}")
-    return _POLICY_CLASSES[type_name]
-
-
-def make_policy(config: PolicyConfig, dataset_stats: dict[str, dict[str, Any]] | None = None) -> Policy:
-    """Builds the policy class registered for `config.type`."""
-    return get_policy_class(config.type)(config, dataset_stats=dataset_stats)

@@ -232,3 +232,31 @@ def stage_policy_repo(
     if artifacts.training_curve is not None:
         shutil.copyfile(artifacts.training_curve, folder / TRAINING_CURVE_FILE)
     return folder
+
+
+def upload_policy_repo(
+    policy: "Policy",
+    repo_id: str,
+    artifacts: PolicyArtifacts,
+    *,
+    private: bool | None = None,
+    token: str | None = None,
+    branch: str | None = None,
+    commit_message: str = "Upload policy with hfpolicy",
+) -> str:
+    """Stages the policy's repository (`stage_policy_repo`: a missing video fails before anything is created), then
+    creates the repo (and branch) and uploads it in one commit; returns the commit URL."""
+    import tempfile
+
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    with tempfile.TemporaryDirectory(prefix="hfpolicy-push-") as tmp:
+        folder = stage_policy_repo(policy, Path(tmp), repo_id, artifacts)
+        repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+        if branch is not None:
+            api.create_branch(repo_id, branch=branch, exist_ok=True)
+        commit = api.upload_folder(
+            repo_id=repo_id, folder_path=folder, revision=branch, commit_message=commit_message, repo_type="model"
+        )
+    return str(commit)

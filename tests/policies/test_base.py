@@ -302,9 +302,9 @@ def test_diffusion_config_combination_errors_are_plain_value_errors():
 
 def test_a_policy_written_to_the_documented_contract_acts(monkeypatch):
     """The class docstring's contract: `generate_actions(observation)`, no noise arguments for a deterministic policy."""
-    from hfpolicy.policies import base
+    from hfpolicy.policies import registry
 
-    monkeypatch.setitem(base._POLICY_CLASSES, "toy", ToyPolicy)  # the subclass below registers itself: undone after
+    monkeypatch.setitem(registry._POLICY_CLASSES, "toy", ToyPolicy)  # the subclass below registers itself: undone after
 
     class OneArgumentPolicy(ToyPolicy):
         def generate_actions(self, observation):

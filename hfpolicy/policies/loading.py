@@ -1,0 +1,175 @@
+"""Loading a saved policy: a local directory or a Hub repo id resolved to its files, config.json and
+model.safetensors read and checked (valid JSON, a readable safetensors file, a config that agrees with what the
+weights were trained as, finite weights), and the dispatch between hfpolicy's own layout and a LeRobot checkpoint.
+Only JSON and safetensors are ever read. `Policy.from_pretrained` calls `load_policy`."""
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import safetensors
+import safetensors.torch
+import torch
+from huggingface_hub import hf_hub_download
+from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, HFValidationError
+from torch import Tensor
+
+from hfpolicy.constants import CONFIG_FILE, WEIGHTS_FILE
+from hfpolicy.io.hub_errors import describe_hub_error, is_missing_file
+from hfpolicy.policies.base import WEIGHTS_CONFIG_METADATA, Policy
+from hfpolicy.policies.config import PolicyConfig
+from hfpolicy.policies.registry import PolicyLoadError, get_policy_class
+
+
+def load_policy(
+    cls: type[Policy],
+    source: str | Path,
+    *,
+    map_location: str | torch.device = "cpu",
+    config_overrides: dict[str, Any] | None = None,
+    **hub_options: Any,
+) -> Policy:
+    """The policy saved at `source` (see `Policy.from_pretrained`), of class `cls` or a subclass; `hub_options`
+    (revision, force_download, token, cache_dir, local_files_only) go to hf_hub_download."""
+    resolve = functools.partial(resolve_file, source, **hub_options)
+    config_path = resolve(CONFIG_FILE)
+    config_data = read_config_json(config_path)
+    from hfpolicy.policies import lerobot_format  # imports the base class: imported when a policy is loaded
+
+    if lerobot_format.is_lerobot_config(config_data):  # saved by LeRobot: converted to hfpolicy's own class
+        policy = lerobot_format.load_lerobot_policy(
+            config_data, resolve, str(source), expected_class=cls, config_overrides=config_overrides
+        )
+        return policy.to(map_location).eval()
+    if config_overrides:
+        config_data.update(config_overrides)
+    try:
+        config = PolicyConfig.from_dict(config_data)
+    except ValueError as e:
+        raise PolicyLoadError(f"{config_path}: {e}") from e
+    policy_class = get_policy_class(config.type)
+    if not issubclass(policy_class, cls):
+        raise PolicyLoadError(f"{source} holds a {config.type!r} policy, not a {cls.__name__}")
+    weights_path = resolve(WEIGHTS_FILE)
+    state_dict, weights_metadata = read_weights(weights_path)
+    check_config_matches_weights(config, weights_metadata, config_path, weights_path)
+    check_weights_finite(state_dict, weights_path)
+    try:
+        policy = policy_class(config)
+    except ValueError as e:  # settings that do not fit together, e.g. n_action_steps > horizon - n_obs_steps + 1
+        raise PolicyLoadError(f"{config_path}: {e}") from e
+    policy.load_strict(state_dict, source=str(weights_path))
+    return policy.to(map_location).eval()
+
+
+def resolve_file(
+    source: str | Path,
+    filename: str,
+    *,
+    revision: str | None = None,
+    force_download: bool = False,
+    token: str | bool | None = None,
+    cache_dir: str | Path | None = None,
+    local_files_only: bool = False,
+) -> Path:
+    """The local path of `filename` in a policy directory, or downloaded from the Hub repo `source`."""
+    local = Path(source)
+    if local.is_dir():
+        path = local / filename
+        if not path.is_file():
+            raise PolicyLoadError(
+                f"{path} does not exist: a saved policy directory holds {CONFIG_FILE} and {WEIGHTS_FILE}"
+            )
+        return path
+    try:
+        return Path(
+            hf_hub_download(
+                repo_id=str(source),
+                filename=filename,
+                revision=revision,
+                cache_dir=cache_dir,
+                force_download=force_download,
+                token=token,
+                local_files_only=local_files_only,
+            )
+        )
+    except (EntryNotFoundError, HFValidationError, HfHubHTTPError, OSError) as e:
+        if isinstance(e, HFValidationError) and not str(source).count("/") == 1:
+            raise PolicyLoadError(f"{source!r} is not a local directory, nor a Hub repo id (user/name)") from e
+        raise PolicyLoadError(
+            describe_hub_error(e, str(source), filename, revision)
+            + (": is it an hfpolicy policy?" if is_missing_file(e) else "")
+        ) from e
+
+
+def read_config_json(config_path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(config_path.read_text())
+    except json.JSONDecodeError as e:
+        raise PolicyLoadError(f"{config_path} is not valid JSON ({e}); re-save or re-download the policy") from e
+
+
+def read_weights(weights_path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """(the tensors, the file's metadata) of a safetensors file; PolicyLoadError for a damaged one."""
+    try:
+        state_dict = safetensors.torch.load_file(str(weights_path), device="cpu")
+        with safetensors.safe_open(str(weights_path), framework="pt") as weights_file:
+            return state_dict, weights_file.metadata() or {}
+    except (safetensors.SafetensorError, OSError, ValueError) as e:
+        raise PolicyLoadError(
+            f"{weights_path} is not a readable safetensors file ({e}); it may be truncated or corrupt: "
+            "download it again (delete it from the Hub cache; in Python, force_download=True) or re-save the policy"
+        ) from e
+
+
+def check_config_matches_weights(
+    config: PolicyConfig, weights_metadata: dict[str, str], config_path: Path, weights_path: Path
+) -> None:
+    """Refuses a config.json (or config_overrides) that contradicts what the weights were trained as.
+
+    `save_pretrained` records the config in model.safetensors' metadata. Fields that only steer acting or training
+    (`config.acting_fields`: n_action_steps, the sampler, the optimizer presets, ...) may differ; any other field
+    that differs (horizon, crop_shape, n_obs_steps, features, ...) would give the weights another meaning. Weights
+    saved without that record (older files, other tools) are not checked."""
+    saved_json = weights_metadata.get(WEIGHTS_CONFIG_METADATA)
+    if saved_json is None:
+        return
+    try:
+        saved = json.loads(saved_json)
+    except json.JSONDecodeError as e:
+        raise PolicyLoadError(f"{weights_path}: its config metadata is not valid JSON ({e}); re-save the policy") from e
+    current = config.to_dict()
+    differing = [
+        name
+        for name in sorted(set(saved) | set(current))
+        if name not in config.acting_fields and saved.get(name) != current.get(name)
+    ]
+    if differing:
+        changes = "; ".join(f"{name}: {current.get(name)!r} (trained with {saved.get(name)!r})" for name in differing)
+        raise PolicyLoadError(
+            f"{config_path} contradicts the weights in {weights_path}, which were trained with other settings: "
+            f"{changes}. These fields decide what the weights mean; restore them in config.json (only "
+            f"{', '.join(sorted(config.acting_fields))} may be changed after training)"
+        )
+
+
+def check_weights_finite(state_dict: dict[str, Tensor], weights_path: Path) -> None:
+    """Refuses weights holding NaN or inf (a corrupted but readable file, or a diverged training), naming them.
+
+    All-NaN normalization buffers are the normalizer's "no stats yet" marker (using them raises MissingStatsError),
+    not damage, and are let through."""
+    bad = {
+        name: int((~torch.isfinite(tensor)).sum())
+        for name, tensor in state_dict.items()
+        if tensor.is_floating_point()
+        and not torch.isfinite(tensor).all()
+        and not (name.startswith("normalizer.") and torch.isnan(tensor).all())
+    }
+    if bad:
+        listed = ", ".join(f"{name} ({count} values)" for name, count in list(bad.items())[:5])
+        more = f" and {len(bad) - 5} more tensors" if len(bad) > 5 else ""
+        raise PolicyLoadError(
+            f"{weights_path} holds NaN or inf in {listed}{more}: the file is corrupt or the training diverged; "
+            "download it again (delete it from the Hub cache; in Python, force_download=True) or load an earlier checkpoint"
+        )
