@@ -11,78 +11,124 @@ ResNet18 + U-Net (263 M parameters), 200k steps at batch 64; about a day on one 
 small state-input Diffusion Policy learns from them; the whole command (record + train + a 500-episode evaluation)
 is measured by bench/learning.py (README).
 
-A recipe is a list of `hfpolicy train` flags (below) put before yours, so every flag you give overrides it (`--help`
-lists them), with a preset per policy type (`--recipe=cpu --policy.type=act` gets a small ACT); with `--resume=true`
+A recipe is a typed preset (a TrainConfig, and per policy type its policy config): the fields it sets are put before
+your flags as `hfpolicy train` flags, so every flag you give overrides it (`--help` lists them), with a preset per
+policy type (`--recipe=cpu --policy.type=act` gets a small ACT); with `--resume=true`
 the run's own train_config.json is the base and no recipe flag is added.
 """
 
 import argparse
+import dataclasses
 import json
 import sys
+from dataclasses import dataclass, field
 
 import torch
 
+from hfpolicy.cli.flags import value_words
 from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
+from hfpolicy.policies import ACTConfig, DiffusionConfig, PolicyConfig
 from hfpolicy.training import describe_dataset, main
+from hfpolicy.training.config import DatasetConfig, TrainConfig, TrainEvalConfig
 
 RECIPE_CHOICES = ("auto", "paper", "cpu")
 
-RECIPES: dict[str, dict[str, list[str]]] = {
-    "paper": {  # Diffusion Policy's PushT image setup: 200k steps at batch 64, 50 eval episodes every 20k steps
-        "run": [
-            "--dataset.repo_id=lerobot/pusht",
-            "--steps=200000",
-            "--batch_size=64",
-            "--save_freq=20000",
-            "--eval.freq=20000",
-            "--eval.n_episodes=50",
-            "--eval.n_videos=4",
-        ],
-        "policies": {"diffusion": ["--policy.type=diffusion"]},  # the paper's defaults (DiffusionConfig)
-    },
-    "cpu": {  # state inputs from scripted demos; sizes chosen by measurement on a 2-core CPU (README)
-        "run": [
-            "--dataset.scripted_episodes=500",  # recorded once into the cache, then reused
-            f"--dataset.input_features=[{OBS_STATE},{OBS_ENV_STATE}]",
-            "--steps=5000",
-            "--batch_size=256",
-            "--save_freq=1000",
-            "--compile=true",  # ~3x faster steps for this small U-Net on CPU
-            "--eval.freq=1000",  # a 50-episode check every 1000 steps, 500 episodes at the end
-            "--eval.n_episodes=50",
-            "--eval.final_n_episodes=500",
-            "--eval.batch_size=125",
-            "--eval.n_videos=4",
-        ],
-        "policies": {
-            "diffusion": [
-                "--policy.type=diffusion",
-                "--policy.down_dims=[64,128,256]",  # 4.5 M parameters
-                "--policy.crop_shape=null",  # no images
-                "--policy.n_action_steps=4",  # closed loop every 4 steps: 58% vs 51% success with 8 (same weights)
-                "--policy.optimizer_lr=1e-3",
-                "--policy.scheduler_warmup_steps=200",
-                "--policy.noise_scheduler_type=DDIM",  # acting: 10 denoising steps instead of 100
-                "--policy.num_inference_steps=10",
-            ],
-            "act": [  # --policy.type=act: a small ACT for 10 Hz PushT (1.5 M parameters; pilots on 50 episodes)
-                "--policy.type=act",
-                "--policy.chunk_size=16",
-                "--policy.n_action_steps=8",
-                "--policy.dim_model=128",
-                "--policy.n_heads=4",
-                "--policy.dim_feedforward=512",
-                "--policy.n_vae_encoder_layers=2",
-                "--policy.dropout=0.0",
-                "--policy.optimizer_lr=1e-3",
-                "--policy.scheduler_name=cosine",
-                "--policy.scheduler_warmup_steps=300",
-                "--steps=3000",  # 77.6% success over 500 seeds in 29 minutes (README)
-                "--compile=false",  # measured no faster for this transformer
-            ],
+
+@dataclass(frozen=True)
+class PolicyPreset:
+    """A policy type's preset within a recipe: its config, and the run settings that differ for it."""
+
+    policy: PolicyConfig
+    steps: int | None = None  # None: the recipe's
+    compile: bool | None = None  # None: the recipe's
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A preset run: `run` sets the run's fields, `policies` the preset of each policy type it knows. The first
+    policy is the recipe's default."""
+
+    run: TrainConfig
+    policies: dict[str, PolicyPreset] = field(default_factory=dict)
+
+
+RECIPES: dict[str, Recipe] = {
+    "paper": Recipe(  # Diffusion Policy's PushT image setup: 200k steps at batch 64, 50 eval episodes every 20k steps
+        run=TrainConfig(
+            dataset=DatasetConfig(repo_id="lerobot/pusht"),
+            steps=200_000,
+            batch_size=64,
+            save_freq=20_000,
+            eval=TrainEvalConfig(freq=20_000, n_episodes=50, n_videos=4),
+        ),
+        policies={"diffusion": PolicyPreset(DiffusionConfig())},  # the paper's defaults (DiffusionConfig)
+    ),
+    "cpu": Recipe(  # state inputs from scripted demos; sizes chosen by measurement on a 2-core CPU (README)
+        run=TrainConfig(
+            dataset=DatasetConfig(scripted_episodes=500, input_features=[OBS_STATE, OBS_ENV_STATE]),  # recorded once
+            steps=5000,
+            batch_size=256,
+            save_freq=1000,
+            compile=True,  # ~3x faster steps for this small U-Net on CPU
+            # a 50-episode check every 1000 steps, 500 episodes at the end
+            eval=TrainEvalConfig(freq=1000, n_episodes=50, final_n_episodes=500, batch_size=125, n_videos=4),
+        ),
+        policies={
+            "diffusion": PolicyPreset(
+                DiffusionConfig(
+                    down_dims=(64, 128, 256),  # 4.5 M parameters
+                    crop_shape=None,  # no images
+                    n_action_steps=4,  # closed loop every 4 steps: 58% vs 51% success with 8 (same weights)
+                    optimizer_lr=1e-3,
+                    scheduler_warmup_steps=200,
+                    noise_scheduler_type="DDIM",  # acting: 10 denoising steps instead of 100
+                    num_inference_steps=10,
+                )
+            ),
+            "act": PolicyPreset(  # a small ACT for 10 Hz PushT (1.5 M parameters; pilots on 50 episodes)
+                ACTConfig(
+                    chunk_size=16,
+                    n_action_steps=8,
+                    dim_model=128,
+                    n_heads=4,
+                    dim_feedforward=512,
+                    n_vae_encoder_layers=2,
+                    dropout=0.0,
+                    optimizer_lr=1e-3,
+                    scheduler_name="cosine",
+                    scheduler_warmup_steps=300,
+                ),
+                steps=3000,  # 77.6% success over 500 seeds in 29 minutes (README)
+                compile=False,  # measured no faster for this transformer
+            ),
         },
-    },
+    ),
 }
+
+
+def changed_flags(preset, base, prefix: str = "") -> list[str]:
+    """The flags that turn config `base` into `preset` (field by field, nested configs by prefix)."""
+    flags = []
+    for f in dataclasses.fields(preset):
+        value, default = getattr(preset, f.name), getattr(base, f.name)
+        if isinstance(value, PolicyConfig):
+            flags += [f"--{prefix}{f.name}.type={value.type}"]
+            flags += changed_flags(value, type(value)(), f"{prefix}{f.name}.")
+        elif dataclasses.is_dataclass(value) and type(value) is type(default):
+            flags += changed_flags(value, default, f"{prefix}{f.name}.")
+        elif value != default:
+            flags.append(f"--{prefix}{f.name}={value_words(value)}")
+    return flags
+
+
+def user_choices(flags: list[str]) -> argparse.Namespace:
+    """The user's --policy.type, --resume and data flags (parsed, not matched), which decide what a recipe adds."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--policy.type", dest="policy_type")
+    parser.add_argument("--resume", type=lambda text: text.lower() == "true", default=False)
+    parser.add_argument("--dataset.root", dest="dataset_root")
+    parser.add_argument("--dataset.repo_id", dest="dataset_repo_id")
+    return parser.parse_known_args(flags)[0]
 
 
 def choose_recipe(argv: list[str]) -> tuple[str, str, list[str]]:
@@ -101,16 +147,20 @@ def recipe_flags(recipe: str, flags: list[str]) -> list[str]:
     """The recipe's flags that go before the user's: none when resuming; the preset of the chosen `--policy.type`
     (none for a type the recipe has no preset for); no scripted recording when the user names the data
     (`--dataset.root=` or `--dataset.repo_id=`)."""
-    if any(flag in ("--resume=true", "--resume=True") for flag in flags):
+    user = user_choices(flags)
+    if user.resume:
         return []
     chosen = RECIPES[recipe]
-    types = [flag.split("=", 1)[1] for flag in flags if flag.startswith("--policy.type=")]
-    policy_type = types[-1] if types else next(iter(chosen["policies"]))  # the first preset is the default policy
-    policy_flags = chosen["policies"].get(policy_type, [])
-    run_flags = chosen["run"]
-    if any(flag.startswith(("--dataset.root=", "--dataset.repo_id=")) for flag in flags):
-        run_flags = [flag for flag in run_flags if not flag.startswith("--dataset.scripted_episodes=")]
-    return [*run_flags, *policy_flags]
+    run = chosen.run
+    if user.dataset_root is not None or user.dataset_repo_id is not None:
+        run = dataclasses.replace(run, dataset=dataclasses.replace(run.dataset, scripted_episodes=0))
+    run_flags = [flag for flag in changed_flags(run, TrainConfig()) if not flag.startswith("--policy.")]
+    policy_type = user.policy_type or next(iter(chosen.policies))  # the first preset is the default policy
+    preset = chosen.policies.get(policy_type)
+    if preset is None:
+        return run_flags
+    changes = {name: getattr(preset, name) for name in ("steps", "compile") if getattr(preset, name) is not None}
+    return [*run_flags, *changed_flags(dataclasses.replace(run, policy=preset.policy, **changes), run)]
 
 
 def run(argv: list[str] | None = None) -> int:

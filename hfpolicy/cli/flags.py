@@ -168,8 +168,8 @@ def _type_words(annotation: Any) -> tuple[str, bool]:
     return getattr(annotation, "__name__", str(annotation)), False
 
 
-def _default_words(value: Any) -> str:
-    """A default as the command line writes it: true/false, null, [64,128]."""
+def value_words(value: Any) -> str:
+    """A value as the command line writes it: true/false, null, [64,128]."""
     if value is None:
         return "null"
     if value == "":
@@ -179,9 +179,9 @@ def _default_words(value: Any) -> str:
     if isinstance(value, enum.Enum):
         return str(value.value)
     if isinstance(value, list | tuple):
-        return "[" + ",".join(_default_words(item) for item in value) + "]"
+        return "[" + ",".join(value_words(item) for item in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{key}: {_default_words(item)}" for key, item in value.items()) + "}"
+        return "{" + ", ".join(f"{key}: {value_words(item)}" for key, item in value.items()) + "}"
     return str(value)
 
 
@@ -228,7 +228,7 @@ def help_sections(config_class: type, argv: list[str], prog: str) -> list[tuple[
             else:
                 words, nullable = _type_words(annotation)
                 if default is not dataclasses.MISSING and not re.search(r"\bdefault\b|\brequired\b", doc):
-                    doc = f"{doc} (default: {_default_words(default)})".strip()
+                    doc = f"{doc} (default: {value_words(default)})".strip()
                 if nullable and default is not None and "null" not in doc:
                     doc += "; null to unset"
                 rows.append((flag, words, doc))
