@@ -69,8 +69,6 @@ def record(cfg: RecordConfig) -> Path:
             f"--output_dir={output_dir} exists; choose a new folder, or add --overwrite=true to replace that dataset "
             "(it is replaced only once the new one is complete)"
         )
-    from hfpolicy.policies.scripted import PushTExpert
-
     if not cfg.images and not cfg.environment_state:
         raise ValueError("--images=false needs --environment_state=true: the policy would see only the agent")
     env_cfg = PushTEnvConfig(
@@ -79,6 +77,8 @@ def record(cfg: RecordConfig) -> Path:
         observation_size=cfg.env.observation_size,
         render_size=cfg.env.render_size,
     )
+    from hfpolicy.policies.scripted import PushTExpert
+
     env = env_cfg.make_single()
     expert = PushTExpert()
     geometry = PushTGeometry() if cfg.environment_state else None
@@ -91,25 +91,7 @@ def record(cfg: RecordConfig) -> Path:
         with writer:
             bar = tqdm(range(cfg.n_episodes), desc="recording", unit="episode", disable=not cfg.progress)
             for episode in bar:
-                observation, _ = env.reset(seed=cfg.start_seed + episode)
-                expert.reset(env)
-                success = False
-                for _ in range(cfg.max_steps):
-                    frame = {OBS_STATE: observation["agent_pos"].astype(np.float32)}
-                    if cfg.images:
-                        frame[OBS_IMAGE] = observation["pixels"]
-                    if geometry is not None:
-                        block = env.unwrapped.block
-                        pose = np.array([[*block.position, block.angle]])
-                        frame[OBS_ENV_STATE] = geometry.keypoints(pose)[0].astype(np.float32)
-                    action = np.asarray(expert.act(env), dtype=np.float32)
-                    observation, reward, terminated, truncated, info = env.step(action)
-                    success = success or bool(info.get(SUCCESS_INFO_KEY, False))
-                    done = terminated or truncated
-                    frame.update({ACTION: action, REWARD: np.float32(reward), SUCCESS: success, DONE: done})
-                    writer.add_frame(frame, task=PUSHT_TASK)
-                    if done:
-                        break
+                success = record_episode(env, expert, writer, cfg, cfg.start_seed + episode, geometry)
                 n_successes += success
                 if success or not cfg.discard_failures:
                     writer.save_episode()
@@ -129,6 +111,36 @@ def record(cfg: RecordConfig) -> Path:
             description=f"{n_kept} PushT demonstrations by hfpolicy's scripted expert (seeds from {cfg.start_seed}).",
         )
     return output_dir
+
+
+def record_episode(env, expert, writer: DatasetWriter, cfg: RecordConfig, seed: int, geometry) -> bool:
+    """One expert episode (hfpolicy.policies.scripted.run_expert_episode) into the writer's current episode: frame t
+    holds the observation before action t, and the reward, success so far and done flag that action produced.
+    Returns whether the episode succeeded."""
+    from hfpolicy.policies.scripted.pusht_expert import run_expert_episode
+
+    before: dict = {}  # the frame of the observation the next action is taken from
+    succeeded = False
+
+    def observe(observation) -> None:
+        before.clear()
+        before[OBS_STATE] = observation["agent_pos"].astype(np.float32)
+        if cfg.images:
+            before[OBS_IMAGE] = observation["pixels"]
+        if geometry is not None:
+            block = env.unwrapped.block
+            before[OBS_ENV_STATE] = geometry.keypoints(np.array([[*block.position, block.angle]]))[0].astype(np.float32)
+
+    def on_step(t, action, observation, reward, terminated, truncated, info) -> None:
+        nonlocal succeeded
+        succeeded = succeeded or bool(info.get(SUCCESS_INFO_KEY, False))
+        done = terminated or truncated
+        frame = {**before, ACTION: np.asarray(action, dtype=np.float32), REWARD: np.float32(reward)}
+        writer.add_frame({**frame, SUCCESS: succeeded, DONE: done}, task=PUSHT_TASK)
+        observe(observation)
+
+    run_expert_episode(env, expert, seed, cfg.max_steps, on_step=on_step, on_reset=lambda obs, info: observe(obs))
+    return succeeded
 
 
 def record_command(cfg: RecordConfig) -> str:

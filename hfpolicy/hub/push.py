@@ -92,10 +92,6 @@ def push_run(
     Hub and network failures raise PushError naming the cause and the way to retry."""
     import json
 
-    from hfpolicy.io.video import episode_index_of
-    from hfpolicy.policies.card import PolicyArtifacts
-    from hfpolicy.training.curve import draw_training_curve
-
     run_dir = Path(run_dir)
     run = RunFolder(run_dir)
     config_path = run.config_file
@@ -114,20 +110,8 @@ def push_run(
         from hfpolicy.policies import Policy
 
         policy = Policy.from_pretrained(checkpoint / PRETRAINED_DIR)
-    eval_dir = run.latest_eval_dir(up_to_step)
-    videos = sorted((eval_dir / "videos").glob("*.mp4"), key=episode_index_of) if eval_dir is not None else []
-    curve = draw_training_curve(run.metrics_file, run.curve_file)
-    dataset = train_config.get("dataset") or {}
+    artifacts = run_artifacts(run, train_config, up_to_step, train_command)
     hub = train_config.get("hub") or {}
-    artifacts = PolicyArtifacts(
-        eval_info=eval_dir / EVAL_INFO_FILE if eval_dir is not None else None,
-        videos=videos,
-        train_config=train_config,
-        training_curve=curve,
-        env_type=(train_config.get("env") or {}).get("type"),
-        dataset_repo_id=dataset.get("repo_id") if not dataset.get("root") else None,  # local data: in the card
-        train_command=train_command or f"hfpolicy train --config_path={config_path}",
-    )
     try:
         return policy.push_to_hub(
             repo_id,
@@ -141,6 +125,27 @@ def push_run(
         if cause is None:
             raise
         raise PushError(f"{cause}; the run is saved in {run_dir}: push it with `hfpolicy push --run={run_dir}`") from e
+
+
+def run_artifacts(run: RunFolder, train_config: dict, up_to_step: int | None, train_command: str | None):
+    """What goes with the policy: the latest evaluation (at or before `up_to_step`) and its videos, the training
+    curve drawn now, train_config.json, and the command that reproduces the run."""
+    from hfpolicy.io.video import episode_index_of
+    from hfpolicy.policies.card import PolicyArtifacts
+    from hfpolicy.training.curve import draw_training_curve
+
+    eval_dir = run.latest_eval_dir(up_to_step)
+    videos = sorted((eval_dir / "videos").glob("*.mp4"), key=episode_index_of) if eval_dir is not None else []
+    dataset = train_config.get("dataset") or {}
+    return PolicyArtifacts(
+        eval_info=eval_dir / EVAL_INFO_FILE if eval_dir is not None else None,
+        videos=videos,
+        train_config=train_config,
+        training_curve=draw_training_curve(run.metrics_file, run.curve_file),
+        env_type=(train_config.get("env") or {}).get("type"),
+        dataset_repo_id=dataset.get("repo_id") if not dataset.get("root") else None,  # local data: in the card
+        train_command=train_command or f"hfpolicy train --config_path={run.config_file}",
+    )
 
 
 @dataclass
