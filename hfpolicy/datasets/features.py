@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from hfpolicy.constants import ACTION, OBS_PREFIX
 from hfpolicy.datasets.format import DatasetFormatError
-from hfpolicy.policies.config import FeatureType, PolicyFeature
+from hfpolicy.features import FeatureType, PolicyFeature
 
 VIDEO = "video"  # frames in mp4 files under videos/
 IMAGE = "image"  # frames as encoded image bytes inside the data parquet (datasets.Image)

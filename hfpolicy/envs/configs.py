@@ -15,7 +15,7 @@ from gymnasium.vector import VectorEnv
 
 from hfpolicy.constants import OBS_ENV_STATE, OBS_IMAGE, OBS_STATE
 from hfpolicy.envs.vector import make_vector_env
-from hfpolicy.policies.config import FeatureType, PolicyFeature
+from hfpolicy.features import FeatureType, PolicyFeature
 
 
 @dataclass
