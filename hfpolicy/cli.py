@@ -13,6 +13,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "record": ("hfpolicy.record:main", "record demonstrations with a scripted expert into a LeRobot v3.0 dataset"),
     "push": ("hfpolicy.push:main", "push a training run (policy, evaluation, curve, card) to the Hub"),
     "export": ("hfpolicy.export:main", "write a saved policy in another library's layout (--format=lerobot)"),
+    "view": ("hfpolicy.viewer.view:main", "write one HTML page (offline) to look at a dataset, an evaluation or a run"),
 }
 
 
