@@ -15,12 +15,12 @@ from typing import Any
 import av
 
 from hfpolicy.constants import EVAL_INFO_FILE
+from hfpolicy.eval.cli import EPISODES_FILE
 from hfpolicy.eval.evaluation import summarize_episodes
 from hfpolicy.eval.rollouts import EpisodeRecord
 from hfpolicy.video import episode_index_of
 from hfpolicy.viewer.page import rounded, rounded_list
 
-EPISODES_FILE = "episodes.jsonl"  # as hfpolicy.eval.cli writes it, one record per line
 VIDEOS_DIR = "videos"
 HISTOGRAM_BINS = 20
 RECORD_FIELDS = ("index", "seed", "success", "max_reward", "sum_reward", "length", "n_clipped_actions")

@@ -44,9 +44,9 @@
     })));
     const plot = new uPlot({
       width, height: opts.height || 170, series,
-      scales: { x: { time: false }, y: opts.yScale || {} },
+      scales: { x: { time: false }, y: opts.yScale || { range: (u, lo, hi) => (lo === hi ? [lo - 1, hi + 1] : uPlot.rangeNum(lo, hi, 0.1, true)) } },
       axes: [{ label: opts.xLabel || "step", size: 36 }, { label: opts.yLabel || "", size: 56 }],
-      legend: { show: names.length <= 16, live: true },
+      legend: { show: names.length > 1 && names.length <= 16, live: true },
       cursor: { drag: { x: false, y: false } },
       hooks: { draw: [() => place()] },  // the first draw comes after construction; resizes redraw too
     }, [xs, ...ys], box);
@@ -169,7 +169,7 @@
       card(String(agg.n_clipped_actions), "clipped actions"),
       agg.eval_s ? card(agg.eval_s.toFixed(1) + " s", "eval time", `${fmt(agg.episodes_per_s)} episodes/s`) : null));
     const left = el("div", { class: "panel" }), right = el("div", { class: "panel", id: "episode" });
-    root.append(el("div", { class: "layout" }, left, right));
+    root.append(el("div", { class: "layout wide-list" }, left, right));
     const bottom = el("div", { class: "panel", style: "margin-top:14px" });
     root.append(bottom);
     const columns = [
