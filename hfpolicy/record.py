@@ -141,4 +141,5 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hfpolicy record: error: {e}", file=sys.stderr)
         return 2
     print(f"recorded {cfg.n_episodes} episodes into {root}" + (f"; pushed to {cfg.push_to}" if cfg.push_to else ""))
+    print(f"look at them: hfpolicy view {root}")
     return 0

@@ -237,3 +237,14 @@ def test_hfpolicy_view_writes_each_kind_and_explains_bad_input(toy_eval_dir, dat
     assert "neither a dataset" in err and err.count("\n") == 1
     assert cli_main(["view", str(eval_dir), "--output=report.txt"]) == 2
     assert "--output" in capsys.readouterr().err
+
+
+def test_hfpolicy_record_prints_the_command_that_opens_the_new_dataset(tmp_path, capsys):
+    from hfpolicy.record import main as record_main
+
+    root = tmp_path / "demos"
+    assert record_main(["--n_episodes=1", "--max_steps=8", f"--output_dir={root}", "--progress=false"]) == 0
+    command = capsys.readouterr().out.strip().splitlines()[-1].removeprefix("look at them: ")
+    assert command == f"hfpolicy view {root}"
+    assert cli_main(command.split()[1:]) == 0
+    assert page_data(root / "view.html").data["episodes"][0]["length"] == 8
