@@ -41,9 +41,11 @@ def test_eval_page_in_chromium(browser, tmp_path):
     page = browser.open(page_path.as_uri())
     page.wait_for("document.body.dataset.ready")
 
-    rows = page.evaluate(f"{ROWS}.map(r => [...r.cells].map(c => c.textContent.trim()))")
+    rows = page.evaluate(f"{ROWS}.map(r => [r.dataset.index, ...[...r.cells].slice(1).map(c => c.textContent.trim())])")
     assert [int(r[0]) for r in rows] == expected["default_order"]  # failures first, lowest max reward first
     records = {r.index: r for r in result.episodes}
+    filmed = page.evaluate(f"{ROWS}.filter(r => r.querySelector('.filmed')).map(r => Number(r.dataset.index))")
+    assert sorted(filmed) == [0, 1]  # the episodes with a video are marked
     for row in rows:
         record = records[int(row[0])]
         assert row[1] == ("success" if record.success else "failure") and int(row[4]) == record.length

@@ -39,7 +39,7 @@
     parent.append(box);
     const width = Math.max(320, (opts.width || parent.clientWidth || 640) - 8);
     const series = [{ label: opts.xLabel || "step" }].concat(names.map((name, i) => ({
-      label: name, stroke: (opts.colors || COLORS)[i % COLORS.length], width: 1.5,
+      label: name, stroke: (opts.colors || COLORS)[i % COLORS.length], width: 1.5, fill: i === 0 ? opts.fill : undefined,
       dash: opts.dashes && opts.dashes[i] ? opts.dashes[i] : undefined, points: { show: opts.points || false },
     })));
     const plot = new uPlot({
@@ -71,7 +71,7 @@
     const totals = hist.successes.map((s, i) => s + hist.failures[i]);
     const bars = uPlot.paths.bars({ size: [0.9, 60] });
     const box = el("div", { class: "plot", id: "histogram" },
-      el("div", { class: "title" }, "max reward per episode (red: failures, green: successes)"));
+      el("div", { class: "title" }, "red: failures, green: successes"));
     parent.append(box);
     new uPlot({
       width: Math.max(320, width - 8), height: 170,
@@ -80,6 +80,7 @@
         { label: "successes", stroke: "#1a7f4b", fill: "rgba(26,127,75,.75)", paths: bars, points: { show: false } }],
       scales: { x: { time: false, range: [hist.edges[0], hist.edges[hist.edges.length - 1]] }, y: { range: (u, lo, hi) => [0, Math.max(1, hi)] } },
       axes: [{ label: "max reward", size: 36 }, { label: "episodes", size: 48 }],
+      legend: { show: false },
     }, [centres, totals, hist.successes], box);
   }
 
@@ -114,7 +115,16 @@
     function select(index) { selected = index; render(); onSelect(byIndex.get(index)); }
     const table = el("table", { id: "episodes" }, el("thead", {}, el("tr", {}, headers)), tbody);
     render();
-    return { table, select, setFilter(f) { filter = f; render(); }, visible: () => order.filter((i) => filter(byIndex.get(i))) };
+    function visible() { return order.filter((i) => filter(byIndex.get(i))); }
+    function step(offset) {  // the next / previous visible row
+      const rows = visible(), at = rows.indexOf(selected);
+      if (!rows.length) return;
+      const next = rows[Math.max(0, Math.min(rows.length - 1, at < 0 ? 0 : at + offset))];
+      select(next);
+      const tr = tbody.querySelector(`tr[data-index="${next}"]`);
+      if (tr) tr.scrollIntoView({ block: "nearest" });
+    }
+    return { table, select, step, setFilter(f) { filter = f; render(); }, visible };
   }
 
   // --- time cursor: videos + slider + plot markers ----------------------------------------------------------
@@ -153,7 +163,10 @@
     if (!videos.length) play.disabled = true;
     for (const v of videos) v.el.addEventListener("loadedmetadata", () => { v.el.currentTime = v.from + (Math.max(frame, 0) + 0.25) / fps; });
     show(0, false);
-    return { show: (f) => show(f, true), stop() { if (raf) cancelAnimationFrame(raf); for (const v of videos) v.el.pause(); } };
+    return {
+      show: (f) => show(f, true), toggle: () => play.click(), step: (d) => show(frame + d, true),
+      stop() { if (raf) cancelAnimationFrame(raf); for (const v of videos) v.el.pause(); },
+    };
   }
 
   // --- evaluation -------------------------------------------------------------------------------------------
@@ -170,21 +183,19 @@
       agg.eval_s ? card(agg.eval_s.toFixed(1) + " s", "eval time", `${fmt(agg.episodes_per_s)} episodes/s`) : null));
     const left = el("div", { class: "panel" }), right = el("div", { class: "panel", id: "episode" });
     root.append(el("div", { class: "layout wide-list" }, left, right));
-    const bottom = el("div", { class: "panel", style: "margin-top:14px" });
-    root.append(bottom);
     const columns = [
-      { key: "index", label: "episode", value: (r) => r.index, cell: (r) => el("td", {}, r.index) },
+      { key: "index", label: "episode", value: (r) => r.index, cell: (r) => el("td", { title: r.video ? "filmed" : null }, r.video ? el("span", { class: "filmed" }, "▶ ") : null, r.index) },
       { key: "success", label: "result", value: (r) => r.success, cell: (r) => resultCell(r.success) },
       { key: "max_reward", label: "max reward", value: (r) => r.max_reward, cell: (r) => el("td", {},
         el("span", { class: "bar", style: `width:${Math.round(50 * Math.max(0, Math.min(1, r.max_reward)))}px` }), " ", fmt(r.max_reward)) },
       { key: "sum_reward", label: "sum reward", value: (r) => r.sum_reward, cell: (r) => el("td", {}, fmt(r.sum_reward)) },
       { key: "length", label: "length", value: (r) => r.length, cell: (r) => el("td", {}, r.length) },
       { key: "seed", label: "seed", value: (r) => r.seed, cell: (r) => el("td", {}, r.seed) },
-      { key: "video", label: "video", value: (r) => (r.video ? 0 : 1), cell: (r) => el("td", {}, r.video ? "▶" : "") },
     ];
     let cursor = null;
     const table = sortableTable(columns, DATA.episodes, DATA.default_order, (row) => showEpisode(right, row));
-    left.append(el("h2", {}, "episodes ", el("span", { class: "note" }, "(failures first; click a header to sort)")),
+    keys = { table, cursor: () => cursor };
+    left.append(el("h2", {}, "episodes ", el("span", { class: "note" }, "failures first · click a header to sort · ↑↓ episodes, ←→ frames, space plays")),
       el("div", { class: "tablewrap" }, table.table));
     function showEpisode(panel, row) {
       if (cursor) cursor.stop();
@@ -206,8 +217,10 @@
       cursor = timeCursor(panel, videos, DATA.fps, row.length + 1, (f) => f, (x) => plots.forEach((p) => p.setMarker(x)));
       panel.append(holder);
       if (row.rewards.length) {
-        plots = [linePlot(holder, "reward per step", steps, [row.rewards], ["reward"],
-          { width: panel.clientWidth - 24, yLabel: "reward", onSeek: (x) => cursor.show(x) })];
+        const inUnit = row.rewards.every((r) => r === null || (r >= 0 && r <= 1));
+        plots = [linePlot(holder, "reward per step (click to seek)", steps, [row.rewards], ["reward"],
+          { width: panel.clientWidth - 24, height: 200, yLabel: "reward", onSeek: (x) => cursor.show(x),
+            yScale: inUnit ? { range: [0, 1] } : undefined, fill: "rgba(59,91,219,.12)" })];
         plots.forEach((p) => p.setMarker(0));
       } else {
         holder.append(el("p", { class: "note" }, "this eval_info.json has no per-step rewards (written before hfpolicy kept them)"));
@@ -215,8 +228,8 @@
     }
     const first = DATA.default_order.map((i) => DATA.episodes.find((e) => e.index === i)).find((e) => e.video) || DATA.episodes.find((e) => e.index === DATA.default_order[0]);
     table.select(first.index);
-    bottom.append(el("h2", {}, "max rewards"));
-    histogramPlot(bottom, DATA.histogram, bottom.clientWidth - 24);
+    left.append(el("h2", { style: "margin-top:12px" }, "max reward per episode"));
+    histogramPlot(left, DATA.histogram, left.clientWidth - 24);
   }
 
   // --- dataset ----------------------------------------------------------------------------------------------
@@ -241,6 +254,7 @@
     ];
     let cursor = null;
     const table = sortableTable(columns, eps, eps.map((e) => e.index), (row) => showEpisode(row));
+    keys = { table, cursor: () => cursor };
     const result = el("select", { id: "filter-result" }, el("option", { value: "" }, "all results"),
       el("option", { value: "success" }, "successes"), el("option", { value: "failure" }, "failures"));
     const task = el("select", { id: "filter-task" }, el("option", { value: "" }, "all tasks"), DATA.tasks.map((t) => el("option", { value: t }, t.slice(0, 50))));
@@ -328,6 +342,16 @@
     const kv = Object.entries(DATA.config).map(([k, v]) => el("tr", {}, el("td", {}, k), el("td", {}, String(v))));
     root.append(el("details", { class: "panel" }, el("summary", {}, "train_config.json"), el("table", { class: "kv" }, el("tbody", {}, kv))));
   }
+
+  // Keys: up/down (or j/k) the previous/next episode in the table, left/right a frame, space play/pause.
+  let keys = null;
+  document.addEventListener("keydown", (e) => {
+    if (!keys || ["INPUT", "SELECT", "TEXTAREA"].includes(e.target.tagName) && e.target.type !== "range") return;
+    const action = { ArrowDown: () => keys.table.step(1), j: () => keys.table.step(1), ArrowUp: () => keys.table.step(-1),
+      k: () => keys.table.step(-1), ArrowRight: () => keys.cursor().step(1), ArrowLeft: () => keys.cursor().step(-1),
+      " ": () => keys.cursor().toggle() }[e.key];
+    if (action) { e.preventDefault(); action(); }
+  });
 
   const app = document.getElementById("app");
   app.append(el("header", {}, el("h1", {}, DATA.title), el("span", { class: "src" }, DATA.source)));
