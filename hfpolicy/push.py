@@ -139,10 +139,10 @@ def push_run(
 
 
 def eval_page_for_hub(eval_dir: Path) -> Path:
-    """The evaluation's page with its videos inside (one file that works once downloaded), beside eval_info.json."""
+    """The evaluation's page with its videos inside (one file that works once downloaded): eval_dir/view.html."""
     from hfpolicy.viewer import view
 
-    return view(eval_dir, eval_dir / "view_embedded.html", embed_videos=True)
+    return view(eval_dir, embed_videos=True)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from typing import Any
 from hfpolicy.atomic_files import write_atomically
 
 PAGE_KINDS = ("dataset", "eval", "run")
+EMBED_AUTO_MAX_BYTES = 10_000_000  # `hfpolicy view --embed_videos=auto` puts videos inside a page below this total
 ASSETS = {  # placeholder in the template -> package file inlined there
     "UPLOT_CSS": "vendor/uPlot.min.css",
     "UPLOT_JS": "vendor/uPlot.iife.min.js",
@@ -75,6 +76,11 @@ class VideoLinker:
             return "data:video/mp4;base64," + base64.b64encode(video.read_bytes()).decode("ascii")
         relative = os.path.relpath(video.resolve(), self.page_dir)
         return Path(relative).as_posix()
+
+
+def small_enough_to_embed(folder: Path) -> bool:
+    """Whether the mp4s under `folder` total less than EMBED_AUTO_MAX_BYTES."""
+    return sum(video.stat().st_size for video in Path(folder).rglob("*.mp4")) < EMBED_AUTO_MAX_BYTES
 
 
 def rounded(value: float | None, digits: int = 4) -> float | None:

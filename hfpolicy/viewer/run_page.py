@@ -10,7 +10,7 @@ from hfpolicy.constants import METRICS_FILE, TRAIN_CONFIG_FILE
 from hfpolicy.metrics_log import read_metrics
 from hfpolicy.train_config import flat_hparams
 from hfpolicy.viewer.eval_page import eval_page_data, load_eval_info
-from hfpolicy.viewer.page import VideoLinker, rounded, write_page
+from hfpolicy.viewer.page import VideoLinker, rounded, small_enough_to_embed, write_page
 
 EVAL_DIR = "eval"  # a run's evaluations: eval/step_<N>/ (eval_info.json, videos/)
 EVAL_PAGE_FILE = "view.html"  # each evaluation's page, written beside its videos
@@ -67,13 +67,15 @@ def run_page_data(run_dir: str | Path, eval_pages: dict[int, str] | None = None)
     }
 
 
-def write_run_pages(run_dir: str | Path, page_path: str | Path, embed_videos: bool = False) -> Path:
-    """Writes each evaluation's page (eval/step_N/view.html) and the run's page at `page_path`, linked to them."""
+def write_run_pages(run_dir: str | Path, page_path: str | Path, embed_videos: bool | None = False) -> Path:
+    """Writes each evaluation's page (eval/step_N/view.html) and the run's page at `page_path`, linked to them.
+    `embed_videos=None` embeds an evaluation's videos when they total under 10 MB."""
     run_dir, page_path = Path(run_dir), Path(page_path)
     eval_pages = {}
     for step, folder in run_evaluations(run_dir):
         eval_page = folder / EVAL_PAGE_FILE
-        data = eval_page_data(folder, VideoLinker(eval_page, embed_videos), title=f"evaluation at step {step}")
+        embed = small_enough_to_embed(folder) if embed_videos is None else embed_videos
+        data = eval_page_data(folder, VideoLinker(eval_page, embed), title=f"evaluation at step {step}")
         write_page(eval_page, data)
         eval_pages[step] = VideoLinker(page_path)(eval_page)  # a relative link, as for a video
     return write_page(page_path, run_page_data(run_dir, eval_pages))

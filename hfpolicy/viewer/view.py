@@ -5,8 +5,9 @@ what the folder holds, written as one HTML file; prints its path.
     hfpolicy view outputs/eval/pusht           # an evaluation (eval_info.json or episodes.jsonl)
     hfpolicy view outputs/train/pusht          # a training run (metrics.jsonl / train_config.json)
 
-The page goes to PATH/view.html unless --output names another file; videos are linked by their path relative to
-the page (--embed_videos=true puts them inside it: one file to send around).
+The page goes to PATH/view.html unless --output names another file. Videos go inside the page when they are small
+(--embed_videos=auto: under 10 MB together; one file to send around), else they are linked by their path relative
+to the page (a dataset's videos, usually); --embed_videos=true / false decides it.
 """
 
 import sys
@@ -20,7 +21,7 @@ from hfpolicy.datasets.format import INFO_PATH
 from hfpolicy.flags import parse_flags
 from hfpolicy.viewer.dataset_page import dataset_page_data
 from hfpolicy.viewer.eval_page import EPISODES_FILE, eval_page_data
-from hfpolicy.viewer.page import VideoLinker, write_page
+from hfpolicy.viewer.page import VideoLinker, small_enough_to_embed, write_page
 from hfpolicy.viewer.run_page import write_run_pages
 
 DEFAULT_PAGE_FILE = "view.html"
@@ -32,7 +33,7 @@ class ViewConfig:
 
     path: str | None = None  # a dataset root, an evaluation's --output_dir or a training run's folder (positional)
     output: str | None = None  # the HTML file to write (default: PATH/view.html)
-    embed_videos: bool = False  # put the mp4s inside the page (base64) instead of linking them by relative path
+    embed_videos: str = "auto"  # put the mp4s inside the page (base64): auto (when under 10 MB together), true, false
 
 
 def detect_kind(path: Path) -> str:
@@ -49,8 +50,17 @@ def detect_kind(path: Path) -> str:
     )
 
 
-def view(path: str | Path, output: str | Path | None = None, embed_videos: bool = False) -> Path:
-    """Writes the page of the dataset, evaluation or run at `path`; returns the page's path."""
+def embed_choice(flag: str) -> bool | None:
+    """--embed_videos=auto|true|false as None (decide by size) / True / False."""
+    choices = {"auto": None, "true": True, "false": False}
+    if flag.lower() not in choices:
+        raise ValueError(f"--embed_videos={flag} is not one of auto, true, false")
+    return choices[flag.lower()]
+
+
+def view(path: str | Path, output: str | Path | None = None, embed_videos: bool | None = None) -> Path:
+    """Writes the page of the dataset, evaluation or run at `path`; returns the page's path. `embed_videos`: put
+    the videos inside the page (True), link them (False), or decide by their size (None: under 10 MB, inside)."""
     path = Path(path)
     if path.is_file() and path.name == EVAL_INFO_FILE:
         path = path.parent
@@ -62,6 +72,8 @@ def view(path: str | Path, output: str | Path | None = None, embed_videos: bool 
         raise ValueError(f"--output={page} must name an .html file")
     if kind == "run":
         return write_run_pages(path, page, embed_videos)
+    if embed_videos is None:
+        embed_videos = small_enough_to_embed(path)
     link = VideoLinker(page, embed_videos)
     data = dataset_page_data(path, link) if kind == "dataset" else eval_page_data(path, link)
     return write_page(page, data)
@@ -75,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = parse_flags(ViewConfig, argv, prog="hfpolicy view")
         if cfg.path is None:
             raise ValueError("which folder? `hfpolicy view DATASET_OR_RUN_OR_EVAL_DIR [--output=report.html]`")
-        page = view(cfg.path, cfg.output, cfg.embed_videos)
+        page = view(cfg.path, cfg.output, embed_choice(cfg.embed_videos))
     except (ParsingError, FileNotFoundError, ValueError) as e:
         print(f"hfpolicy view: error: {e}", file=sys.stderr)
         return 2

@@ -36,7 +36,8 @@ def browser():
 def test_eval_page_in_chromium(browser, tmp_path):
     eval_dir = tmp_path / "eval"
     result = pusht_eval(eval_dir, n_episodes=5, n_videos=2, episode_length=20)
-    page_path = view(eval_dir)
+    page_path = view(eval_dir)  # small videos: inside the page
+    assert page_path.read_text().count("data:video/mp4;base64,") == 2
     expected = eval_page_data(eval_dir, VideoLinker(page_path))
     page = browser.open(page_path.as_uri())
     page.wait_for("document.body.dataset.ready")
@@ -84,7 +85,7 @@ def test_eval_page_in_chromium(browser, tmp_path):
 
 def test_dataset_page_in_chromium(browser, tmp_path):
     root = recorded_dataset(tmp_path / "demos", n_episodes=2, max_steps=30)
-    page = browser.open(view(root).as_uri())
+    page = browser.open(view(root, embed_videos=False).as_uri())  # linked by relative path (the eval's are inside)
     page.wait_for("document.body.dataset.ready")
     assert page.evaluate(f"{ROWS}.map(r => Number(r.dataset.index))") == [0, 1]
     page.evaluate("document.querySelector('#episodes tr[data-index=\"1\"]').click()")

@@ -248,3 +248,16 @@ def test_hfpolicy_record_prints_the_command_that_opens_the_new_dataset(tmp_path,
     assert command == f"hfpolicy view {root}"
     assert cli_main(command.split()[1:]) == 0
     assert page_data(root / "view.html").data["episodes"][0]["length"] == 8
+
+
+def test_videos_go_inside_the_page_only_when_small(toy_eval_dir, tmp_path, monkeypatch):
+    import hfpolicy.viewer.page as page_module
+
+    eval_dir, _ = toy_eval_dir
+    assert page_data(view(eval_dir, tmp_path / "a.html")).data["episodes"][0]["video"].startswith("data:video/mp4")
+    monkeypatch.setattr(page_module, "EMBED_AUTO_MAX_BYTES", 100)  # the toy videos are larger than that together
+    linked = page_data(view(eval_dir, tmp_path / "b.html")).data["episodes"][0]["video"]
+    assert (tmp_path / linked).is_file()
+    assert cli_main(["view", str(eval_dir), f"--output={tmp_path / 'c.html'}", "--embed_videos=true"]) == 0
+    assert page_data(tmp_path / "c.html").data["episodes"][0]["video"].startswith("data:video/mp4")
+    assert cli_main(["view", str(eval_dir), "--embed_videos=maybe"]) == 2

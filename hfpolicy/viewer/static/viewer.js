@@ -26,6 +26,8 @@
     if (Number.isInteger(v)) return String(v);
     return Math.abs(v) >= 1000 ? v.toFixed(0) : Number(v.toPrecision(digits)).toString();
   }
+  // Axis ticks: small or large magnitudes (learning rates, 1e-5) in exponent form, others as they are.
+  const tick = (v) => (v === null ? "" : v !== 0 && (Math.abs(v) < 1e-2 || Math.abs(v) >= 1e5) ? v.toExponential(1) : String(Number(v.toPrecision(6))));
   const pct = (v) => (v === null || v === undefined ? "–" : v.toFixed(1) + "%");
   const card = (value, key, sub) => el("div", { class: "card" }, el("div", { class: "v" }, value),
     el("div", { class: "k" }, key), sub ? el("div", { class: "s" }, sub) : null);
@@ -45,7 +47,7 @@
     const plot = new uPlot({
       width, height: opts.height || 170, series,
       scales: { x: { time: false }, y: opts.yScale || { range: (u, lo, hi) => (lo === hi ? [lo - 1, hi + 1] : uPlot.rangeNum(lo, hi, 0.1, true)) } },
-      axes: [{ label: opts.xLabel || "step", size: 36 }, { label: opts.yLabel || "", size: 56 }],
+      axes: [{ label: opts.xLabel || "step", size: 36 }, { label: opts.yLabel || "", size: 60, values: (u, ticks) => ticks.map(tick) }],
       legend: { show: names.length > 1 && names.length <= 16, live: true },
       cursor: { drag: { x: false, y: false } },
       hooks: { draw: [() => place()] },  // the first draw comes after construction; resizes redraw too
@@ -320,15 +322,20 @@
       last ? card(pct(last.pc_success), `success at step ${last.step}`, `95% CI ${last.ci95[0].toFixed(1)}–${last.ci95[1].toFixed(1)}%`) : null,
       best ? card(pct(best.pc_success), `best success (step ${best.step})`) : null,
       card(String(evals.length), "evaluations")));
-    const panel = el("div", { class: "panel", id: "curves" });
-    root.append(panel);
-    const width = panel.clientWidth - 24;
+    const outer = el("div", { class: "panel", id: "curves" }), panel = el("div", { class: "plots" });
+    outer.append(panel);
+    root.append(outer);
+    const inner = outer.clientWidth - 24, width = inner >= 800 ? (inner - 14) / 2 : inner;
     const c = DATA.curves;
     if (c.loss) linePlot(panel, "training loss (log scale)", c.loss[0], [c.loss[1]], ["loss"], { width, yScale: { distr: 3 }, yLabel: "loss" });
     if (evals.length) {
       linePlot(panel, "eval success over steps, with its 95% Wilson interval", evals.map((e) => e.step),
         [evals.map((e) => e.pc_success), evals.map((e) => e.ci95[0]), evals.map((e) => e.ci95[1])],
         ["success %", "CI low", "CI high"], { width, points: true, yLabel: "%", colors: ["#2f9e44", "#8ce99a", "#8ce99a"], dashes: [null, [4, 4], [4, 4]], yScale: { range: [0, 100] } });
+    }
+    if (evals.length) {
+      linePlot(panel, "eval average max reward over steps", evals.map((e) => e.step), [evals.map((e) => e.avg_max_reward)],
+        ["avg max reward"], { width, points: true, yLabel: "reward", colors: ["#e8590c"] });
     }
     if (c.lr) linePlot(panel, "learning rate", c.lr[0], [c.lr[1]], ["lr"], { width, yLabel: "lr" });
     if (c.grad_norm) linePlot(panel, "gradient norm (before clipping)", c.grad_norm[0], [c.grad_norm[1]], ["grad norm"], { width });
