@@ -129,7 +129,7 @@ def main() -> None:
         eval_dir.mkdir()
         eval_s = run_eval(eval_dir, args.n_episodes)
         start = time.perf_counter()
-        page = view(eval_dir)
+        page = view(eval_dir, embed_videos=False)  # the page without its videos (linked beside it)
         write_s = time.perf_counter() - start
         info = json.loads((eval_dir / EVAL_INFO_FILE).read_text())
         info_mb = (eval_dir / EVAL_INFO_FILE).stat().st_size / 1e6

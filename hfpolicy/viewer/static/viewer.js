@@ -68,6 +68,16 @@
     return { plot, setMarker(x) { markerX = x; place(); } };
   }
 
+  // A grid of plots in `parent`: two columns when there is room for two 400-px plots, else one; returns the grid
+  // and the width each plot should take.
+  function plotGrid(parent) {
+    const grid = el("div", { class: "plots" });
+    parent.append(grid);
+    const inner = parent.clientWidth - 24, two = inner >= 800;
+    grid.style.gridTemplateColumns = two ? "repeat(2, minmax(0, 1fr))" : "minmax(0, 1fr)";
+    return { grid, width: two ? (inner - 14) / 2 : inner };
+  }
+
   function histogramPlot(parent, hist, width) {
     const centres = hist.edges.slice(0, -1).map((e, i) => (e + hist.edges[i + 1]) / 2);
     const totals = hist.successes.map((s, i) => s + hist.failures[i]);
@@ -292,9 +302,7 @@
         return;
       }
       const frames = Array.from({ length: row.length }, (_, i) => i);
-      const grid = el("div", { class: "plots" });
-      right.append(grid);
-      const inner = right.clientWidth - 24, width = inner >= 800 ? (inner - 14) / 2 : inner;
+      const { grid, width } = plotGrid(right);
       plots = DATA.series_keys.map(({ key, names }) => linePlot(grid, key, frames, row.series[key], names,
         { width, xLabel: "frame", height: 150, onSeek: (x) => cursor.show(x) }));
       plots.forEach((p) => p.setMarker(0));
@@ -322,10 +330,9 @@
       last ? card(pct(last.pc_success), `success at step ${last.step}`, `95% CI ${last.ci95[0].toFixed(1)}–${last.ci95[1].toFixed(1)}%`) : null,
       best ? card(pct(best.pc_success), `best success (step ${best.step})`) : null,
       card(String(evals.length), "evaluations")));
-    const outer = el("div", { class: "panel", id: "curves" }), panel = el("div", { class: "plots" });
-    outer.append(panel);
+    const outer = el("div", { class: "panel", id: "curves" });
     root.append(outer);
-    const inner = outer.clientWidth - 24, width = inner >= 800 ? (inner - 14) / 2 : inner;
+    const { grid: panel, width } = plotGrid(outer);
     const c = DATA.curves;
     if (c.loss) linePlot(panel, "training loss (log scale)", c.loss[0], [c.loss[1]], ["loss"], { width, yScale: { distr: 3 }, yLabel: "loss" });
     if (evals.length) {
