@@ -146,7 +146,8 @@ def record_episode(env, expert, writer: DatasetWriter, cfg: RecordConfig, seed: 
 def record_command(cfg: RecordConfig) -> str:
     """`hfpolicy record`: records, and says where to."""
     root = record(cfg)
-    return f"recorded {cfg.n_episodes} episodes into {root}" + (f"; pushed to {cfg.push_to}" if cfg.push_to else "")
+    pushed = f"; pushed to {cfg.push_to}" if cfg.push_to else ""
+    return f"recorded {cfg.n_episodes} episodes into {root}{pushed}\nlook at them: hfpolicy view {root}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,7 @@ from hfpolicy.hub.push import PushConfig
 from hfpolicy.policies import DiffusionConfig, PolicyConfig
 from hfpolicy.record import RecordConfig
 from hfpolicy.training.config import TrainConfig
+from hfpolicy.viewer.view import ViewConfig
 
 
 def test_help_lists_every_command(capsys):
@@ -38,7 +39,7 @@ def test_console_entry_point_runs():
 
 
 def test_each_command_help_names_itself(capsys):
-    for name in ("eval", "record", "export", "push"):
+    for name in ("eval", "record", "export", "push", "view"):
         with pytest.raises(SystemExit) as exit_info:  # argparse's --help exits 0
             main([name, "--help"])
         assert exit_info.value.code == 0
@@ -111,6 +112,7 @@ HELP_CASES = [
     (["record"], RecordConfig(), []),
     (["export"], ExportConfig(), []),
     (["push"], PushConfig(), []),
+    (["view"], ViewConfig(), []),
     (["convert", "pusht-zarr"], PushTZarrConfig(), []),
 ]
 

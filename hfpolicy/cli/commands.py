@@ -77,6 +77,12 @@ COMMANDS: dict[str, Command] = {
         run="hfpolicy.hub.export:export_command",
         help="write a saved policy in another library's layout (--format=lerobot)",
     ),
+    "view": Command(
+        config="hfpolicy.viewer.view:ViewConfig",
+        run="hfpolicy.viewer.view:view_command",
+        positional="path",
+        help="write one HTML page (offline) to look at a dataset, an evaluation or a run",
+    ),
 }
 SUBCOMMANDS = COMMANDS  # the name tests and older callers use
 

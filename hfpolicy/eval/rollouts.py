@@ -10,7 +10,7 @@ Invalid actions are never scored as if they were valid:
 
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -33,9 +33,13 @@ class EpisodeRecord:
     success: bool  # the env reported info["is_success"] at some step of the episode
     length: int  # steps taken: the first terminated/truncated step's number (1-based), or max_steps
     n_clipped_actions: int = 0  # steps whose action lay outside the env's action space and was clipped into it
+    rewards: list[float] = field(default_factory=list)  # the reward of each step (rounded to 1e-6): the reward curve
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+REWARD_DECIMALS = 6  # per-step rewards are stored rounded (the sums and maxima are exact)
 
 
 class InvalidActionError(RuntimeError):
@@ -90,6 +94,7 @@ def rollout(
     success = np.zeros(n_envs, dtype=bool)
     length = np.zeros(n_envs, dtype=np.int64)
     n_clipped = np.zeros(n_envs, dtype=np.int64)
+    step_rewards: list[list[float]] = [[] for _ in range(n_envs)]
     low, high = action_bounds(env)
     records: list[EpisodeRecord | None] = [None] * n_episodes
 
@@ -102,6 +107,7 @@ def rollout(
             success=bool(success[slot]),
             length=int(length[slot]),
             n_clipped_actions=int(n_clipped[slot]),
+            rewards=step_rewards[slot],
         )
         if on_episode_end is not None:
             on_episode_end(slot, records[slot])
@@ -141,6 +147,8 @@ def rollout(
             sum_reward[running] += reward[running]
             np.maximum(max_reward, reward, out=max_reward, where=running)
             length[running] += 1
+            for slot in np.flatnonzero(running):
+                step_rewards[slot].append(round(float(reward[slot]), REWARD_DECIMALS))
             if SUCCESS_INFO_KEY in info:
                 success |= running & info[SUCCESS_INFO_KEY].astype(bool)
             if render_slots:

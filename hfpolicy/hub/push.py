@@ -5,7 +5,7 @@ run that has already stopped (a push that failed, or a run trained without `--hu
     hfpolicy push --run=outputs/train/pusht --repo_id=user/pusht-dp  # or to another repo
 
 The pushed repo (see hfpolicy.hub) holds the policy of the run's last checkpoint (EMA weights), its latest
-evaluation (eval_info.json and videos), the training curve drawn from metrics.jsonl, train_config.json and a card.
+evaluation (eval_info.json, videos and its `hfpolicy view` page), the training curve drawn from metrics.jsonl, train_config.json and a card.
 `check_push_access` runs before a training's first step, so a missing or read-only token is found in seconds, not
 after hours of training.
 """
@@ -145,7 +145,15 @@ def run_artifacts(run: RunFolder, train_config: dict, up_to_step: int | None, tr
         env_type=(train_config.get("env") or {}).get("type"),
         dataset_repo_id=dataset.get("repo_id") if not dataset.get("root") else None,  # local data: in the card
         train_command=train_command or f"hfpolicy train --config_path={run.config_file}",
+        eval_page=eval_page_for_hub(eval_dir) if eval_dir is not None else None,
     )
+
+
+def eval_page_for_hub(eval_dir: Path) -> Path:
+    """The evaluation's page with its videos inside (one file that works once downloaded): eval_dir/view.html."""
+    from hfpolicy.viewer import view
+
+    return view(eval_dir, embed_videos=True)
 
 
 @dataclass

@@ -11,6 +11,7 @@ repository holds:
     eval_info.json                   aggregate and per-episode eval results
     replay.mp4                       the first eval episode (the Hub shows it on robotics model pages)
     eval/episode_<i>.mp4             every filmed eval episode
+    eval.html                        the evaluation's page (hfpolicy view: per-episode table, videos, reward curves)
     training_curve.png               loss (and eval success) over training steps
 """
 
@@ -40,6 +41,7 @@ class PolicyArtifacts:
     env_type: str | None = None  # the simulator the eval ran in (default pusht)
     dataset_repo_id: str | None = None  # the Hub dataset trained on (card metadata and link)
     train_command: str | None = None  # the command that trained the policy (the card's "Reproduce" block)
+    eval_page: str | Path | None = None  # the evaluation's page (`hfpolicy view`, videos inside): uploaded as eval.html
 
     def eval_info_dict(self) -> dict[str, Any] | None:
         """eval_info read (from its file if a path); ValueError unless it has eval_info.json's 'aggregated' entry."""
@@ -52,6 +54,7 @@ class PolicyArtifacts:
 
 
 EVAL_VIDEOS_DIR = "eval"
+EVAL_PAGE_FILE = "eval.html"  # the evaluation's page (hfpolicy.viewer), linked from the card
 POLICY_TAGS = {"diffusion": "diffusion-policy", "act": "act"}  # Hub tags of the policy types
 ENV_NAMES = {"pusht": "PushT (gym-pusht)"}  # readable names of the simulators in eval results
 CARD_METRICS = (  # (eval_info key, model-index metric name)
@@ -79,7 +82,8 @@ A **{{ policy_name }}** policy for **{{ env_name }}**, trained with [hfpolicy](h
 {% if video_url %}<video src="{{ video_url }}" controls autoplay loop muted width="384"></video>
 
 {% endif %}Per-episode results are in [eval_info.json](eval_info.json){% if n_videos %}; {{ n_videos }} filmed episodes are in [eval/](eval/){% endif %}.
-
+{% if has_eval_page %}Look at every episode (table, videos, reward curves) in [eval.html](eval.html): one offline page with its videos inside; download it and open it in a browser.
+{% endif %}
 {% endif %}## Use
 
 ```python
@@ -183,6 +187,7 @@ def make_model_card(
         metrics_table=_metrics_table(eval_summary) if eval_summary else None,
         video_url=video_url,
         n_videos=n_videos,
+        has_eval_page=artifacts.eval_page is not None,
         train_command=train_command,
         has_curve=artifacts.training_curve is not None,
         local_dataset=local_dataset,
@@ -231,6 +236,8 @@ def stage_policy_repo(
         shutil.copyfile(video, folder / EVAL_VIDEOS_DIR / f"episode_{i if index is None else index}.mp4")
     if artifacts.training_curve is not None:
         shutil.copyfile(artifacts.training_curve, folder / TRAINING_CURVE_FILE)
+    if artifacts.eval_page is not None:
+        shutil.copyfile(artifacts.eval_page, folder / EVAL_PAGE_FILE)
     return folder
 
 

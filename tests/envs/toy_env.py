@@ -76,7 +76,7 @@ def reference_episode(policy, seed: int, max_steps: int) -> dict:
     env = ScriptedEpisodesEnv()
     policy.reset()
     observation, _ = env.reset(seed=seed)
-    total, best, success, length = 0.0, -np.inf, False, 0
+    total, best, success, length, rewards = 0.0, -np.inf, False, 0, []
     while length < max_steps:
         length += 1
         state = torch.from_numpy(observation["agent_pos"][None]).to(torch.float32)
@@ -85,6 +85,7 @@ def reference_episode(policy, seed: int, max_steps: int) -> dict:
         observation, reward, terminated, truncated, info = env.step(action)
         total += reward
         best = max(best, reward)
+        rewards.append(round(float(reward), 6))
         success = success or info["is_success"]
         if terminated or truncated:
             break
@@ -96,6 +97,7 @@ def reference_episode(policy, seed: int, max_steps: int) -> dict:
         "success": success,
         "length": length,
         "n_clipped_actions": 0,
+        "rewards": rewards,
     }
 
 

@@ -169,6 +169,15 @@ def test_push_to_hub_then_load_and_evaluate_by_repo_id(pusht_state_dataset, tmp_
     assert metrics["avg_max_reward"] == pytest.approx(measured["avg_max_reward"])
     assert metrics["n_episodes"] == 3
     assert REPLAY_VIDEO_FILE in card.text and "## Training" in card.text and "| Success rate |" in card.text
+    # The evaluation's page goes with the model, its videos inside, and the card links it.
+    assert "eval.html" in files and "[eval.html](eval.html)" in card.text
+    page = Path(HfApi().hf_hub_download(repo_id, "eval.html")).read_text()
+    page_data = json.loads(page.split('<script id="page-data" type="application/json">')[1].split("</script>")[0])
+    assert page_data["kind"] == "eval" and page_data["aggregated"]["n_episodes"] == 3
+    assert (
+        sum(e["video"] is not None and e["video"].startswith("data:video/mp4;base64,") for e in page_data["episodes"])
+        == 2
+    )
 
     policy = Policy.from_pretrained(repo_id)
     env = make_env("pusht", 2, obs_type="environment_state_agent_pos", episode_length=10)

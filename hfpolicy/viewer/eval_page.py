@@ -1,0 +1,118 @@
+"""What an evaluation's page holds, from the folder `hfpolicy eval` (or a training run's periodic evaluation) writes:
+eval_info.json (aggregates and per-episode records; episodes.jsonl when an interrupted evaluation left only that) and
+videos/eval_episode_<i>.mp4.
+
+The page shows the aggregates with the success rate's 95% Wilson interval, one table row per episode (failures first,
+worst max reward first, by default), each filmed episode's video with its reward curve, and the histogram of the
+episodes' max rewards split by success.
+"""
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import av
+
+from hfpolicy.constants import EVAL_INFO_FILE
+from hfpolicy.eval.cli import EPISODES_FILE
+from hfpolicy.eval.evaluation import summarize_episodes
+from hfpolicy.eval.rollouts import EpisodeRecord
+from hfpolicy.io.video import episode_index_of
+from hfpolicy.viewer.page import rounded, rounded_list
+
+VIDEOS_DIR = "videos"
+HISTOGRAM_BINS = 20
+RECORD_FIELDS = ("index", "seed", "success", "max_reward", "sum_reward", "length", "n_clipped_actions")
+
+
+def load_eval_info(eval_dir: Path) -> dict[str, Any]:
+    """eval_info.json, or the records of episodes.jsonl with their aggregates computed here (eval time unknown)."""
+    info_path = eval_dir / EVAL_INFO_FILE
+    if info_path.is_file():
+        info = json.loads(info_path.read_text())
+        if "per_episode" not in info or "aggregated" not in info:
+            raise ValueError(f"{info_path} is not an eval_info.json (no 'aggregated' / 'per_episode' entries)")
+        return info
+    records_path = eval_dir / EPISODES_FILE
+    if not records_path.is_file():
+        raise FileNotFoundError(
+            f"{eval_dir} holds neither {EVAL_INFO_FILE} nor {EPISODES_FILE}: pass the --output_dir of `hfpolicy eval`"
+        )
+    per_episode = [json.loads(line) for line in records_path.read_text().splitlines() if line.strip()]
+    if not per_episode:
+        raise ValueError(f"{records_path} holds no episode yet")
+    per_episode.sort(key=lambda record: record["index"])
+    records = [
+        EpisodeRecord(**{k: v for k, v in r.items() if k in EpisodeRecord.__dataclass_fields__}) for r in per_episode
+    ]
+    aggregated = summarize_episodes(records, eval_s=0.0)
+    aggregated["eval_s"] = aggregated["episodes_per_s"] = None  # not known from the records alone
+    return {"aggregated": aggregated, "per_episode": per_episode, "video_paths": [], "partial": True}
+
+
+def find_eval_videos(eval_dir: Path, info: dict[str, Any]) -> dict[int, Path]:
+    """Episode index -> mp4, from eval_dir/videos/ (where the eval wrote them), else from eval_info's video_paths."""
+    videos = {}
+    candidates = sorted((eval_dir / VIDEOS_DIR).glob("*.mp4")) + [Path(p) for p in info.get("video_paths", [])]
+    for path in candidates:
+        index = episode_index_of(path)
+        if index is not None and index not in videos and path.is_file():
+            videos[index] = path
+    return videos
+
+
+def video_fps(path: Path) -> float:
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        return float(stream.average_rate or stream.guessed_rate)
+
+
+def failures_first(episodes: list[dict[str, Any]]) -> list[int]:
+    """Episode indices in the table's default order: failures before successes, then lowest max reward first."""
+    ordered = sorted(episodes, key=lambda e: (bool(e["success"]), e["max_reward"], e["index"]))
+    return [e["index"] for e in ordered]
+
+
+def max_reward_histogram(episodes: list[dict[str, Any]], n_bins: int = HISTOGRAM_BINS) -> dict[str, list]:
+    """Counts of max rewards in equal bins over [0, 1] (or over the rewards' range when they leave it), successes and
+    failures apart. A value on a bin's upper edge counts in the next bin; the maximum counts in the last."""
+    values = [float(e["max_reward"]) for e in episodes]
+    low, high = min(0.0, *values), max(1.0, *values)
+    if high <= low:
+        high = low + 1.0
+    width = (high - low) / n_bins
+    edges = [low + i * width for i in range(n_bins + 1)]
+    successes, failures = [0] * n_bins, [0] * n_bins
+    for episode, value in zip(episodes, values, strict=True):
+        b = min(int((value - low) / width), n_bins - 1)
+        (successes if episode["success"] else failures)[b] += 1
+    return {"edges": rounded_list(edges, 6), "successes": successes, "failures": failures}
+
+
+def eval_page_data(eval_dir: str | Path, link_video: Callable[[Path], str], title: str | None = None) -> dict[str, Any]:
+    """The page data of the evaluation in `eval_dir`; `link_video(mp4 path)` gives the page's video URL."""
+    eval_dir = Path(eval_dir)
+    info = load_eval_info(eval_dir)
+    videos = find_eval_videos(eval_dir, info)
+    episodes = []
+    for record in info["per_episode"]:
+        episode = {key: record.get(key) for key in RECORD_FIELDS}
+        episode["max_reward"], episode["sum_reward"] = rounded(record["max_reward"]), rounded(record["sum_reward"])
+        episode["rewards"] = rounded_list(record.get("rewards") or [])
+        video = videos.get(record["index"])
+        episode["video"] = link_video(video) if video is not None else None
+        episodes.append(episode)
+    aggregated = dict(info["aggregated"])
+    return {
+        "kind": "eval",
+        "title": title or f"evaluation: {eval_dir.resolve().name}",
+        "source": str(eval_dir),
+        "partial": bool(info.get("partial", False)),
+        "aggregated": aggregated,
+        "episodes": episodes,
+        "default_order": failures_first(episodes),
+        "histogram": max_reward_histogram(episodes),
+        "fps": video_fps(next(iter(videos.values()))) if videos else None,
+        "n_videos": len(videos),
+    }

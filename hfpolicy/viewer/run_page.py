@@ -1,0 +1,81 @@
+"""What a training run's page holds, from its folder as `hfpolicy train` writes it: the loss, learning-rate and
+gradient-norm curves of metrics.jsonl, the success curve over steps (with each evaluation's Wilson interval from its
+eval_info.json), a link to each periodic evaluation's own page (eval/step_N/view.html), and the run's config."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hfpolicy.constants import METRICS_FILE, TRAIN_CONFIG_FILE
+from hfpolicy.training.config import flat_hparams
+from hfpolicy.training.metrics_log import read_metrics
+from hfpolicy.viewer.eval_page import eval_page_data, load_eval_info
+from hfpolicy.viewer.page import VideoLinker, rounded, small_enough_to_embed, write_page
+
+EVAL_DIR = "eval"  # a run's evaluations: eval/step_<N>/ (eval_info.json, videos/)
+EVAL_PAGE_FILE = "view.html"  # each evaluation's page, written beside its videos
+TRAIN_CURVES = ("loss", "lr", "grad_norm")  # metrics.jsonl entries drawn over steps when logged
+
+
+def run_evaluations(run_dir: Path) -> list[tuple[int, Path]]:
+    """(step, folder) of the run's evaluations that wrote records, by step."""
+    found = []
+    for folder in (run_dir / EVAL_DIR).glob("step_*"):
+        step = folder.name.removeprefix("step_")
+        if step.isdigit() and any((folder / name).is_file() for name in ("eval_info.json", "episodes.jsonl")):
+            found.append((int(step), folder))
+    return sorted(found)
+
+
+def curve(entries: list[dict[str, Any]], key: str) -> list[list[float | None]]:
+    """[[steps], [values]] of the entries that logged `key` (non-finite values were logged as null)."""
+    points = [(e["step"], e[key]) for e in entries if key in e]
+    return [[p[0] for p in points], [rounded(p[1], 6) for p in points]]
+
+
+def run_page_data(run_dir: str | Path, eval_pages: dict[int, str] | None = None) -> dict[str, Any]:
+    """The page data of the run in `run_dir`; `eval_pages` maps an evaluation's step to the URL of its page."""
+    run_dir = Path(run_dir)
+    entries = read_metrics(run_dir / METRICS_FILE)
+    config_path = run_dir / TRAIN_CONFIG_FILE
+    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+    evaluations = []
+    for step, folder in run_evaluations(run_dir):
+        aggregated = load_eval_info(folder)["aggregated"]
+        low, high = aggregated["pc_success_ci95"]
+        evaluations.append(
+            {
+                "step": step,
+                "pc_success": aggregated["pc_success"],
+                "ci95": [low, high],
+                "avg_max_reward": rounded(aggregated["avg_max_reward"]),
+                "avg_length": rounded(aggregated["avg_length"]),
+                "n_episodes": aggregated["n_episodes"],
+                "page": (eval_pages or {}).get(step),
+            }
+        )
+    return {
+        "kind": "run",
+        "title": f"training run: {run_dir.resolve().name}",
+        "source": str(run_dir),
+        "policy_type": (config.get("policy") or {}).get("type"),
+        "steps": config.get("steps"),
+        "last_step": entries[-1]["step"] if entries else None,
+        "curves": {key: curve(entries, key) for key in TRAIN_CURVES if any(key in e for e in entries)},
+        "evaluations": evaluations,
+        "config": {k: v for k, v in flat_hparams(config).items() if not k.startswith("policy.input_features")},
+    }
+
+
+def write_run_pages(run_dir: str | Path, page_path: str | Path, embed_videos: bool | None = False) -> Path:
+    """Writes each evaluation's page (eval/step_N/view.html) and the run's page at `page_path`, linked to them.
+    `embed_videos=None` embeds an evaluation's videos when they total under 10 MB."""
+    run_dir, page_path = Path(run_dir), Path(page_path)
+    eval_pages = {}
+    for step, folder in run_evaluations(run_dir):
+        eval_page = folder / EVAL_PAGE_FILE
+        embed = small_enough_to_embed(folder) if embed_videos is None else embed_videos
+        data = eval_page_data(folder, VideoLinker(eval_page, embed), title=f"evaluation at step {step}")
+        write_page(eval_page, data)
+        eval_pages[step] = VideoLinker(page_path)(eval_page)  # a relative link, as for a video
+    return write_page(page_path, run_page_data(run_dir, eval_pages))

@@ -1,0 +1,107 @@
+"""The viewer in a real browser: headless Chromium (Debian's package; .ci/run installs it) opens the pages, the test
+reads the episode table from the DOM, clicks an episode, checks that its video (an H.264 mp4 as hfpolicy writes it)
+loads and that moving the time cursor moves the plots' marker, and saves screenshots under the test's tmp dir."""
+
+import pytest
+from chromium import Chromium, find_chromium
+from viewer.viewer_inputs import pusht_eval, recorded_dataset
+
+from hfpolicy.viewer import VideoLinker, eval_page_data, view
+
+CHROMIUM = find_chromium()
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="no Chromium on this machine (apt-get install chromium; .ci/run installs it)"
+)
+
+ROWS = "[...document.querySelectorAll('#episodes tbody tr')]"
+VIDEO_STATE = """(() => { const v = document.querySelector('#episode video');
+  return v && (v.readyState >= 2 || v.error) ? {ready: v.readyState, error: v.error && v.error.code,
+  width: v.videoWidth, duration: v.duration} : null; })()"""
+MARKERS = "[...document.querySelectorAll('#episode .marker')].map(m => parseFloat(m.style.left))"
+
+
+def move_cursor(page, frame: int) -> None:
+    page.evaluate(
+        f"(() => {{ const s = document.getElementById('time-cursor'); s.value = {frame}; "
+        "s.dispatchEvent(new Event('input')); })()"
+    )
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with Chromium(CHROMIUM) as chromium:
+        yield chromium
+
+
+def test_eval_page_in_chromium(browser, tmp_path):
+    eval_dir = tmp_path / "eval"
+    result = pusht_eval(eval_dir, n_episodes=5, n_videos=2, episode_length=20)
+    page_path = view(eval_dir)  # small videos: inside the page
+    assert page_path.read_text().count("data:video/mp4;base64,") == 2
+    expected = eval_page_data(eval_dir, VideoLinker(page_path))
+    page = browser.open(page_path.as_uri())
+    page.wait_for("document.body.dataset.ready")
+
+    rows = page.evaluate(f"{ROWS}.map(r => [r.dataset.index, ...[...r.cells].slice(1).map(c => c.textContent.trim())])")
+    assert [int(r[0]) for r in rows] == expected["default_order"]  # failures first, lowest max reward first
+    records = {r.index: r for r in result.episodes}
+    filmed = page.evaluate(f"{ROWS}.filter(r => r.querySelector('.filmed')).map(r => Number(r.dataset.index))")
+    assert sorted(filmed) == [0, 1]  # the episodes with a video are marked
+    for row in rows:
+        record = records[int(row[0])]
+        assert row[1] == ("success" if record.success else "failure") and int(row[4]) == record.length
+        assert float(row[2]) == pytest.approx(record.max_reward, rel=2e-3, abs=1e-3)
+
+    # Click the filmed episode that is not shown yet.
+    shown = page.evaluate("document.querySelector('#episodes tr.selected').dataset.index")
+    target = next(i for i in (0, 1) if str(i) != shown)
+    page.evaluate(f"document.querySelector('#episodes tr[data-index=\"{target}\"]').click()")
+    assert page.evaluate("document.querySelector('#episodes tr.selected').dataset.index") == str(target)
+    assert f"episode {target} " in page.evaluate("document.querySelector('#episode h2').textContent")
+    state = page.wait_for(VIDEO_STATE)
+    # Debian's Chromium decodes H.264; an error code here (4: MEDIA_ERR_SRC_NOT_SUPPORTED) would say it cannot.
+    assert state["error"] is None, f"the video did not load: MediaError code {state['error']}"
+    assert state["ready"] >= 2 and state["width"] == 96
+    assert state["duration"] == pytest.approx((records[target].length + 1) / expected["fps"], abs=0.11)
+
+    before = page.evaluate(MARKERS)
+    move_cursor(page, 12)
+    after = page.wait_for(f"(() => {{ const m = {MARKERS}; return m[0] > {before[0]} + 1 ? m : null; }})()")
+    assert len(after) == 1  # the reward curve's marker
+    assert page.wait_for("Math.abs(document.querySelector('#episode video').currentTime - 12.25 / 10) < 1e-3")
+    move_cursor(page, 3)
+    assert page.wait_for(f"{MARKERS}[0] < {after[0]} - 1")  # and back
+
+    page.evaluate("document.querySelector('#episodes th[data-key=\"max_reward\"]').click()")
+    ascending = page.evaluate(f"{ROWS}.map(r => Number(r.cells[2].textContent))")
+    page.evaluate("document.querySelector('#episodes th[data-key=\"max_reward\"]').click()")
+    descending = page.evaluate(f"{ROWS}.map(r => Number(r.cells[2].textContent))")
+    assert ascending == sorted(ascending) and descending == sorted(ascending, reverse=True)
+    assert page.evaluate("document.querySelectorAll('#histogram canvas').length") == 1
+
+    shot = page.screenshot(tmp_path / "eval_page.png")
+    assert shot.stat().st_size > 20_000  # a drawn page, not a blank one
+
+
+def test_dataset_page_in_chromium(browser, tmp_path):
+    root = recorded_dataset(tmp_path / "demos", n_episodes=2, max_steps=30)
+    page = browser.open(view(root, embed_videos=False).as_uri())  # linked by relative path (the eval's are inside)
+    page.wait_for("document.body.dataset.ready")
+    assert page.evaluate(f"{ROWS}.map(r => Number(r.dataset.index))") == [0, 1]
+    page.evaluate("document.querySelector('#episodes tr[data-index=\"1\"]').click()")
+    state = page.wait_for(VIDEO_STATE)
+    assert state["error"] is None and state["width"] == 96
+    before = page.evaluate(MARKERS)
+    assert len(before) == 5  # state, action, reward, success, keypoints: each follows the cursor
+    move_cursor(page, 20)
+    after = page.wait_for(
+        f"(() => {{ const m = {MARKERS}; return m.every((x, i) => x > {before}[i] + 1) ? m : null; }})()"
+    )
+    assert len(set(after)) == 1  # the same frame on every plot
+    # Episode 1 starts 3 s into the shared mp4 (episode 0 has 30 frames at 10 fps): the video seeks into its span.
+    assert page.wait_for("Math.abs(document.querySelector('#episode video').currentTime - (3 + 20.25 / 10)) < 1e-3")
+    page.evaluate(
+        "(() => { const f = document.getElementById('filter-length'); f.value = 1000; f.dispatchEvent(new Event('input')); })()"
+    )
+    assert page.evaluate(f"{ROWS}.length") == 0
+    page.screenshot(tmp_path / "dataset_page.png")
