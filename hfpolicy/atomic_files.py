@@ -12,8 +12,12 @@ def write_atomically(path: str | Path, data: bytes | str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, an unwritable folder, an interrupt: no temporary file is left behind
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -21,8 +21,11 @@ from tqdm.auto import tqdm
 from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE, REWARD, SUCCESS
 from hfpolicy.datasets import DatasetWriter, push_dataset_to_hub
 from hfpolicy.datasets.pusht_zarr import PUSHT_TASK, PushTGeometry, pusht_features
+from hfpolicy.datasets.writer import check_dataset_destination
 from hfpolicy.envs import SUCCESS_INFO_KEY, EnvConfig, PushTEnvConfig
 from hfpolicy.flags import parse_flags
+from hfpolicy.run_lock import RunLockedError
+from hfpolicy.termination import stop_on_sigterm
 
 DEMONSTRATORS = ("scripted",)  # --policy.type values `hfpolicy record` knows
 
@@ -66,11 +69,7 @@ def record(cfg: RecordConfig) -> Path:
     if cfg.n_episodes < 1 or cfg.max_steps < 1:
         raise ValueError("--n_episodes and --max_steps must be >= 1")
     output_dir = Path(cfg.output_dir)
-    if output_dir.exists() and not cfg.overwrite:
-        raise ValueError(
-            f"--output_dir={output_dir} exists; choose a new folder, or add --overwrite=true to replace that dataset "
-            "(it is replaced only once the new one is complete)"
-        )
+    check_dataset_destination(output_dir, cfg.overwrite, cli=True)  # before the env starts; again once held
     from hfpolicy.policies.scripted import PushTExpert
 
     if not cfg.images and not cfg.environment_state:
@@ -136,9 +135,13 @@ def record(cfg: RecordConfig) -> Path:
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_flags(RecordConfig, sys.argv[1:] if argv is None else argv, prog="hfpolicy record")
-        root = record(cfg)
-    except (ParsingError, ValueError, FileExistsError) as e:
+        with stop_on_sigterm():  # a stopped recording removes its staging folder
+            root = record(cfg)
+    except (ParsingError, ValueError, FileExistsError, RunLockedError) as e:
         print(f"hfpolicy record: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        print(f"hfpolicy record: error: cannot write --output_dir={cfg.output_dir}: {e}", file=sys.stderr)
+        return 1
     print(f"recorded {cfg.n_episodes} episodes into {root}" + (f"; pushed to {cfg.push_to}" if cfg.push_to else ""))
     return 0

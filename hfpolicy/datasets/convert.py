@@ -6,12 +6,13 @@ hfpolicy convert pusht-zarr ZARR_PATH --output_dir=DIR [--push_to=REPO_ID] [--ep
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from draccus.utils import ParsingError
 
 from hfpolicy.datasets.metadata import DatasetMeta
 from hfpolicy.flags import parse_flags
+from hfpolicy.run_lock import RunLockedError
+from hfpolicy.termination import stop_on_sigterm
 
 
 @dataclass
@@ -33,17 +34,12 @@ class PushTZarrConfig:
 def convert_pusht_zarr_command(config: PushTZarrConfig) -> int:
     from hfpolicy.datasets.hub import push_dataset_to_hub
     from hfpolicy.datasets.pusht_zarr import convert_pusht_zarr
+    from hfpolicy.datasets.writer import check_dataset_destination
 
     if not config.zarr_path or not config.output_dir:
         print("hfpolicy convert pusht-zarr: give the zarr path and --output_dir=DIR", file=sys.stderr)
         return 2
-    if Path(config.output_dir).exists() and not config.overwrite:
-        print(
-            f"hfpolicy convert pusht-zarr: error: --output_dir={config.output_dir} exists; choose a new folder, or add "
-            "--overwrite=true to replace that dataset (it is replaced only once the new one is complete)",
-            file=sys.stderr,
-        )
-        return 2
+    check_dataset_destination(config.output_dir, config.overwrite, cli=True)  # before reading the zarr
     root = convert_pusht_zarr(
         config.zarr_path,
         config.output_dir,
@@ -104,10 +100,14 @@ def main(argv: list[str] | None = None) -> int:
     if rest and not rest[0].startswith("-"):  # the input path, given positionally
         rest = [f"--{positional}={rest[0]}", *rest[1:]]
     try:
-        return command(parse_flags(config_class, rest, prog=f"hfpolicy convert {name}"))
-    except (ParsingError, FileNotFoundError, FileExistsError, ValueError) as e:  # bad input: one line, no traceback
+        with stop_on_sigterm():  # a stopped conversion removes its staging folder
+            return command(parse_flags(config_class, rest, prog=f"hfpolicy convert {name}"))
+    except (ParsingError, FileNotFoundError, FileExistsError, ValueError, RunLockedError) as e:  # bad input: one line
         print(f"hfpolicy convert {name}: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        print(f"hfpolicy convert {name}: error: cannot write the dataset: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

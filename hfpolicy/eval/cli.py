@@ -26,8 +26,11 @@ from hfpolicy.constants import EVAL_INFO_FILE
 from hfpolicy.envs import EnvConfig, PushTEnvConfig
 from hfpolicy.eval.evaluation import DEFAULT_START_SEED, EvalResult, evaluate
 from hfpolicy.eval.rollouts import EpisodeRecord, InvalidActionError
+from hfpolicy.eval.videos import VideoWriteError
 from hfpolicy.flags import cli_message, parse_flags
 from hfpolicy.policies.base import Policy, PolicyLoadError
+from hfpolicy.run_lock import RunLock, RunLockedError
+from hfpolicy.termination import stop_on_sigterm
 
 
 @dataclass
@@ -59,6 +62,7 @@ class EvalPipelineConfig:
     env: EnvConfig = field(default_factory=PushTEnvConfig)  # the simulator (--env.type=pusht)
     eval: EvalConfig = field(default_factory=EvalConfig)  # episodes, batching, videos
     output_dir: Path | None = None  # eval_info.json and videos/ go here; default outputs/eval/<date>_<time>_<env>
+    overwrite: bool = False  # replace the evaluation already in output_dir (eval_info.json, episodes.jsonl, videos)
     progress: bool = True  # show a progress bar
     num_threads: int | None = None  # torch threads for the policy; default: the CPU cores available to this process
 
@@ -70,12 +74,48 @@ def run_eval(config: EvalPipelineConfig) -> EvalResult:
 
 
 def evaluate_and_save(config: EvalPipelineConfig, policy: Policy, env_config: EnvConfig) -> EvalResult:
+    """Holds `output_dir` for the whole evaluation (RunLockedError while another one runs there), refuses a folder
+    holding another evaluation unless `config.overwrite` (then that one is removed whole first), and evaluates."""
     output_dir = Path(config.output_dir or default_output_dir(env_config))
     check_writable(output_dir)
+    lock = RunLock(output_dir).acquire()
+    try:
+        claim_eval_folder(output_dir, config.overwrite)
+        if config.eval.n_videos > 0:
+            check_writable(output_dir / "videos", f"the videos folder {output_dir / 'videos'}")  # before episode 1
+        return _evaluate_into(config, policy, env_config, output_dir)
+    finally:
+        lock.release()
+
+
+def claim_eval_folder(output_dir: Path, overwrite: bool) -> None:
+    """Refuses a folder holding another evaluation's results unless `overwrite`, which removes them (all of them:
+    no mix of two runs' summary, records and videos). Called with the folder held, so temporary files found in it
+    are those of a dead evaluation and are removed."""
+    for stale in output_dir.glob(".*.tmp"):
+        stale.unlink(missing_ok=True)
+    videos = output_dir / "videos"
+    found = [name for name in (EVAL_INFO_FILE, EPISODES_FILE) if (output_dir / name).exists()]
+    old_videos = sorted(videos.glob("eval_episode_*.mp4")) if videos.is_dir() else []
+    if old_videos:
+        found.append(f"videos/ ({len(old_videos)} mp4)")
+    if not found:
+        return
+    if not overwrite:
+        raise OutputDirError(
+            f"--output_dir={output_dir} holds another evaluation ({', '.join(found)}): choose another --output_dir, "
+            "or add --overwrite=true to replace it"
+        )
+    for name in (EVAL_INFO_FILE, EPISODES_FILE):
+        (output_dir / name).unlink(missing_ok=True)
+    for video in old_videos:
+        video.unlink()
+
+
+def _evaluate_into(config: EvalPipelineConfig, policy: Policy, env_config: EnvConfig, output_dir: Path) -> EvalResult:
     batch_size = min(config.eval.batch_size, config.eval.n_episodes)
     env = env_config.make(batch_size, parallel=config.eval.parallel)
     records_path = output_dir / EPISODES_FILE
-    records_path.unlink(missing_ok=True)
     records_file = open(records_path, "a")  # noqa: SIM115 (closed in the finally below)
 
     def save_record(record: EpisodeRecord) -> None:
@@ -108,8 +148,9 @@ class OutputDirError(ValueError):
     """--output_dir cannot be written."""
 
 
-def check_writable(output_dir: Path) -> None:
-    """Creates `output_dir` and writes a probe file in it, so an unwritable folder fails before any episode runs."""
+def check_writable(output_dir: Path, flag: str | None = None) -> None:
+    """Creates `output_dir` and writes a probe file in it, so an unwritable folder fails before any episode runs.
+    `flag` names the folder in the error (default: --output_dir=<output_dir>)."""
     probe = output_dir / f".write_probe.{os.getpid()}"
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -117,7 +158,7 @@ def check_writable(output_dir: Path) -> None:
         probe.unlink()
     except OSError as e:
         raise OutputDirError(
-            f"--output_dir={output_dir} cannot be written ({e.strerror or e}): choose another --output_dir"
+            f"{flag or f'--output_dir={output_dir}'} cannot be written ({e.strerror or e}): choose another --output_dir"
         ) from e
 
 
@@ -141,7 +182,11 @@ def load_policy_and_env_config(config: EvalPipelineConfig) -> tuple[Policy, EnvC
         raise ValueError("--policy.path is required: a local directory or a Hub repo id of a saved policy")
     if config.eval.n_episodes < 1 or config.eval.batch_size < 1 or config.eval.n_videos < 0:
         raise ValueError("--eval.n_episodes and --eval.batch_size must be >= 1 and --eval.n_videos >= 0")
-    device = config.policy.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if config.eval.start_seed < 0:
+        raise ValueError(
+            f"--eval.start_seed={config.eval.start_seed}: seeds are >= 0 (episode i is seeded start_seed + i)"
+        )
+    device = check_device(config.policy.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     overrides = {} if config.policy.n_action_steps is None else {"n_action_steps": config.policy.n_action_steps}
     try:
         policy = Policy.from_pretrained(
@@ -158,6 +203,21 @@ def load_policy_and_env_config(config: EvalPipelineConfig) -> tuple[Policy, EnvC
     return policy, env_config
 
 
+def check_device(device: str) -> str:
+    """`device` if torch can run on it here, else a ValueError naming --policy.device and the way out."""
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, ValueError) as e:
+        raise ValueError(f"--policy.device={device} is not a torch device ({e}): use cpu, cuda, cuda:1 or mps") from e
+    available = {"cuda": torch.cuda.is_available, "mps": lambda: torch.backends.mps.is_available()}
+    if kind in available and not available[kind]():
+        raise ValueError(
+            f"--policy.device={device}, but torch finds no {kind} device on this machine: use --policy.device=cpu "
+            "(or leave it unset: cuda when available, else cpu)"
+        )
+    return device
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         config = parse_flags(EvalPipelineConfig, sys.argv[1:] if argv is None else argv, prog="hfpolicy eval")
@@ -170,9 +230,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hfpolicy eval: error: {e}{cause}", file=sys.stderr)
         return 2
     try:
-        result = evaluate_and_save(config, policy, env_config)
+        with stop_on_sigterm():
+            result = evaluate_and_save(config, policy, env_config)
+    except (OutputDirError, RunLockedError) as e:
+        print(f"hfpolicy eval: error: {e}", file=sys.stderr)
+        return 2
     except InvalidActionError as e:
         print(f"hfpolicy eval: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # a full disk, a folder made unwritable meanwhile; video errors name the file already
+        where = "" if isinstance(e, VideoWriteError) else f"writing into --output_dir={config.output_dir} failed: "
+        print(f"hfpolicy eval: error: {where}{e}", file=sys.stderr)
         return 1
     summary = result.aggregated
     low, high = summary["pc_success_ci95"]

@@ -1,0 +1,33 @@
+"""SIGTERM as an exception in the commands that write folders, so a scheduler's stop (or `kill`) runs their clean-up
+(staging removed, locks released) instead of ending the process where it stands, as Python's default handler does.
+
+    with stop_on_sigterm():
+        ...                           # SIGTERM raises Terminated (a SystemExit with code 143) here
+"""
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+
+class Terminated(SystemExit):
+    """The process received SIGTERM."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated(128 + signum)
+
+
+@contextlib.contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """Within the block, SIGTERM raises `Terminated` (exit code 143); the previous handler is restored after it.
+    Outside the main thread (where signals cannot be handled) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
