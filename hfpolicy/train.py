@@ -38,6 +38,7 @@ from hfpolicy.checkpoints import (
     PRETRAINED_DIR,
     CheckpointError,
     latest_checkpoint,
+    latest_good_checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
@@ -567,7 +568,7 @@ class NonFiniteLossGuard:
         bad = steps[steps > 0]
         if bad.numel() == 0:
             return
-        checkpoint = latest_checkpoint(output_dir)
+        checkpoint = latest_good_checkpoint(output_dir)  # its weights read back finite
         kept = (
             f"the last good checkpoint is {checkpoint}: resume from it with --resume=true"
             if checkpoint is not None

@@ -4,7 +4,6 @@ turns chunk-predicting networks into a step-by-step controller with an observati
 
 import importlib
 import json
-import os
 import tempfile
 from collections import deque
 from collections.abc import Sequence
@@ -18,7 +17,7 @@ from huggingface_hub import HfApi, PyTorchModelHubMixin, hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, HFValidationError
 from torch import Tensor, nn
 
-from hfpolicy.atomic_files import write_json_atomically
+from hfpolicy.atomic_files import save_safetensors_atomically, write_json_atomically
 from hfpolicy.constants import ACTION, CONFIG_FILE, WEIGHTS_FILE
 from hfpolicy.hub_errors import describe_hub_error, is_missing_file
 from hfpolicy.policies.action_selection import ActionBuffer, ActionQueue
@@ -230,15 +229,13 @@ class Policy(
         """config.json (with `type`) and model.safetensors (weights and normalization stats), each written atomically."""
         save_directory = Path(save_directory)
         write_json_atomically(save_directory / CONFIG_FILE, self.config.to_dict())
-        tmp = save_directory / f".{WEIGHTS_FILE}.{os.getpid()}.tmp"
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
         metadata = {
             "format": "pt",
             "policy_type": self.config.type,
             WEIGHTS_CONFIG_METADATA: json.dumps(self.config.to_dict()),  # what the weights were trained as
         }
-        safetensors.torch.save_file(state, str(tmp), metadata=metadata)
-        os.replace(tmp, save_directory / WEIGHTS_FILE)
+        save_safetensors_atomically(state, save_directory / WEIGHTS_FILE, metadata=metadata)
 
     @classmethod
     def from_pretrained(

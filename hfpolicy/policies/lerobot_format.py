@@ -55,7 +55,7 @@ import safetensors.torch
 import torch
 from torch import Tensor
 
-from hfpolicy.atomic_files import write_json_atomically
+from hfpolicy.atomic_files import save_safetensors_atomically, write_json_atomically
 from hfpolicy.constants import ACTION, CONFIG_FILE, OBS_ENV_STATE, OBS_STATE, WEIGHTS_FILE
 from hfpolicy.policies.base import Policy, PolicyLoadError, get_policy_class
 from hfpolicy.policies.config import FeatureType, NormMode, PolicyConfig, PolicyFeature, feature_norm_mode
@@ -449,6 +449,5 @@ def write_lerobot_checkpoint(policy: Policy, folder: str | Path) -> list[Path]:
         (pre_state, stats),  # LeRobot saves every feature's stats in both files
         (post_state, stats),
     ):
-        safetensors.torch.save_file(tensors, str(folder / filename))
-        written.append(folder / filename)
+        written.append(save_safetensors_atomically(tensors, folder / filename))
     return written
