@@ -193,8 +193,7 @@ def load_policy_and_env_config(config: EvalPipelineConfig) -> tuple[Policy, EnvC
             config.policy.path, revision=config.policy.revision, map_location=device, config_overrides=overrides
         )
     except PolicyLoadError as e:
-        flag_value = f"n_action_steps={config.policy.n_action_steps}"
-        if overrides and isinstance(e.__cause__, ValueError) and flag_value in str(e.__cause__):
+        if overrides and isinstance(e.__cause__, ValueError) and "n_action_steps" in str(e.__cause__):
             # the flag, not the saved config.json, holds the value that does not fit
             problem = cli_message(str(e.__cause__), PolicyLoadConfig, "policy.")
             raise ValueError(f"{problem} (the policy in {config.policy.path})") from e

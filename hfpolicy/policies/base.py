@@ -260,13 +260,18 @@ class Policy(
         """
 
         def resolve(filename: str) -> Path:
+            check_file_name(filename, pretrained_name_or_path)
             local = Path(pretrained_name_or_path)
             if local.is_dir():
                 path = local / filename
                 if not path.is_file():
-                    raise PolicyLoadError(
-                        f"{path} does not exist: a saved policy directory holds {CONFIG_FILE} and {WEIGHTS_FILE}"
+                    needed = (
+                        f"a saved policy directory holds {CONFIG_FILE} and {WEIGHTS_FILE}"
+                        if filename in (CONFIG_FILE, WEIGHTS_FILE)
+                        else f"{CONFIG_FILE} there names it (a LeRobot checkpoint keeps its processor files beside "
+                        f"{WEIGHTS_FILE}): copy the whole checkpoint folder, or save it again"
                     )
+                    raise PolicyLoadError(f"{path} does not exist: {needed}")
                 return path
             try:
                 return Path(
@@ -435,6 +440,17 @@ def check_config_matches_weights(
             f"{config_path} contradicts the weights in {weights_path}, which were trained with other settings: "
             f"{changes}. These fields decide what the weights mean; restore them in config.json (only "
             f"{', '.join(sorted(config.acting_fields))} may be changed after training)"
+        )
+
+
+def check_file_name(filename: Any, source: str | Path) -> None:
+    """Refuses a file name, as a checkpoint's JSON gives it, that is not a plain name inside the checkpoint (an
+    absolute path, `..`, a folder): a policy's files are read from its own folder or repo, never from elsewhere."""
+    parts = Path(filename).parts if isinstance(filename, str) else ()
+    if not parts or Path(filename).is_absolute() or ".." in parts or len(parts) != 1:
+        raise PolicyLoadError(
+            f"{source}: the file name {filename!r} points outside the checkpoint folder; a checkpoint's files are "
+            "plain names in its own folder: fix the JSON that names it"
         )
 
 
