@@ -10,6 +10,7 @@ evaluation (eval_info.json and videos), the training curve drawn from metrics.js
 after hours of training.
 """
 
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 from hfpolicy.checkpoints import PRETRAINED_DIR, latest_checkpoint
 from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, TRAIN_CONFIG_FILE, TRAINING_CURVE_FILE
 from hfpolicy.hub_errors import describe_push_error
+from hfpolicy.run_lock import RunLock, RunLockedError
 
 
 class PushError(RuntimeError):
@@ -137,6 +139,22 @@ def push_run(
         raise PushError(f"{cause}; the run is saved in {run_dir}: push it with `hfpolicy push --run={run_dir}`") from e
 
 
+def hold_finished_run(run_dir: Path) -> RunLock | None:
+    """Takes the run folder's lock for the push, so that a run still training (whose checkpoints rotate under the
+    push) is refused, naming it, instead of a mid-run checkpoint being pushed without a word. None if no folder."""
+    if not run_dir.is_dir():
+        return None  # push_run says what is wrong with it
+    try:
+        return RunLock(run_dir).acquire()
+    except RunLockedError as e:
+        holder = re.search(r"\((pid [^)]*)\)", str(e))
+        raise PushError(
+            f"--run={run_dir} is still training{f' ({holder.group(1)})' if holder else ''}: its checkpoints are "
+            "still changing; push it once it has stopped, or let the training push itself at its end with "
+            "--hub.repo_id"
+        ) from None
+
+
 @dataclass
 class PushConfig:
     """`hfpolicy push`: upload a training run's policy, evaluation, curve and card to the Hub."""
@@ -157,7 +175,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg = parse_flags(PushConfig, sys.argv[1:] if argv is None else argv, prog="hfpolicy push")
         if cfg.run is None:
             raise PushError("--run=DIR is needed: the folder of the training run to push")
-        url = push_run(cfg.run, cfg.repo_id, private=cfg.private, branch=cfg.branch)
+        lock = hold_finished_run(Path(cfg.run))
+        try:
+            url = push_run(cfg.run, cfg.repo_id, private=cfg.private, branch=cfg.branch)
+        finally:
+            if lock is not None:
+                lock.release()
     except (FlagError, ParsingError, PushError) as e:
         print(f"hfpolicy push: error: {e}", file=sys.stderr)
         return 2
