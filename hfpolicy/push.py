@@ -18,6 +18,7 @@ from pathlib import Path
 from hfpolicy.checkpoints import PRETRAINED_DIR, latest_checkpoint
 from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, TRAIN_CONFIG_FILE, TRAINING_CURVE_FILE
 from hfpolicy.hub_errors import describe_push_error
+from hfpolicy.metrics_log import MetricsFileError
 from hfpolicy.run_lock import RunLock, RunLockedError
 
 
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if lock is not None:
                 lock.release()
-    except (FlagError, ParsingError, PushError) as e:
+    except (FlagError, ParsingError, PushError, MetricsFileError) as e:
         print(f"hfpolicy push: error: {e}", file=sys.stderr)
         return 2
     print(f"pushed {cfg.run}: {url}")

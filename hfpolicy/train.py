@@ -54,7 +54,7 @@ from hfpolicy.datasets.format import INFO_PATH
 from hfpolicy.envs import EnvConfig
 from hfpolicy.eval.distributed import evaluate_on_all_processes
 from hfpolicy.flags import FlagError, cli_message
-from hfpolicy.metrics_log import append_metrics, truncate_metrics
+from hfpolicy.metrics_log import MetricsFileError, append_metrics, truncate_metrics
 from hfpolicy.policies import Policy, PolicyConfig, make_policy
 from hfpolicy.policies.ema import EMA
 from hfpolicy.push import PushError, check_push_access, push_run
@@ -498,7 +498,7 @@ def make_optimizer(policy: Policy, device: torch.device) -> torch.optim.Optimize
 def configure_eval_env(env_cfg: EnvConfig, policy_cfg: PolicyConfig) -> EnvConfig:
     """The eval env with an observation type that gives the policy's inputs, in the policy's shapes."""
     try:
-        return env_cfg.for_policy(policy_cfg.input_features)
+        return env_cfg.for_policy(policy_cfg.input_features, policy_cfg.output_features)
     except ValueError as e:
         raise TrainConfigError(f"{e} (or set --eval.freq=0 to train without evaluation)") from e
 
@@ -708,7 +708,7 @@ def main(
         if announce is not None and is_launch_main_process():
             print(announce(cfg), flush=True)
         result = train(cfg)
-    except (FlagError, ParsingError, TrainConfigError, RunLockedError, CheckpointError) as e:
+    except (FlagError, ParsingError, TrainConfigError, RunLockedError, CheckpointError, MetricsFileError) as e:
         cause = f" ({e.__cause__})" if isinstance(e, ParsingError) and e.__cause__ else ""
         print(f"hfpolicy train: error: {e}{cause}", file=sys.stderr)
         return 2

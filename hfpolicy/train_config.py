@@ -122,6 +122,12 @@ def validate_train_config(cfg: TrainConfig) -> None:
 def scripted_dataset_root(n_episodes: int) -> Path:
     """Where `--dataset.scripted_episodes=N` records by default: $HFPOLICY_CACHE (default ~/.cache/hfpolicy)."""
     cache = Path(os.environ.get("HFPOLICY_CACHE", Path.home() / ".cache" / "hfpolicy"))
+    for folder in (cache, cache / "datasets"):
+        if folder.exists() and not folder.is_dir():
+            raise TrainConfigError(
+                f"{folder} (under $HFPOLICY_CACHE, default ~/.cache/hfpolicy) is a file, not a folder, so the scripted "
+                "demonstrations cannot be recorded there: move that file away, or set HFPOLICY_CACHE to another folder"
+            )
     return cache / "datasets" / f"pusht_scripted_{n_episodes}"
 
 

@@ -198,7 +198,7 @@ def load_policy_and_env_config(config: EvalPipelineConfig) -> tuple[Policy, EnvC
             problem = cli_message(str(e.__cause__), PolicyLoadConfig, "policy.")
             raise ValueError(f"{problem} (the policy in {config.policy.path})") from e
         raise
-    env_config = config.env.for_policy(policy.config.input_features)
+    env_config = config.env.for_policy(policy.config.input_features, policy.config.output_features)
     return policy, env_config
 
 

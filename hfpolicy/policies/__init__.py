@@ -13,6 +13,7 @@ from hfpolicy.policies.diffusion.configuration import DiffusionConfig
 _LAZY = {
     "Policy": "hfpolicy.policies.base",
     "PolicyLoadError": "hfpolicy.policies.base",
+    "PolicyPushError": "hfpolicy.policies.base",
     "get_policy_class": "hfpolicy.policies.base",
     "make_policy": "hfpolicy.policies.base",
     "MissingStatsError": "hfpolicy.policies.normalization",
@@ -28,6 +29,7 @@ __all__ = [
     "PolicyConfig",
     "PolicyFeature",
     "PolicyLoadError",
+    "PolicyPushError",
     "get_policy_class",
     "known_policy_types",
     "make_policy",

@@ -15,11 +15,12 @@ import safetensors.torch
 import torch
 from huggingface_hub import HfApi, PyTorchModelHubMixin, hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, HFValidationError
+from huggingface_hub.utils import validate_repo_id
 from torch import Tensor, nn
 
 from hfpolicy.atomic_files import save_safetensors_atomically, write_json_atomically
 from hfpolicy.constants import ACTION, CONFIG_FILE, WEIGHTS_FILE
-from hfpolicy.hub_errors import describe_hub_error, is_missing_file
+from hfpolicy.hub_errors import describe_hub_error, describe_push_error, is_missing_file
 from hfpolicy.policies.action_selection import ActionBuffer, ActionQueue
 from hfpolicy.policies.config import PolicyConfig, known_policy_types
 from hfpolicy.policies.normalization import Normalizer
@@ -31,6 +32,10 @@ _POLICY_CLASSES: dict[str, type["Policy"]] = {}
 
 WEIGHTS_CONFIG_METADATA = "hfpolicy_config"  # model.safetensors metadata: the config the weights were trained as
 NoiseSource = torch.Generator | list[torch.Generator] | None  # one generator for the batch, or one per batch row
+
+
+class PolicyPushError(RuntimeError):
+    """`push_to_hub` failed on the Hub's side or the network's (the message names the cause and the fix)."""
 
 
 class PolicyLoadError(RuntimeError):
@@ -274,6 +279,7 @@ class Policy(
                     raise PolicyLoadError(f"{path} does not exist: {needed}")
                 return path
             try:
+                validate_repo_id(str(pretrained_name_or_path))  # offline, hf_hub_download would say "not cached"
                 return Path(
                     hf_hub_download(
                         repo_id=str(pretrained_name_or_path),
@@ -374,12 +380,22 @@ class Policy(
         api = HfApi(token=token)
         with tempfile.TemporaryDirectory(prefix="hfpolicy-push-") as tmp:
             folder = stage_policy_repo(self, Path(tmp), repo_id, artifacts)  # fails before anything is created
-            repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
-            if branch is not None:
-                api.create_branch(repo_id, branch=branch, exist_ok=True)
-            commit = api.upload_folder(
-                repo_id=repo_id, folder_path=folder, revision=branch, commit_message=commit_message, repo_type="model"
-            )
+            try:
+                repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+                if branch is not None:
+                    api.create_branch(repo_id, branch=branch, exist_ok=True)
+                commit = api.upload_folder(
+                    repo_id=repo_id,
+                    folder_path=folder,
+                    revision=branch,
+                    commit_message=commit_message,
+                    repo_type="model",
+                )
+            except Exception as e:
+                cause = describe_push_error(e, repo_id)  # None: not a Hub or network failure (a bug), shown as it is
+                if cause is None:
+                    raise
+                raise PolicyPushError(cause) from e
         return str(commit)
 
     def generate_model_card(self, *args, **kwargs) -> Any:
