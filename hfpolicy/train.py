@@ -144,6 +144,7 @@ def run_training(cfg: TrainConfig, output_dir: Path) -> TrainResult:
     policy_cfg = configure_policy_features(cfg.policy, meta.features, cfg.dataset.input_features)
     env_cfg = configure_eval_env(cfg.env, policy_cfg) if cfg.eval.freq > 0 else None
     with dataset_errors_as_config_errors(cfg.dataset):
+        policy_cfg.check_window_fits(meta.episodes["length"].tolist())  # names the flags, not delta_timestamps
         dataset = PolicyDataset(
             dataset_name,
             root=dataset_root,

@@ -177,3 +177,23 @@ def test_a_cache_folder_that_is_a_file_is_named(pusht_state_dataset, tmp_path, m
     argv = ["--policy.type=diffusion", "--dataset.scripted_episodes=1", f"--output_dir={tmp_path / 'run'}"]
     assert train_main([*argv, "--steps=1", "--eval.freq=0"]) == 2
     assert f"{cache / 'datasets'} (under $HFPOLICY_CACHE" in one_line(capsys)
+
+
+def test_episodes_shorter_than_the_training_window_name_the_policy_flags(tmp_path, capsys):
+    import numpy as np
+
+    from hfpolicy.datasets import DatasetWriter
+    from hfpolicy.datasets.pusht_zarr import pusht_features
+
+    root = tmp_path / "short"
+    with DatasetWriter.create(root, "user/short", 10, pusht_features(96, True, images=False)) as writer:
+        for i in range(5):
+            frame = {OBS_STATE: np.zeros(2, np.float32), OBS_ENV_STATE: np.zeros(16, np.float32)}
+            frame.update({ACTION: np.zeros(2, np.float32), "next.reward": 0.0, "next.success": False})
+            writer.add_frame({**frame, "next.done": i == 4}, task="t")
+        writer.save_episode()
+    base = [f"--dataset.root={root}", "--steps=1", "--eval.freq=0", "--tracker=none", "--recipe=paper"]
+    for policy, flag in (("diffusion", "--policy.horizon=16"), ("act", "--policy.chunk_size=100")):
+        assert train_main([*base, f"--policy.type={policy}", f"--output_dir={tmp_path / policy}"]) == 2
+        err = one_line(capsys)
+        assert flag in err and "the longest episode has 5 frames" in err and "delta_timestamps" not in err
