@@ -7,6 +7,7 @@
 
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -19,15 +20,31 @@ def _raise_terminated(signum, frame) -> None:
     raise Terminated(128 + signum)
 
 
+def _redeliver_if_swallowed(previous_hook):
+    """An unraisable hook: a Terminated raised while a finalizer ran (a __del__, a weakref callback: Python ignores
+    exceptions there) is delivered again, so that the stop is never lost."""
+
+    def hook(unraisable) -> None:
+        if isinstance(unraisable.exc_value, Terminated):
+            signal.raise_signal(signal.SIGTERM)  # handled again at the next bytecode, outside the finalizer
+            return
+        previous_hook(unraisable)
+
+    return hook
+
+
 @contextlib.contextmanager
 def stop_on_sigterm() -> Iterator[None]:
-    """Within the block, SIGTERM raises `Terminated` (exit code 143); the previous handler is restored after it.
-    Outside the main thread (where signals cannot be handled) it does nothing."""
+    """Within the block, SIGTERM raises `Terminated` (exit code 143), again if a finalizer swallowed it; the previous
+    handler is restored after it. Outside the main thread (where signals cannot be handled) it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _redeliver_if_swallowed(previous_hook)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = previous_hook

@@ -148,7 +148,9 @@ def check_dataset_destination(root: str | Path, overwrite: bool, *, cli: bool = 
 def _hold_destination(root: Path, overwrite: bool) -> tuple[RunLock, bool]:
     """Takes `root` for the writer's lifetime (RunLockedError while another writer holds it) and checks, under the
     lock, that the dataset may go there; returns the lock and whether the folder was new (to remove on abort)."""
-    created = not _folder_entries(root)
+    created = not root.exists() or (
+        not _folder_entries(root) and (root / LOCK_FILE).exists()
+    )  # new, or a dead writer's
     lock = RunLock(root).acquire()
     try:
         check_dataset_destination(root, overwrite)

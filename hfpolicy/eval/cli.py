@@ -5,7 +5,9 @@
 
 Checks first that `--output_dir` can be written, then writes each episode's record to `<output_dir>/episodes.jsonl`
 as the episode ends (so an interrupted evaluation keeps what it ran), and at the end `<output_dir>/eval_info.json`
-(aggregates and per-episode records, written atomically) and `<output_dir>/videos/*.mp4`.
+(aggregates and per-episode records, written atomically) and `<output_dir>/videos/*.mp4`. The evaluation holds
+`--output_dir` (the run lock) while it runs: a second evaluation into it is refused, and so is a folder holding a
+finished evaluation, unless `--overwrite=true`, which removes that one whole first (never a mix of two runs).
 
 Threads: torch runs the policy with `--num_threads` intra-op threads (default: the CPU cores this process may use),
 set explicitly rather than left to whatever the environment says, so a standalone evaluation uses the machine as one
