@@ -16,8 +16,19 @@ class Terminated(SystemExit):
     """The process received SIGTERM."""
 
 
+_requested: list[int] = []  # the signal number once SIGTERM arrived inside a `stop_on_sigterm` block
+
+
 def _raise_terminated(signum, frame) -> None:
+    _requested[:] = [signum]
     raise Terminated(128 + signum)
+
+
+def raise_if_terminated() -> None:
+    """A safe point for long loops (DatasetWriter.add_frame, each evaluated episode): raises Terminated if SIGTERM
+    arrived, in case its exception was swallowed where it landed (a cffi callback, a finalizer)."""
+    if _requested:
+        raise Terminated(128 + _requested[0])
 
 
 def _redeliver_if_swallowed(previous_hook):
@@ -48,3 +59,4 @@ def stop_on_sigterm() -> Iterator[None]:
     finally:
         signal.signal(signal.SIGTERM, previous)
         sys.unraisablehook = previous_hook
+        _requested.clear()

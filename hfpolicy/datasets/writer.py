@@ -85,6 +85,7 @@ from hfpolicy.datasets.format import (
 from hfpolicy.datasets.stats import ImageStatsAccumulator, aggregate_stats, array_stats, stats_to_json
 from hfpolicy.run_lock import LOCK_FILE, RunLock
 from hfpolicy.staging import Staging, remove_stale_staging
+from hfpolicy.termination import raise_if_terminated
 from hfpolicy.video import VIDEO_PIX_FMT, Mp4Writer
 
 MB = 1024**2
@@ -307,6 +308,7 @@ class DatasetWriter:
     def add_frame(self, frame: Mapping[str, Any], task: str) -> None:
         """Adds one frame to the current episode: every feature the dataset was created with (images as uint8
         (H, W, C) arrays), nothing else. timestamp = frame_index / fps."""
+        raise_if_terminated()  # a stop request whose exception got lost where it landed: honoured here
         self._check_open()
         given, expected = set(frame), set(self.user_keys)
         if given != expected:

@@ -17,6 +17,7 @@ from hfpolicy.envs import episode_step_limit
 from hfpolicy.eval.rollouts import EpisodeRecord, rollout
 from hfpolicy.eval.videos import VideoRecorder, episode_video_path
 from hfpolicy.policies.base import Policy
+from hfpolicy.termination import raise_if_terminated
 
 DEFAULT_START_SEED = DEFAULT_EVAL_START_SEED  # episode i is seeded start_seed + i (far from training data seeds)
 WILSON_Z95 = 1.959963984540054  # two-sided 95% normal quantile
@@ -106,6 +107,7 @@ def evaluate(
 
                 def episode_ended(slot: int, record: EpisodeRecord, videos=videos) -> None:
                     nonlocal n_ended, n_successes
+                    raise_if_terminated()
                     if slot in videos:
                         recorder.finish(videos[slot])
                     n_ended += 1
