@@ -20,7 +20,9 @@ from tqdm.auto import tqdm
 from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE, REWARD, SUCCESS
 from hfpolicy.datasets import DatasetWriter, push_dataset_to_hub
 from hfpolicy.datasets.pusht_zarr import PUSHT_TASK, PushTGeometry, pusht_features
+from hfpolicy.datasets.writer import check_dataset_destination
 from hfpolicy.envs import SUCCESS_INFO_KEY, EnvConfig, PushTEnvConfig
+from hfpolicy.io.termination import stop_on_sigterm
 
 DEMONSTRATORS = ("scripted",)  # --policy.type values `hfpolicy record` knows
 
@@ -64,11 +66,9 @@ def record(cfg: RecordConfig) -> Path:
     if cfg.n_episodes < 1 or cfg.max_steps < 1:
         raise ValueError("--n_episodes and --max_steps must be >= 1")
     output_dir = Path(cfg.output_dir)
-    if output_dir.exists() and not cfg.overwrite:
-        raise ValueError(
-            f"--output_dir={output_dir} exists; choose a new folder, or add --overwrite=true to replace that dataset "
-            "(it is replaced only once the new one is complete)"
-        )
+    check_dataset_destination(output_dir, cfg.overwrite, cli=True)  # before the env starts; again once held
+    from hfpolicy.policies.scripted import PushTExpert
+
     if not cfg.images and not cfg.environment_state:
         raise ValueError("--images=false needs --environment_state=true: the policy would see only the agent")
     env_cfg = PushTEnvConfig(
@@ -77,7 +77,6 @@ def record(cfg: RecordConfig) -> Path:
         observation_size=cfg.env.observation_size,
         render_size=cfg.env.render_size,
     )
-    from hfpolicy.policies.scripted import PushTExpert
 
     env = env_cfg.make_single()
     expert = PushTExpert()
@@ -143,9 +142,17 @@ def record_episode(env, expert, writer: DatasetWriter, cfg: RecordConfig, seed: 
     return succeeded
 
 
+class RecordWriteError(RuntimeError):
+    """The dataset could not be written (a full disk, a folder that became unwritable)."""
+
+
 def record_command(cfg: RecordConfig) -> str:
-    """`hfpolicy record`: records, and says where to."""
-    root = record(cfg)
+    """`hfpolicy record`: records, and says where to (a SIGTERM stops it cleanly: its staging folder is removed)."""
+    try:
+        with stop_on_sigterm():
+            root = record(cfg)
+    except OSError as e:
+        raise RecordWriteError(f"cannot write --output_dir={cfg.output_dir}: {e}") from e
     pushed = f"; pushed to {cfg.push_to}" if cfg.push_to else ""
     return f"recorded {cfg.n_episodes} episodes into {root}{pushed}\nlook at them: hfpolicy view {root}"
 
@@ -159,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
 def scripted_dataset_root(n_episodes: int) -> Path:
     """Where `--dataset.scripted_episodes=N` records by default: $HFPOLICY_CACHE (default ~/.cache/hfpolicy)."""
     cache = Path(os.environ.get("HFPOLICY_CACHE", Path.home() / ".cache" / "hfpolicy"))
+    for folder in (cache, cache / "datasets"):
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(
+                f"{folder} (under $HFPOLICY_CACHE, default ~/.cache/hfpolicy) is a file, not a folder, so the scripted "
+                "demonstrations cannot be recorded there: move that file away, or set HFPOLICY_CACHE to another folder"
+            )
     return cache / "datasets" / f"pusht_scripted_{n_episodes}"
 
 

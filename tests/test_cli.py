@@ -200,6 +200,7 @@ def test_cli_message_turns_fields_into_flags_and_values_into_cli_words():
 
 def test_an_existing_output_dir_names_the_overwrite_flag(tmp_path, capsys):
     """convert and record both say `--overwrite=true`, not the Python `overwrite=True`."""
+    (tmp_path / "notes.txt").write_text("mine")  # a folder holding files (an empty one is taken as new)
     for argv in (
         ["convert", "pusht-zarr", f"--zarr_path={tmp_path / 'in.zarr'}", f"--output_dir={tmp_path}"],
         ["record", f"--output_dir={tmp_path}"],

@@ -79,7 +79,7 @@ def test_overwrite_never_replaces_a_folder_that_is_not_a_dataset(tmp_path, capsy
     args = [f"--output_dir={tmp_path}", "--n_episodes=1", "--max_steps=5", "--images=false", "--overwrite=true"]
     assert main([*args, "--environment_state=true", "--progress=false"]) == 2
     err = capsys.readouterr().err
-    assert "is not a LeRobot dataset (no meta/info.json)" in err and err.count("\n") == 1
+    assert "is not a LeRobot dataset (notes.txt, no valid meta/info.json)" in err and err.count("\n") == 1
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 

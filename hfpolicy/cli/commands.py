@@ -53,7 +53,7 @@ COMMANDS: dict[str, Command] = {
         config="hfpolicy.eval.cli:EvalPipelineConfig",
         run="hfpolicy.eval.cli:run",
         help="evaluate a policy (local dir or Hub repo id) in batched simulation",
-        failures=("hfpolicy.eval.rollouts:InvalidActionError",),
+        failures=("hfpolicy.eval.rollouts:InvalidActionError", "hfpolicy.eval.cli:EvalWriteError"),
     ),
     "convert pusht-zarr": Command(
         config="hfpolicy.datasets.convert:PushTZarrConfig",
@@ -65,6 +65,7 @@ COMMANDS: dict[str, Command] = {
         config="hfpolicy.record:RecordConfig",
         run="hfpolicy.record:record_command",
         help="record demonstrations with a scripted expert into a LeRobot v3.0 dataset",
+        failures=("hfpolicy.record:RecordWriteError",),
     ),
     "push": Command(
         config="hfpolicy.hub.push:PushConfig",
@@ -76,6 +77,7 @@ COMMANDS: dict[str, Command] = {
         config="hfpolicy.hub.export:ExportConfig",
         run="hfpolicy.hub.export:export_command",
         help="write a saved policy in another library's layout (--format=lerobot)",
+        failures=("hfpolicy.hub.export:ExportWriteError",),
     ),
     "view": Command(
         config="hfpolicy.viewer.view:ViewConfig",

@@ -5,9 +5,9 @@ hfpolicy convert pusht-zarr ZARR_PATH --output_dir=DIR [--push_to=REPO_ID] [--ep
 
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from hfpolicy.datasets.metadata import DatasetMeta
+from hfpolicy.io.termination import stop_on_sigterm
 
 
 @dataclass
@@ -29,23 +29,21 @@ class PushTZarrConfig:
 def convert_pusht_zarr_command(config: PushTZarrConfig) -> str:
     from hfpolicy.datasets.hub import push_dataset_to_hub
     from hfpolicy.datasets.pusht_zarr import convert_pusht_zarr
+    from hfpolicy.datasets.writer import check_dataset_destination
 
     if not config.zarr_path or not config.output_dir:
         raise ValueError("give the zarr path and --output_dir=DIR")
-    if Path(config.output_dir).exists() and not config.overwrite:
-        raise FileExistsError(
-            f"--output_dir={config.output_dir} exists; choose a new folder, or add --overwrite=true to replace that "
-            "dataset (it is replaced only once the new one is complete)"
+    check_dataset_destination(config.output_dir, config.overwrite, cli=True)  # before reading the zarr
+    with stop_on_sigterm():  # a stopped conversion removes its staging folder
+        root = convert_pusht_zarr(
+            config.zarr_path,
+            config.output_dir,
+            repo_id=config.repo_id or config.push_to,
+            episodes=config.episodes,
+            environment_state=config.environment_state,
+            overwrite=config.overwrite,
+            video_crf=config.video_crf,
         )
-    root = convert_pusht_zarr(
-        config.zarr_path,
-        config.output_dir,
-        repo_id=config.repo_id or config.push_to,
-        episodes=config.episodes,
-        environment_state=config.environment_state,
-        overwrite=config.overwrite,
-        video_crf=config.video_crf,
-    )
     meta = DatasetMeta.load(root)
     wrote = f"wrote {root}: {meta.total_episodes} episodes, {meta.total_frames} frames (LeRobot v3.0)"
     if not config.push_to:

@@ -14,6 +14,11 @@ REPO_TYPE = "dataset"
 CARD_FILE = "README.md"
 
 
+class DatasetDownloadError(OSError):
+    """A Hub dataset cannot be downloaded as a LeRobot dataset (an invalid repo id, a repo without meta/info.json).
+    An OSError, as the download's other failures are."""
+
+
 def download_dataset(
     repo_id: str,
     revision: str | None = None,
@@ -22,9 +27,22 @@ def download_dataset(
 ) -> Path:
     """Downloads meta/ and then only the data (and video) files of `episodes` into the HF cache; returns the root.
 
-    Both downloads use the commit the first one resolved, so a push in between cannot mix two versions.
+    Both downloads use the commit the first one resolved, so a push in between cannot mix two versions. An invalid
+    repo id, or a repo without LeRobot's meta/info.json, raises DatasetDownloadError saying so.
     """
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)  # before any cache lookup: offline, a bad id would read as "not in the cache"
+    except HFValidationError as e:
+        raise DatasetDownloadError(f"{repo_id!r} is not a valid Hub dataset repo id (user/name): {e}") from None
     meta_root = Path(snapshot_download(repo_id, repo_type=REPO_TYPE, revision=revision, allow_patterns=["meta/*"]))
+    if not (meta_root / INFO_PATH).is_file():
+        raise DatasetDownloadError(
+            f"the Hub dataset {repo_id!r} has no {INFO_PATH}: it is not a LeRobot v3.0 dataset (convert it with "
+            "LeRobot's converter, or `hfpolicy convert`)"
+        )
     commit = meta_root.name  # snapshots/<commit sha>
     meta = DatasetMeta.load(meta_root, repo_id)  # checks the format version before any data is downloaded
     chosen = [int(e) for e in meta.episodes.index] if episodes is None else sorted({int(e) for e in episodes})

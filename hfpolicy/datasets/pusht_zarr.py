@@ -17,6 +17,7 @@ body about its centre of gravity (local (0, 45) for the T), so to put the block 
 position to pass is p - c + R(θ)·c.
 """
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -107,11 +108,79 @@ def episode_rewards(
     return coverage, reward, success
 
 
+class ZarrStoreError(ValueError):
+    """The zarr store is damaged or is not the diffusion_policy PushT layout (names the array and the chunk)."""
+
+
+def validate_pusht_zarr(group, zarr_path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(episode_ends, states, actions) of a PushT zarr after checking what is converted: no chunk file missing (zarr
+    would read it as zeros: black frames, actions at the origin), every chunk decodes, shapes agree, episode ends
+    rise strictly to the frame count, states and actions are finite. Raises ZarrStoreError naming array and chunk."""
+    shapes = {name: tuple(group[name].shape) for name in ZARR_ARRAYS}
+    n = shapes["data/img"][0]
+    expected = {"data/img": (n, None, None, 3), "data/state": (n, 5), "data/action": (n, 2)}
+    for name, shape in expected.items():
+        fits = len(shapes[name]) == len(shape)
+        if not fits or any(e is not None and e != g for e, g in zip(shape, shapes[name], strict=True)):
+            raise ZarrStoreError(f"{zarr_path}/{name} has shape {shapes[name]}, expected {shape} (N = {n} frames)")
+    for name in ZARR_ARRAYS:
+        missing = _missing_chunks(group[name], zarr_path / name)
+        if missing:
+            raise ZarrStoreError(
+                f"{zarr_path}/{name} lacks chunk file(s) {missing[:5]}{' ...' if len(missing) > 5 else ''} (zarr would "
+                "read them as zeros): the store is incomplete; copy or download it again"
+            )
+    ends = _read_array(group, "meta/episode_ends", zarr_path).astype(np.int64).reshape(-1)
+    if len(ends) == 0 or ends[0] <= 0 or np.any(np.diff(ends) <= 0) or ends[-1] != n:
+        raise ZarrStoreError(
+            f"{zarr_path}/meta/episode_ends must rise strictly from > 0 to the frame count {n}; got {len(ends)} ends "
+            f"from {ends[:1].tolist()} to {ends[-1:].tolist()}"
+        )
+    arrays = []
+    for name, dtype in (("data/state", np.float64), ("data/action", np.float32)):
+        values = _read_array(group, name, zarr_path).astype(dtype)
+        bad_rows = np.flatnonzero(~np.isfinite(values).all(axis=1))
+        if len(bad_rows):
+            chunk = int(bad_rows[0]) // int(group[name].chunks[0])
+            raise ZarrStoreError(
+                f"{zarr_path}/{name} holds NaN or inf in {len(bad_rows)} rows (first: row {bad_rows[0]}, chunk "
+                f"{chunk}): the store is damaged; nothing was converted"
+            )
+        arrays.append(values)
+    return ends, arrays[0], arrays[1]
+
+
+def _read_array(group, name: str, zarr_path: Path) -> np.ndarray:
+    """A whole zarr array, read chunk by chunk so that a chunk that fails to decode is named."""
+    array = group[name]
+    step = int(array.chunks[0])
+    blocks = []
+    for index, start in enumerate(range(0, array.shape[0], step)):
+        try:
+            blocks.append(np.asarray(array[start : start + step]))
+        except Exception as e:  # noqa: BLE001 (codec errors come as many types)
+            raise ZarrStoreError(f"{zarr_path}/{name} chunk {index} cannot be decoded ({type(e).__name__}: {e})") from e
+    return np.concatenate(blocks) if blocks else np.asarray(array[:])
+
+
+def _missing_chunks(array, folder: Path) -> list[int]:
+    """Indices (along axis 0) of chunk files absent from a zarr v2 folder; [] when all are present (or unknown)."""
+    if array.nchunks_initialized >= array.nchunks:
+        return []
+    meta = folder / ".zarray"
+    separator = json.loads(meta.read_text()).get("dimension_separator") or "." if meta.is_file() else "."
+    rest = separator.join("0" * (len(array.shape) - 1))
+    n_chunks = -(-array.shape[0] // int(array.chunks[0]))
+    names = [f"{i}{separator}{rest}" if rest else str(i) for i in range(n_chunks)]
+    missing = [i for i, name in enumerate(names) if not (folder / name).is_file()]
+    return missing or [-1]  # -1: zarr counts a chunk missing that this layout check cannot place
+
+
 class _ZarrFrames:
     """Reads a chunked zarr image array slice by slice, decompressing each chunk once."""
 
-    def __init__(self, array):
-        self.array = array
+    def __init__(self, array, name: str = "data/img"):
+        self.array, self.name = array, name
         self.chunk = int(array.chunks[0])
         self._cache: dict[int, np.ndarray] = {}
 
@@ -124,10 +193,15 @@ class _ZarrFrames:
         blocks = []
         for index in range(first, last + 1):
             if index not in self._cache:
-                block = self.array[index * self.chunk : (index + 1) * self.chunk]
-                if block.min() < 0 or block.max() > 255:
-                    raise ValueError(
-                        f"zarr images must hold values in 0..255, chunk {index} has {block.min()}..{block.max()}"
+                try:
+                    block = np.asarray(self.array[index * self.chunk : (index + 1) * self.chunk])
+                except Exception as e:  # noqa: BLE001 (codec errors come as many types)
+                    raise ZarrStoreError(
+                        f"{self.name} chunk {index} cannot be decoded ({type(e).__name__}: {e})"
+                    ) from e
+                if not np.isfinite(block).all() or block.min() < 0 or block.max() > 255:
+                    raise ZarrStoreError(
+                        f"{self.name}: images must hold values in 0..255, chunk {index} has {block.min()}..{block.max()}"
                     )
                 self._cache[index] = np.rint(block).astype(np.uint8)
             blocks.append(self._cache[index])
@@ -168,15 +242,13 @@ def convert_pusht_zarr(
     missing = [name for name in ZARR_ARRAYS if name not in group]
     if missing:
         raise ValueError(f"{zarr_path} lacks the arrays {missing}: it is not the diffusion_policy PushT zarr")
-    ends = np.asarray(group["meta/episode_ends"][:], dtype=np.int64)
+    ends, states, actions = validate_pusht_zarr(group, zarr_path)
     starts = np.r_[0, ends[:-1]]
     chosen = list(range(len(ends))) if episodes is None else [int(e) for e in episodes]
     bad = [e for e in chosen if not 0 <= e < len(ends)]
     if bad or not chosen:
         raise ValueError(f"episodes {bad or chosen} are not in {zarr_path} (it has episodes 0..{len(ends) - 1})")
-    states = np.asarray(group["data/state"][:], dtype=np.float64)
-    actions = np.asarray(group["data/action"][:], dtype=np.float32)
-    images = _ZarrFrames(group["data/img"])
+    images = _ZarrFrames(group["data/img"], f"{zarr_path}/data/img")
     image_size = int(group["data/img"].shape[1])
 
     geometry = PushTGeometry()

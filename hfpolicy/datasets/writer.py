@@ -14,7 +14,10 @@
 
 Everything is written into a hidden temporary folder beside `root` and renamed to `root` by `finish()`, so an
 interrupted write leaves nothing at `root` (`abort()`, or an exception inside `with DatasetWriter.create(...)`,
-removes the temporary folder).
+removes the temporary folder). The writer holds `root` with the run lock from `create` to `finish`/`abort`: a second
+writer of the same folder is refused (RunLockedError) instead of one dataset silently replacing the other, and the
+temporary folders of writers that died (SIGKILL) are removed by the next writer of that folder. `overwrite=True`
+replaces only a folder that is provably a dataset (see `check_dataset_destination`).
 
 Videos: each episode is encoded while its frames arrive (H.264 yuv420p through hfpolicy.io.video.Mp4Writer), and
 `save_episode()` appends its packets to the current videos/{key}/chunk-XXX/file-XXX.mp4 without re-encoding; an
@@ -23,7 +26,9 @@ the current data file. New files start when a file passes its size limit. Stats 
 (pixels of frames with a side >= 300 px are strided).
 """
 
+import contextlib
 import io
+import json
 import os
 import shutil
 import uuid
@@ -78,18 +83,97 @@ from hfpolicy.datasets.format import (
 )
 from hfpolicy.datasets.stats import ImageStatsAccumulator, aggregate_stats, array_stats, stats_to_json
 from hfpolicy.io.atomic import write_json_atomically
+from hfpolicy.io.run_lock import LOCK_FILE, RunLock
+from hfpolicy.io.staging import Staging, remove_stale_staging
+from hfpolicy.io.termination import raise_if_terminated
 from hfpolicy.io.video import VIDEO_PIX_FMT, Mp4Writer
 
 MB = 1024**2
 
 
-def _replaceable(root: Path) -> bool:
-    """Whether `overwrite` may replace `root`: an empty folder or a dataset (it has meta/info.json)."""
-    return root.is_dir() and (not any(root.iterdir()) or (root / INFO_PATH).is_file())
+DATASET_TOP_LEVEL = {"meta", "data", "videos", "images", "README.md", ".gitattributes"}  # what a dataset folder holds
+_DATASET_SUFFIXES = {"meta": (".json", ".jsonl", ".parquet"), "data": (".parquet",), "videos": (".mp4",)}
+STAGING_TAG, REPLACED_TAG = (
+    "writing",
+    "replaced",
+)  # .<name>.writing-*: a dataset being written; .replaced-*: the old one
 
 
-def _remove_tree(path: str) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+def _folder_entries(root: Path) -> list[str]:
+    """What a folder holds besides the run lock's file (which only says who held the folder last)."""
+    return sorted(p.name for p in root.iterdir() if p.name != LOCK_FILE) if root.is_dir() else []
+
+
+def _not_dataset_layout(root: Path) -> list[str]:
+    """Why `root` is not provably a LeRobot dataset (empty when it is): the entries and files a dataset never holds,
+    or a missing or invalid meta/info.json."""
+    problems = [name for name in _folder_entries(root) if name not in DATASET_TOP_LEVEL]
+    try:
+        info = json.loads((root / INFO_PATH).read_text())
+        if not isinstance(info, dict) or "codebase_version" not in info or not isinstance(info.get("features"), dict):
+            problems.append(f"{INFO_PATH} without codebase_version and features")
+    except (OSError, ValueError):
+        problems.append(f"no valid {INFO_PATH}")
+    for top, suffixes in _DATASET_SUFFIXES.items():
+        for path in (root / top).rglob("*") if (root / top).is_dir() else []:
+            if path.is_symlink() or (path.is_file() and not path.name.endswith(suffixes)):
+                problems.append(str(path.relative_to(root)))
+    return problems
+
+
+def check_dataset_destination(root: str | Path, overwrite: bool, *, cli: bool = False) -> None:
+    """Raises FileExistsError unless a dataset may be written at `root`: a new or empty folder (one holding only the
+    lock file of a writer that died counts as empty), or, with `overwrite`, a folder that is provably a LeRobot
+    dataset (only meta/, data/, videos/, images/, README.md, .gitattributes; a valid meta/info.json; only parquet,
+    mp4 and JSON files), never a folder holding anything else. `cli`: messages name --output_dir / --overwrite."""
+    root = Path(root)
+    where, again = (f"--output_dir={root}", "--overwrite=true") if cli else (str(root), "overwrite=True")
+    if root.exists() and not root.is_dir():
+        raise FileExistsError(f"{where} is a file, not a folder: choose a new folder for the dataset")
+    if not _folder_entries(root):
+        return
+    if not overwrite:
+        raise FileExistsError(
+            f"{where} exists; choose a new folder, or add {again} to replace that dataset (it is replaced only once "
+            "the new one is complete)"
+        )
+    problems = _not_dataset_layout(root)
+    if problems:
+        shown = ", ".join(problems[:5]) + (f" and {len(problems) - 5} more" if len(problems) > 5 else "")
+        raise FileExistsError(
+            f"{where} is not a LeRobot dataset ({shown}): {again} replaces a dataset, never a folder holding other "
+            "files; choose a new folder, or move those files away"
+        )
+
+
+def _hold_destination(root: Path, overwrite: bool) -> tuple[RunLock, bool]:
+    """Takes `root` for the writer's lifetime (RunLockedError while another writer holds it) and checks, under the
+    lock, that the dataset may go there; returns the lock and whether the folder was new (to remove on abort)."""
+    created = not root.exists() or (
+        not _folder_entries(root) and (root / LOCK_FILE).exists()
+    )  # new, or a dead writer's
+    lock = RunLock(root).acquire()
+    try:
+        check_dataset_destination(root, overwrite)
+        remove_stale_staging(root, REPLACED_TAG)
+    except BaseException:
+        _release_destination(lock, root, created)
+        raise
+    return lock, created
+
+
+def _release_destination(lock: RunLock, root: Path, created: bool) -> None:
+    """Releases the hold on `root`; a folder the writer created and left empty (but for the lock file) is removed."""
+    if created and root.is_dir() and not _folder_entries(root):
+        (root / LOCK_FILE).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            root.rmdir()
+    lock.release()
+
+
+def _discard(staging: Staging, lock: RunLock, root: Path, created: bool) -> None:
+    staging.discard()
+    _release_destination(lock, root, created)
 
 
 class DatasetWriter:
@@ -121,9 +205,16 @@ class DatasetWriter:
         self.chunks_size = chunks_size
         self.data_files_size_in_mb = data_files_size_in_mb
         self.video_files_size_in_mb = video_files_size_in_mb
-        self.tmp_root = root.parent / f".{root.name}.writing-{uuid.uuid4().hex[:8]}"
-        self.tmp_root.mkdir(parents=True)
-        self._cleanup = weakref.finalize(self, _remove_tree, str(self.tmp_root))  # on GC / exit if never finished
+        self._root_lock, created = _hold_destination(root, overwrite)  # the folder is this writer's until the end
+        try:
+            self._staging_folder = Staging.create(root, STAGING_TAG)  # also removes dead writers' staging
+        except BaseException:
+            _release_destination(self._root_lock, root, created)
+            raise
+        self.tmp_root = self._staging_folder.path
+        self._cleanup = weakref.finalize(  # on GC / exit if never finished
+            self, _discard, self._staging_folder, self._root_lock, root, created
+        )
         self._staging = self.tmp_root / ".episode"  # the current episode's videos while it is recorded
 
         self.user_keys = [k for k in features if k not in BOOKKEEPING_FEATURES]
@@ -181,13 +272,7 @@ class DatasetWriter:
         files.
         """
         root = Path(root)
-        if root.exists() and not overwrite:
-            raise FileExistsError(f"{root} already exists: choose a new folder, or pass overwrite=True to replace it")
-        if root.exists() and not _replaceable(root):
-            raise FileExistsError(
-                f"{root} exists and is not a LeRobot dataset (no {INFO_PATH}): overwriting replaces a dataset, never "
-                "another folder; choose a new folder"
-            )
+        check_dataset_destination(root, overwrite)  # checked again once the folder is held
         if fps <= 0:
             raise ValueError(f"fps must be positive, got {fps}")
         if chunks_size < 1 or data_files_size_in_mb <= 0 or video_files_size_in_mb <= 0:
@@ -223,6 +308,7 @@ class DatasetWriter:
     def add_frame(self, frame: Mapping[str, Any], task: str) -> None:
         """Adds one frame to the current episode: every feature the dataset was created with (images as uint8
         (H, W, C) arrays), nothing else. timestamp = frame_index / fps."""
+        raise_if_terminated()  # a stop request whose exception got lost where it landed: honoured here
         self._check_open()
         given, expected = set(frame), set(self.user_keys)
         if given != expected:
@@ -421,13 +507,17 @@ class DatasetWriter:
         except BaseException:
             self.abort()
             raise
-        if self.root.exists():  # only with overwrite=True (checked by create)
-            old = self.root.parent / f".{self.root.name}.replaced-{uuid.uuid4().hex[:8]}"
-            os.replace(self.root, old)
-            os.replace(self.tmp_root, self.root)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(self.tmp_root, self.root)
+        # The held root (new, or the dataset overwrite=True replaces) steps aside and the staging takes its name.
+        old = self.root.parent / f".{self.root.name}.{REPLACED_TAG}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        os.rename(self.root, old)
+        try:
+            self._staging_folder.publish(self.root)
+        except OSError as e:
+            os.rename(old, self.root)
+            self.abort()
+            raise FileExistsError(f"{self.root} was created by another process while this dataset was finished") from e
+        shutil.rmtree(old, ignore_errors=True)
+        self._root_lock.release()
         self._cleanup.detach()
         self._finished = True
         return self.root
@@ -491,8 +581,7 @@ class DatasetWriter:
             writer.abort()
         for key in list(self._video_out):
             self._close_video_file(key)
-        shutil.rmtree(self.tmp_root, ignore_errors=True)
-        self._cleanup.detach()
+        self._cleanup()  # removes the staging folder and releases root (removed if this writer created it)
         self._finished = True
 
     def _check_open(self) -> None:

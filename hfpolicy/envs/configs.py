@@ -13,7 +13,7 @@ import draccus
 import gymnasium as gym
 from gymnasium.vector import VectorEnv
 
-from hfpolicy.constants import OBS_ENV_STATE, OBS_IMAGE, OBS_STATE
+from hfpolicy.constants import ACTION, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE
 from hfpolicy.envs.vector import make_vector_env
 from hfpolicy.features import FeatureType, PolicyFeature
 
@@ -81,9 +81,14 @@ class EnvConfig(draccus.ChoiceRegistry):
             )
         return min(candidates)[-1]
 
-    def for_policy(self, input_features: Mapping[str, PolicyFeature]) -> "EnvConfig":
+    def for_policy(
+        self, input_features: Mapping[str, PolicyFeature], output_features: Mapping[str, PolicyFeature] | None = None
+    ) -> "EnvConfig":
         """This config with an obs type that gives the policy's inputs (the cheapest, unless one is set), checked
-        against the policy's shapes; ValueError naming the missing key or the shape and the flag that fixes it."""
+        against the policy's shapes, and (given `output_features`) its action against the env's action space;
+        ValueError naming the missing key or the shape and the flag that fixes it."""
+        if output_features is not None:
+            self.check_action(output_features)
         config = self
         if getattr(config, "obs_type", None) is None:
             config = dataclasses.replace(config, obs_type=config.obs_type_for(list(input_features)))
@@ -101,6 +106,18 @@ class EnvConfig(draccus.ChoiceRegistry):
                     f"{tuple(offered[key].shape)}: set the env's size options (e.g. --env.observation_size)"
                 )
         return config
+
+    def check_action(self, output_features: Mapping[str, PolicyFeature]) -> None:
+        """ValueError unless the policy's action has the shape of the env's action space (a policy trained on other
+        data would otherwise fail at its first step with a numpy broadcast error)."""
+        action = output_features.get(ACTION)
+        expected = tuple(self.action_feature.shape)
+        if action is None or tuple(action.shape) != expected:
+            got = "no action output" if action is None else f"actions of shape {tuple(action.shape)}"
+            raise ValueError(
+                f"the policy gives {got}, env {self.type!r} takes actions of shape {expected}: it was trained on data "
+                f"of another robot or env; evaluate it in its own env (--env.type), or train on {self.type} data"
+            )
 
     def _check_obs_type(self, obs_type: str | None) -> None:
         if obs_type is not None and obs_type not in self.obs_types:

@@ -5,7 +5,9 @@
 
 Checks first that `--output_dir` can be written, then writes each episode's record to `<output_dir>/episodes.jsonl`
 as the episode ends (so an interrupted evaluation keeps what it ran), and at the end `<output_dir>/eval_info.json`
-(aggregates and per-episode records, written atomically) and `<output_dir>/videos/*.mp4`.
+(aggregates and per-episode records, written atomically) and `<output_dir>/videos/*.mp4`. The evaluation holds
+`--output_dir` (the run lock) while it runs: a second evaluation into it is refused, and so is a folder holding a
+finished evaluation, unless `--overwrite=true`, which removes that one whole first (never a mix of two runs).
 
 Threads: torch runs the policy with `--num_threads` intra-op threads (default: the CPU cores this process may use),
 set explicitly rather than left to whatever the environment says, so a standalone evaluation uses the machine as one
@@ -25,6 +27,9 @@ from hfpolicy.constants import EVAL_INFO_FILE
 from hfpolicy.envs import EnvConfig, PushTEnvConfig
 from hfpolicy.eval.evaluation import DEFAULT_START_SEED, EvalResult, evaluate
 from hfpolicy.eval.rollouts import EpisodeRecord
+from hfpolicy.eval.videos import VideoWriteError
+from hfpolicy.io.run_lock import RunLock
+from hfpolicy.io.termination import stop_on_sigterm
 from hfpolicy.policies.base import Policy, PolicyLoadError
 
 
@@ -57,6 +62,7 @@ class EvalPipelineConfig:
     env: EnvConfig = field(default_factory=PushTEnvConfig)  # the simulator (--env.type=pusht)
     eval: EvalConfig = field(default_factory=EvalConfig)  # episodes, batching, videos
     output_dir: Path | None = None  # eval_info.json and videos/ go here; default outputs/eval/<date>_<time>_<env>
+    overwrite: bool = False  # replace the evaluation already in output_dir (eval_info.json, episodes.jsonl, videos)
     progress: bool = True  # show a progress bar
     num_threads: int | None = None  # torch threads for the policy; default: the CPU cores available to this process
 
@@ -68,12 +74,48 @@ def run_eval(config: EvalPipelineConfig) -> EvalResult:
 
 
 def evaluate_and_save(config: EvalPipelineConfig, policy: Policy, env_config: EnvConfig) -> EvalResult:
+    """Holds `output_dir` for the whole evaluation (RunLockedError while another one runs there), refuses a folder
+    holding another evaluation unless `config.overwrite` (then that one is removed whole first), and evaluates."""
     output_dir = Path(config.output_dir or default_output_dir(env_config))
     check_writable(output_dir)
+    lock = RunLock(output_dir).acquire()
+    try:
+        claim_eval_folder(output_dir, config.overwrite)
+        if config.eval.n_videos > 0:
+            check_writable(output_dir / "videos", f"the videos folder {output_dir / 'videos'}")  # before episode 1
+        return _evaluate_into(config, policy, env_config, output_dir)
+    finally:
+        lock.release()
+
+
+def claim_eval_folder(output_dir: Path, overwrite: bool) -> None:
+    """Refuses a folder holding another evaluation's results unless `overwrite`, which removes them (all of them:
+    no mix of two runs' summary, records and videos). Called with the folder held, so temporary files found in it
+    are those of a dead evaluation and are removed."""
+    for stale in output_dir.glob(".*.tmp"):
+        stale.unlink(missing_ok=True)
+    videos = output_dir / "videos"
+    found = [name for name in (EVAL_INFO_FILE, EPISODES_FILE) if (output_dir / name).exists()]
+    old_videos = sorted(videos.glob("eval_episode_*.mp4")) if videos.is_dir() else []
+    if old_videos:
+        found.append(f"videos/ ({len(old_videos)} mp4)")
+    if not found:
+        return
+    if not overwrite:
+        raise OutputDirError(
+            f"--output_dir={output_dir} holds another evaluation ({', '.join(found)}): choose another --output_dir, "
+            "or add --overwrite=true to replace it"
+        )
+    for name in (EVAL_INFO_FILE, EPISODES_FILE):
+        (output_dir / name).unlink(missing_ok=True)
+    for video in old_videos:
+        video.unlink()
+
+
+def _evaluate_into(config: EvalPipelineConfig, policy: Policy, env_config: EnvConfig, output_dir: Path) -> EvalResult:
     batch_size = min(config.eval.batch_size, config.eval.n_episodes)
     env = env_config.make(batch_size, parallel=config.eval.parallel)
     records_path = output_dir / EPISODES_FILE
-    records_path.unlink(missing_ok=True)
     records_file = open(records_path, "a")  # noqa: SIM115 (closed in the finally below)
 
     def save_record(record: EpisodeRecord) -> None:
@@ -106,8 +148,9 @@ class OutputDirError(ValueError):
     """--output_dir cannot be written."""
 
 
-def check_writable(output_dir: Path) -> None:
-    """Creates `output_dir` and writes a probe file in it, so an unwritable folder fails before any episode runs."""
+def check_writable(output_dir: Path, flag: str | None = None) -> None:
+    """Creates `output_dir` and writes a probe file in it, so an unwritable folder fails before any episode runs.
+    `flag` names the folder in the error (default: --output_dir=<output_dir>)."""
     probe = output_dir / f".write_probe.{os.getpid()}"
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -115,7 +158,7 @@ def check_writable(output_dir: Path) -> None:
         probe.unlink()
     except OSError as e:
         raise OutputDirError(
-            f"--output_dir={output_dir} cannot be written ({e.strerror or e}): choose another --output_dir"
+            f"{flag or f'--output_dir={output_dir}'} cannot be written ({e.strerror or e}): choose another --output_dir"
         ) from e
 
 
@@ -139,21 +182,43 @@ def load_policy_and_env_config(config: EvalPipelineConfig) -> tuple[Policy, EnvC
         raise ValueError("--policy.path is required: a local directory or a Hub repo id of a saved policy")
     if config.eval.n_episodes < 1 or config.eval.batch_size < 1 or config.eval.n_videos < 0:
         raise ValueError("--eval.n_episodes and --eval.batch_size must be >= 1 and --eval.n_videos >= 0")
-    device = config.policy.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if config.eval.start_seed < 0:
+        raise ValueError(
+            f"--eval.start_seed={config.eval.start_seed}: seeds are >= 0 (episode i is seeded start_seed + i)"
+        )
+    device = check_device(config.policy.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     overrides = {} if config.policy.n_action_steps is None else {"n_action_steps": config.policy.n_action_steps}
     try:
         policy = Policy.from_pretrained(
             config.policy.path, revision=config.policy.revision, map_location=device, config_overrides=overrides
         )
     except PolicyLoadError as e:
-        flag_value = f"n_action_steps={config.policy.n_action_steps}"
-        if overrides and isinstance(e.__cause__, ValueError) and flag_value in str(e.__cause__):
+        if overrides and isinstance(e.__cause__, ValueError) and "n_action_steps" in str(e.__cause__):
             # the flag, not the saved config.json, holds the value that does not fit
             problem = cli_message(str(e.__cause__), PolicyLoadConfig, "policy.")
             raise ValueError(f"{problem} (the policy in {config.policy.path})") from e
         raise
-    env_config = config.env.for_policy(policy.config.input_features)
+    env_config = config.env.for_policy(policy.config.input_features, policy.config.output_features)
     return policy, env_config
+
+
+def check_device(device: str) -> str:
+    """`device` if torch can run on it here, else a ValueError naming --policy.device and the way out."""
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, ValueError) as e:
+        raise ValueError(f"--policy.device={device} is not a torch device ({e}): use cpu, cuda, cuda:1 or mps") from e
+    available = {"cuda": torch.cuda.is_available, "mps": lambda: torch.backends.mps.is_available()}
+    if kind in available and not available[kind]():
+        raise ValueError(
+            f"--policy.device={device}, but torch finds no {kind} device on this machine: use --policy.device=cpu "
+            "(or leave it unset: cuda when available, else cpu)"
+        )
+    return device
+
+
+class EvalWriteError(RuntimeError):
+    """Writing the evaluation's results failed (a full disk, a folder made unwritable meanwhile)."""
 
 
 def run(config: EvalPipelineConfig) -> str:
@@ -162,7 +227,12 @@ def run(config: EvalPipelineConfig) -> str:
     policy, env_config = load_policy_and_env_config(config)
     config.output_dir = config.output_dir or default_output_dir(env_config)
     check_writable(config.output_dir)
-    result = evaluate_and_save(config, policy, env_config)
+    try:
+        with stop_on_sigterm():
+            result = evaluate_and_save(config, policy, env_config)
+    except OSError as e:  # video errors name the file already
+        where = "" if isinstance(e, VideoWriteError) else f"writing into --output_dir={config.output_dir} failed: "
+        raise EvalWriteError(f"{where}{e}") from e
     summary = result.aggregated
     low, high = summary["pc_success_ci95"]
     return (

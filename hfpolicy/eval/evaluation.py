@@ -16,6 +16,7 @@ from hfpolicy.envs import episode_step_limit
 from hfpolicy.eval.rollouts import EpisodeRecord, rollout
 from hfpolicy.eval.videos import VideoRecorder, episode_video_path
 from hfpolicy.io.atomic import write_json_atomically
+from hfpolicy.io.termination import raise_if_terminated
 from hfpolicy.policies.base import Policy
 
 DEFAULT_START_SEED = DEFAULT_EVAL_START_SEED  # episode i is seeded start_seed + i (far from training data seeds)
@@ -106,6 +107,7 @@ def evaluate(
 
                 def episode_ended(slot: int, record: EpisodeRecord, videos=videos) -> None:
                     nonlocal n_ended, n_successes
+                    raise_if_terminated()
                     if slot in videos:
                         recorder.finish(videos[slot])
                     n_ended += 1

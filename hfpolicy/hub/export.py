@@ -10,15 +10,17 @@ with `Policy.from_pretrained(DIR)`. The directory is staged beside its destinati
 so it exists complete or not at all; an existing one is never overwritten.
 """
 
-import os
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hfpolicy.io.staging import Staging
+from hfpolicy.io.termination import stop_on_sigterm
 from hfpolicy.policies.base import Policy
 from hfpolicy.policies.card import make_model_card
 from hfpolicy.policies.lerobot_format import LEROBOT_VERSION, write_lerobot_checkpoint
+
+STAGING_TAG = "partial"  # an export is staged in .<output_dir name>.partial-<pid>-<random>/
 
 FORMATS = ("lerobot",)
 
@@ -54,9 +56,8 @@ def export_policy(
     if output_dir.exists():
         raise FileExistsError(f"{output_dir} already exists; choose a new --output_dir (export never overwrites)")
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = output_dir.with_name(f".{output_dir.name}.{os.getpid()}.partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
+    staging_folder = Staging.create(output_dir, STAGING_TAG)  # locked while this export lives; dead ones' removed
+    staging = staging_folder.path
     try:
         write_lerobot_checkpoint(policy, staging)
         origin = source or policy.config.converted_from or "an hfpolicy policy"
@@ -68,11 +69,22 @@ def export_policy(
             provenance += f" That policy was itself converted from {policy.config.converted_from}."
         card = make_model_card(output_dir.name, policy, provenance=provenance, library_name="lerobot")
         card.save(staging / "README.md")
-        os.rename(staging, output_dir)  # fails rather than replace a directory created meanwhile
+        try:
+            staging_folder.publish(output_dir)  # fails rather than replace a directory created meanwhile
+        except OSError as e:
+            if output_dir.exists():
+                raise FileExistsError(
+                    f"{output_dir} was created while this export ran (another export?); choose a new --output_dir"
+                ) from e
+            raise
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        staging_folder.discard()
         raise
     return output_dir
+
+
+class ExportWriteError(RuntimeError):
+    """The export could not be written where --output_dir points."""
 
 
 def export_command(config: ExportConfig) -> str:
@@ -86,7 +98,16 @@ def export_command(config: ExportConfig) -> str:
     if Path(config.output_dir).exists():
         raise FileExistsError(f"{config.output_dir} already exists; choose a new --output_dir")
     policy = Policy.from_pretrained(config.policy.path, revision=config.policy.revision)
-    output_dir = export_policy(policy, config.output_dir, format=config.format, source=config.policy.path)
+    try:
+        with stop_on_sigterm():  # a stopped export removes its staging folder
+            output_dir = export_policy(policy, config.output_dir, format=config.format, source=config.policy.path)
+    except OSError as e:
+        if e.errno is None:
+            raise
+        where = f": {e.filename}" if e.filename else ""  # a read-only folder, a file where a folder is, a full disk
+        raise ExportWriteError(
+            f"cannot write --output_dir={config.output_dir} ({e.strerror}{where}): choose a writable --output_dir"
+        ) from e
     return f"exported {config.policy.path} to {output_dir} ({config.format} layout)"
 
 

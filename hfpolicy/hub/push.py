@@ -12,6 +12,7 @@ after hours of training.
 
 import contextlib
 import os
+import re
 import shlex
 import sys
 from dataclasses import dataclass
@@ -20,11 +21,8 @@ from typing import TYPE_CHECKING
 
 from hfpolicy.constants import EVAL_INFO_FILE, TRAIN_CONFIG_FILE
 from hfpolicy.io.hub_errors import describe_push_error
+from hfpolicy.io.run_lock import RunLock, RunLockedError
 from hfpolicy.training.run_folder import PRETRAINED_DIR, RunFolder
-
-if TYPE_CHECKING:
-    pass
-
 
 if TYPE_CHECKING:
     import torch
@@ -156,6 +154,22 @@ def eval_page_for_hub(eval_dir: Path) -> Path:
     return view(eval_dir, embed_videos=True)
 
 
+def hold_finished_run(run_dir: Path) -> RunLock | None:
+    """Takes the run folder's lock for the push, so that a run still training (whose checkpoints rotate under the
+    push) is refused, naming it, instead of a mid-run checkpoint being pushed without a word. None if no folder."""
+    if not run_dir.is_dir():
+        return None  # push_run says what is wrong with it
+    try:
+        return RunLock(run_dir).acquire()
+    except RunLockedError as e:
+        holder = re.search(r"\((pid [^)]*)\)", str(e))
+        raise PushError(
+            f"--run={run_dir} is still training{f' ({holder.group(1)})' if holder else ''}: its checkpoints are "
+            "still changing; push it once it has stopped, or let the training push itself at its end with "
+            "--hub.repo_id"
+        ) from None
+
+
 @dataclass
 class PushConfig:
     """`hfpolicy push`: upload a training run's policy, evaluation, curve and card to the Hub."""
@@ -170,7 +184,12 @@ def push_command(cfg: PushConfig) -> str:
     """`hfpolicy push --run=DIR [--repo_id=user/name]`; bad input and Hub failures are PushErrors."""
     if cfg.run is None:
         raise PushError("--run=DIR is needed: the folder of the training run to push")
-    url = push_run(cfg.run, cfg.repo_id, private=cfg.private, branch=cfg.branch)
+    lock = hold_finished_run(Path(cfg.run))  # a run still training is refused, naming it
+    try:
+        url = push_run(cfg.run, cfg.repo_id, private=cfg.private, branch=cfg.branch)
+    finally:
+        if lock is not None:
+            lock.release()
     return f"pushed {cfg.run}: {url}"
 
 

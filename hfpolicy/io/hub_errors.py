@@ -22,6 +22,9 @@ def describe_hub_error(error: BaseException, repo_id: str, filename: str, revisi
     chain = _chain(error)
     at = f" (revision {revision})" if revision else ""
     endpoint = constants.ENDPOINT
+    invalid = next((e for e in chain if isinstance(e, HFValidationError)), None)
+    if invalid is not None:  # before offline mode: an invalid id is never in any cache
+        return f"{repo_id!r} is neither an existing local directory nor a valid Hub repo id ({invalid})"
     if any(isinstance(e, OfflineModeIsEnabled) for e in chain) or constants.HF_HUB_OFFLINE:
         return (
             f"{filename} of {repo_id!r}{at} is not in the local Hub cache and HF_HUB_OFFLINE=1 forbids downloading "

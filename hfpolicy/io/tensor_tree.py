@@ -16,6 +16,8 @@ import numpy as np
 import safetensors.torch
 import torch
 
+from hfpolicy.io.atomic import save_safetensors_atomically
+
 _TENSOR, _ARRAY, _TUPLE, _DICT, _FLOAT = "__tensor__", "__ndarray__", "__tuple__", "__dict__", "__float__"
 
 
@@ -24,9 +26,7 @@ def save_tree(obj: Any, folder: str | Path, name: str) -> None:
     folder = Path(folder)
     tensors: dict[str, torch.Tensor] = {}
     structure = _encode(obj, tensors, name)
-    tmp = folder / f".{name}.safetensors.{os.getpid()}.tmp"
-    safetensors.torch.save_file(tensors, str(tmp))
-    os.replace(tmp, folder / f"{name}.safetensors")
+    save_safetensors_atomically(tensors, folder / f"{name}.safetensors")
     tmp = folder / f".{name}.json.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(structure, allow_nan=False))
     os.replace(tmp, folder / f"{name}.json")

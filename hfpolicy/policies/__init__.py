@@ -15,6 +15,7 @@ _LAZY = {
     "PolicyLoadError": "hfpolicy.policies.registry",
     "get_policy_class": "hfpolicy.policies.registry",
     "make_policy": "hfpolicy.policies.registry",
+    "PolicyPushError": "hfpolicy.policies.registry",
     "MissingStatsError": "hfpolicy.policies.normalization",
 }
 
@@ -28,6 +29,7 @@ __all__ = [
     "PolicyConfig",
     "PolicyFeature",
     "PolicyLoadError",
+    "PolicyPushError",
     "get_policy_class",
     "known_policy_types",
     "make_policy",

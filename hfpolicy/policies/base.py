@@ -5,25 +5,23 @@ turns chunk-predicting networks into a step-by-step controller with an observati
 import functools
 import inspect
 import json
-import os
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import safetensors
-import safetensors.torch
 import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import Tensor, nn
 
 from hfpolicy.constants import ACTION, CONFIG_FILE, WEIGHTS_FILE
-from hfpolicy.io.atomic import write_json_atomically
+from hfpolicy.io.atomic import save_safetensors_atomically, write_json_atomically
 from hfpolicy.policies.action_selection import ActionBuffer, ActionQueue
 from hfpolicy.policies.config import PolicyConfig
 from hfpolicy.policies.normalization import Normalizer
 from hfpolicy.policies.registry import (  # noqa: F401 (get_policy_class, make_policy: re-exported)
     PolicyLoadError,
+    PolicyPushError,
     get_policy_class,
     make_policy,
     register_policy_class,
@@ -253,15 +251,13 @@ class Policy(
         """config.json (with `type`) and model.safetensors (weights and normalization stats), each written atomically."""
         save_directory = Path(save_directory)
         write_json_atomically(save_directory / CONFIG_FILE, self.config.to_dict())
-        tmp = save_directory / f".{WEIGHTS_FILE}.{os.getpid()}.tmp"
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
         metadata = {
             "format": "pt",
             "policy_type": self.config.type,
             WEIGHTS_CONFIG_METADATA: json.dumps(self.config.to_dict()),  # what the weights were trained as
         }
-        safetensors.torch.save_file(state, str(tmp), metadata=metadata)
-        os.replace(tmp, save_directory / WEIGHTS_FILE)
+        save_safetensors_atomically(state, save_directory / WEIGHTS_FILE, metadata=metadata)  # honours the umask
 
     @classmethod
     def from_pretrained(

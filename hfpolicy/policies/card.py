@@ -260,10 +260,19 @@ def upload_policy_repo(
     api = HfApi(token=token)
     with tempfile.TemporaryDirectory(prefix="hfpolicy-push-") as tmp:
         folder = stage_policy_repo(policy, Path(tmp), repo_id, artifacts)
-        repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
-        if branch is not None:
-            api.create_branch(repo_id, branch=branch, exist_ok=True)
-        commit = api.upload_folder(
-            repo_id=repo_id, folder_path=folder, revision=branch, commit_message=commit_message, repo_type="model"
-        )
+        try:
+            repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+            if branch is not None:
+                api.create_branch(repo_id, branch=branch, exist_ok=True)
+            commit = api.upload_folder(
+                repo_id=repo_id, folder_path=folder, revision=branch, commit_message=commit_message, repo_type="model"
+            )
+        except Exception as e:
+            from hfpolicy.io.hub_errors import describe_push_error
+            from hfpolicy.policies.registry import PolicyPushError
+
+            cause = describe_push_error(e, repo_id)  # None: not a Hub or network failure (a bug), shown as it is
+            if cause is None:
+                raise
+            raise PolicyPushError(cause) from e
     return str(commit)

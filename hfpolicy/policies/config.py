@@ -6,6 +6,7 @@ carries that name as `type`, and the command line selects it with `--policy.type
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
@@ -43,6 +44,7 @@ class PolicyConfig(draccus.ChoiceRegistry):
 
     # Fields a saved policy's config.json may change after training: they steer acting or training, not what the
     # weights mean (every other field must match the config recorded in model.safetensors; see Policy.from_pretrained).
+    window_fields: ClassVar[tuple[str, ...]] = ("n_action_steps",)  # the fields that set the training window
     acting_fields: ClassVar[frozenset[str]] = frozenset(
         {
             "n_action_steps",
@@ -128,6 +130,21 @@ class PolicyConfig(draccus.ChoiceRegistry):
         """Frames at the end of each episode that never start a training sample: a sample's action window may run
         past the episode's end by at most n_action_steps - 1 padded steps (Diffusion Policy's PushT setup: 7)."""
         return max(0, max(self.action_delta_indices) - (self.n_action_steps - 1))
+
+    def check_window_fits(self, episode_lengths: Sequence[int]) -> None:
+        """ValueError naming the fields that set the training window (as --policy.* flags) when no episode is long
+        enough for it: offsets past the longest episode, or every frame dropped as a sample start."""
+        longest = max(int(n) for n in episode_lengths)
+        reach = max(abs(i) for i in [*self.observation_delta_indices, *self.action_delta_indices])
+        if reach <= longest and self.drop_n_last_frames < longest:
+            return
+        values = {name: getattr(self, name) for name in self.window_fields}
+        flags = ", ".join(f"--policy.{name}={value}" for name, value in values.items() if value is not None)
+        raise ValueError(
+            f"the {self.type} policy's training window ({flags}) reaches {reach} frames from a sample and drops the "
+            f"last {self.drop_n_last_frames} of each episode, but the longest episode has {longest} frames: lower "
+            "those flags, or train on longer episodes"
+        )
 
     def delta_timestamps(self, fps: float) -> dict[str, list[float]]:
         """The dataset's `delta_timestamps` for training this policy at `fps`."""

@@ -44,6 +44,7 @@ importlib) with four functions:
 import dataclasses
 import importlib
 import json
+import math
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -56,9 +57,10 @@ import torch
 from torch import Tensor
 
 from hfpolicy.constants import ACTION, CONFIG_FILE, OBS_ENV_STATE, OBS_STATE, WEIGHTS_FILE
-from hfpolicy.io.atomic import write_json_atomically
+from hfpolicy.io.atomic import save_safetensors_atomically, write_json_atomically
 from hfpolicy.policies.base import Policy, PolicyLoadError, get_policy_class
 from hfpolicy.policies.config import FeatureType, NormMode, PolicyConfig, PolicyFeature, feature_norm_mode
+from hfpolicy.policies.loading import check_weights_finite
 from hfpolicy.policies.normalization import EPS, STAT_NAMES
 
 PREPROCESSOR_FILE = "policy_preprocessor.json"
@@ -156,12 +158,14 @@ def load_lerobot_policy(
     lerobot_type = config_data.get("type")
     if not isinstance(lerobot_type, str):
         raise LeRobotConversionError(f"{source}: LeRobot's config.json has no policy 'type'")
+    check_numbers_finite(config_data, f"{source}: {CONFIG_FILE}")
     module = policy_module(lerobot_type)
     lerobot_types, input_features, output_features = features_from_lerobot(config_data, source)
 
     weights_path = resolve(WEIGHTS_FILE)
     weights = read_safetensors(weights_path)
     legacy = {k: weights.pop(k) for k in [k for k in weights if k.startswith(LEGACY_PREFIXES)]}
+    check_weights_finite(weights, weights_path)  # as for hfpolicy's own checkpoints
     if legacy:
         modes, stats = _legacy_normalization(config_data, lerobot_types, legacy, source)
     else:
@@ -191,6 +195,17 @@ def load_lerobot_policy(
     normalizer_state = {k: v for k, v in policy.state_dict().items() if k.startswith("normalizer.")}
     policy.load_strict({**model_weights, **normalizer_state}, source=f"{weights_path} (converted from LeRobot)")
     return policy.eval()
+
+
+def check_numbers_finite(data: Any, where: str, path: str = "") -> None:
+    """Refuses NaN or inf anywhere in a parsed JSON config (json.loads reads NaN and Infinity), naming the field."""
+    if isinstance(data, float) and not math.isfinite(data):
+        raise LeRobotConversionError(f"{where}: {path or 'a value'} is {data}: set it to a finite number")
+    items = data.items() if isinstance(data, Mapping) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in items:
+        check_numbers_finite(
+            value, where, f"{path}.{key}" if path and isinstance(key, str) else f"{path}[{key}]" if path else str(key)
+        )
 
 
 def read_safetensors(path: Path) -> dict[str, Tensor]:
@@ -271,48 +286,72 @@ def _processor_normalization(
     ):
         path = resolve(filename)
         try:
-            pipeline = json.loads(Path(path).read_text())
-            steps = list(pipeline["steps"])
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise LeRobotConversionError(f"{path} is not a LeRobot processor pipeline ({e})") from e
-        step = None
-        for entry in steps:
-            name = entry.get("registry_name")
-            if name == step_name and step is None:
-                step = entry
-            elif name == "rename_observations_processor" and entry.get("config", {}).get("rename_map"):
-                warn_ignored(
-                    f"{filename} renames observations {entry['config']['rename_map']}; hfpolicy's policy takes the "
-                    "renamed keys (its input features) directly"
-                )
-            elif name not in PASSIVE_STEPS:
-                raise LeRobotConversionError(
-                    f"{path} has a processor step {name!r} that hfpolicy does not reproduce (it may change what the "
-                    f"policy sees or outputs); hfpolicy converts pipelines of {', '.join(PASSIVE_STEPS)}, "
-                    f"{NORMALIZER_STEP} and {UNNORMALIZER_STEP}"
-                )
-        if step is None:
-            raise LeRobotConversionError(f"{path} has no {step_name!r} step, so the normalization is unknown")
-        step_config = step.get("config", {})
-        eps = float(step_config.get("eps", EPS))
-        if eps > 1e-6:
-            raise LeRobotConversionError(
-                f"{path}: {step_name} eps={eps} differs from hfpolicy's {EPS} enough to change the actions"
-            )
-        norm_map, normalized = step_config.get("norm_map", {}), step_config.get("features", {})
-        state = read_safetensors(resolve(step["state_file"])) if step.get("state_file") else {}
-        for key in keys:
-            name = norm_map.get(lerobot_types[key], "IDENTITY") if key in normalized else "IDENTITY"
-            mode = modes[key] = _norm_mode_from_lerobot(name, key, source)
-            if mode == NormMode.IDENTITY:
-                continue
-            missing = [s for s in STAT_NAMES[mode] if f"{key}.{s}" not in state]
-            if missing:
-                raise LeRobotConversionError(
-                    f"{source}: {step.get('state_file')} lacks {[f'{key}.{s}' for s in missing]} ({mode.value} stats)"
-                )
-            stats[key] = {s: state[f"{key}.{s}"] for s in STAT_NAMES[mode]}
+            _read_processor(path, filename, step_name, keys, lerobot_types, resolve, source, modes, stats)
+        except (AttributeError, TypeError, ValueError, KeyError) as e:  # a field of the wrong type or shape
+            raise LeRobotConversionError(f"{path} is not a LeRobot processor pipeline ({type(e).__name__}: {e})") from e
     return modes, stats
+
+
+def _read_processor(
+    path: Path,
+    filename: str,
+    step_name: str,
+    keys: list[str],
+    lerobot_types: dict[str, str],
+    resolve: Callable[[str], Path],
+    source: str,
+    modes: dict[str, NormMode],
+    stats: dict[str, dict[str, Tensor]],
+) -> None:
+    """Reads one processor file's normalization step into `modes` and `stats` (see `_processor_normalization`)."""
+    pipeline = json.loads(Path(path).read_text())
+    steps = list(pipeline["steps"])
+    step = None
+    for entry in steps:
+        name = entry.get("registry_name")
+        if name == step_name and step is None:
+            step = entry
+        elif name == "rename_observations_processor" and entry.get("config", {}).get("rename_map"):
+            warn_ignored(
+                f"{filename} renames observations {entry['config']['rename_map']}; hfpolicy's policy takes the "
+                "renamed keys (its input features) directly"
+            )
+        elif name not in PASSIVE_STEPS:
+            raise LeRobotConversionError(
+                f"{path} has a processor step {name!r} that hfpolicy does not reproduce (it may change what the "
+                f"policy sees or outputs); hfpolicy converts pipelines of {', '.join(PASSIVE_STEPS)}, "
+                f"{NORMALIZER_STEP} and {UNNORMALIZER_STEP}"
+            )
+    if step is None:
+        raise LeRobotConversionError(f"{path} has no {step_name!r} step, so the normalization is unknown")
+    step_config = step.get("config", {})
+    eps = float(step_config.get("eps", EPS))
+    if eps > 1e-6:
+        raise LeRobotConversionError(
+            f"{path}: {step_name} eps={eps} differs from hfpolicy's {EPS} enough to change the actions"
+        )
+    norm_map, normalized = step_config.get("norm_map", {}), step_config.get("features", {})
+    state_file = step.get("state_file")
+    if state_file is not None and not isinstance(state_file, str):
+        raise TypeError(f"state_file is {state_file!r}, not a file name")
+    state = read_safetensors(resolve(state_file)) if state_file else {}
+    for key in keys:
+        name = norm_map.get(lerobot_types[key], "IDENTITY") if key in normalized else "IDENTITY"
+        mode = modes[key] = _norm_mode_from_lerobot(name, key, source)
+        if mode == NormMode.IDENTITY:
+            continue
+        missing = [s for s in STAT_NAMES[mode] if f"{key}.{s}" not in state]
+        if missing:
+            raise LeRobotConversionError(
+                f"{source}: {step.get('state_file')} lacks {[f'{key}.{s}' for s in missing]} ({mode.value} stats)"
+            )
+        stats[key] = {s: state[f"{key}.{s}"] for s in STAT_NAMES[mode]}
+        bad = [s for s, value in stats[key].items() if not torch.isfinite(value).all()]
+        if bad:
+            raise LeRobotConversionError(
+                f"{source}: {state_file} holds NaN or inf in {[f'{key}.{s}' for s in bad]} ({mode.value} stats): "
+                "the file is damaged or the stats were computed from bad data; re-export or re-download it"
+            )
 
 
 def normalization_mapping_from_lerobot(
@@ -449,6 +488,5 @@ def write_lerobot_checkpoint(policy: Policy, folder: str | Path) -> list[Path]:
         (pre_state, stats),  # LeRobot saves every feature's stats in both files
         (post_state, stats),
     ):
-        safetensors.torch.save_file(tensors, str(folder / filename))
-        written.append(folder / filename)
+        written.append(save_safetensors_atomically(tensors, folder / filename))
     return written

@@ -13,6 +13,7 @@ import safetensors.torch
 import torch
 from huggingface_hub import hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, HFValidationError
+from huggingface_hub.utils import validate_repo_id
 from torch import Tensor
 
 from hfpolicy.constants import CONFIG_FILE, WEIGHTS_FILE
@@ -74,15 +75,21 @@ def resolve_file(
     local_files_only: bool = False,
 ) -> Path:
     """The local path of `filename` in a policy directory, or downloaded from the Hub repo `source`."""
+    check_file_name(filename, source)
     local = Path(source)
     if local.is_dir():
         path = local / filename
         if not path.is_file():
-            raise PolicyLoadError(
-                f"{path} does not exist: a saved policy directory holds {CONFIG_FILE} and {WEIGHTS_FILE}"
+            needed = (
+                f"a saved policy directory holds {CONFIG_FILE} and {WEIGHTS_FILE}"
+                if filename in (CONFIG_FILE, WEIGHTS_FILE)
+                else f"{CONFIG_FILE} there names it (a LeRobot checkpoint keeps its processor files beside "
+                f"{WEIGHTS_FILE}): copy the whole checkpoint folder, or save it again"
             )
+            raise PolicyLoadError(f"{path} does not exist: {needed}")
         return path
     try:
+        validate_repo_id(str(source))  # offline, hf_hub_download would say "not cached"
         return Path(
             hf_hub_download(
                 repo_id=str(source),
@@ -101,6 +108,17 @@ def resolve_file(
             describe_hub_error(e, str(source), filename, revision)
             + (": is it an hfpolicy policy?" if is_missing_file(e) else "")
         ) from e
+
+
+def check_file_name(filename: Any, source: str | Path) -> None:
+    """Refuses a file name, as a checkpoint's JSON gives it, that is not a plain name inside the checkpoint (an
+    absolute path, `..`, a folder): a policy's files are read from its own folder or repo, never from elsewhere."""
+    parts = Path(filename).parts if isinstance(filename, str) else ()
+    if not parts or Path(filename).is_absolute() or ".." in parts or len(parts) != 1:
+        raise PolicyLoadError(
+            f"{source}: the file name {filename!r} points outside the checkpoint folder; a checkpoint's files are "
+            "plain names in its own folder: fix the JSON that names it"
+        )
 
 
 def read_config_json(config_path: Path) -> dict[str, Any]:

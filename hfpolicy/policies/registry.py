@@ -22,6 +22,10 @@ class PolicyLoadError(RuntimeError):
     """A saved policy (config.json / model.safetensors) cannot be loaded as it is."""
 
 
+class PolicyPushError(RuntimeError):
+    """`push_to_hub` failed on the Hub's side or the network's (the message names the cause and the fix)."""
+
+
 def get_policy_class(type_name: str) -> type["Policy"]:
     """The Policy subclass registered for a config type, importing `hfpolicy.policies.<type>.modeling` if needed."""
     if type_name not in _POLICY_CLASSES:

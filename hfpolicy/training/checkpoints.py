@@ -27,8 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import safetensors.torch
 import torch
 from accelerate import Accelerator
+from safetensors import SafetensorError
 
 from hfpolicy.constants import TRAIN_CONFIG_FILE
 from hfpolicy.io.atomic import write_json_atomically
@@ -61,6 +63,9 @@ def rng_state_name(rank: int) -> str:
     return f"rng_state_{rank}"
 
 
+_STAGING_PREFIX = ".tmp_"  # a checkpoint being written: .tmp_step_000500/
+
+
 def save_checkpoint(
     accelerator: Accelerator,
     output_dir: Path,
@@ -82,10 +87,12 @@ def save_checkpoint(
     """
     run = RunFolder(output_dir)
     final = run.checkpoint_dir(step)
-    staging = final.with_name(f".tmp_{final.name}")
+    folder = final.parent
+    staging = final.with_name(f"{_STAGING_PREFIX}{final.name}")
     try:
         if accelerator.is_main_process:
-            shutil.rmtree(staging, ignore_errors=True)
+            for stale in folder.glob(f"{_STAGING_PREFIX}*"):  # a killed save's (the run lock: no other writer)
+                shutil.rmtree(stale, ignore_errors=True)
             staging.mkdir(parents=True)
         accelerator.wait_for_everyone()
         save_training_state(
@@ -103,9 +110,11 @@ def save_checkpoint(
             if final.exists():
                 shutil.rmtree(final)
             os.replace(staging, final)
-    except OSError as e:
+    except BaseException as e:  # a full disk (OSError; safetensors' errors arrive as OSError too), an interrupt
         shutil.rmtree(staging, ignore_errors=True)
-        raise CheckpointError(describe_save_error(e, final)) from e
+        if isinstance(e, OSError | SafetensorError):
+            raise CheckpointError(describe_save_error(e, final)) from e
+        raise
     if accelerator.is_main_process:
         run.point_last_link(final)
         run.drop_old_checkpoints(keep_last)
@@ -125,10 +134,55 @@ def load_checkpoint(
     """Restores model, optimizer, LR scheduler, EMA and this process's RNG states; returns the step."""
     state_dir = Path(checkpoint) / TRAINING_STATE_DIR
     step_file = state_dir / STEP_FILE
-    if not step_file.is_file():
-        raise CheckpointError(f"{checkpoint} is not a complete checkpoint (no {TRAINING_STATE_DIR}/{STEP_FILE})")
-    load_training_state(accelerator, state_dir, model=model, optimizer=optimizer, lr_scheduler=lr_scheduler, ema=ema)
-    return int(json.loads(step_file.read_text())["step"])
+    try:
+        if not step_file.is_file():
+            raise CheckpointError(f"{checkpoint} is not a complete checkpoint (no {TRAINING_STATE_DIR}/{STEP_FILE})")
+        try:
+            step = int(json.loads(step_file.read_text())["step"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{step_file} is damaged ({e})") from e
+        load_training_state(
+            accelerator, state_dir, model=model, optimizer=optimizer, lr_scheduler=lr_scheduler, ema=ema
+        )
+    except CheckpointError as e:
+        raise CheckpointError(f"{e}; {_earlier_checkpoint_hint(Path(checkpoint))}") from e
+    return step
+
+
+def _earlier_checkpoint_hint(checkpoint: Path) -> str:
+    """What to do about a checkpoint that cannot be resumed from: the newest earlier one that is intact, if any."""
+    earlier = [c for c in list_checkpoints(checkpoint.parent.parent) if c.name < checkpoint.name]
+    good = next((c for c in reversed(earlier) if checkpoint_problem(c) is None), None)
+    if good is None:
+        return "no earlier intact checkpoint is left: start the run again without --resume (in a new --output_dir)"
+    return (
+        f"the previous checkpoint {good.name} is intact: move {checkpoint.name} (and any later one) out of "
+        f"{checkpoint.parent} and resume again with --resume=true"
+    )
+
+
+def checkpoint_problem(checkpoint: Path) -> str | None:
+    """Why `checkpoint` cannot be resumed from or shared (files missing or unreadable, weights NaN or inf), or None
+    when its weights read back finite. Reads the tensors, not the optimizer's JSON: cheap enough for an error path."""
+    checkpoint = Path(checkpoint)
+    files = [
+        checkpoint / TRAINING_STATE_DIR / f"{MODEL_STATE}.safetensors",
+        checkpoint / PRETRAINED_DIR / "model.safetensors",
+    ]
+    for path in files:
+        try:
+            tensors = safetensors.torch.load_file(str(path))
+        except (SafetensorError, OSError) as e:
+            return f"{path} cannot be read ({e})"
+        bad = [name for name, t in tensors.items() if t.is_floating_point() and not torch.isfinite(t).all()]
+        if bad and not all(n.startswith("normalizer.") and torch.isnan(tensors[n]).all() for n in bad):
+            return f"{path} holds NaN or inf (in {bad[0]})"
+    return None
+
+
+def latest_good_checkpoint(output_dir: Path) -> Path | None:
+    """The newest checkpoint whose weights read back finite (see `checkpoint_problem`)."""
+    return next((c for c in reversed(list_checkpoints(output_dir)) if checkpoint_problem(c) is None), None)
 
 
 # --- training state: safetensors + JSON -------------------------------------------------------------------------
@@ -183,14 +237,29 @@ def load_training_state(
         )
         raise CheckpointError(f"{folder} lacks {missing}{hint}")
     unwrapped = accelerator.unwrap_model(model)
-    unwrapped.load_state_dict(load_tree(folder, MODEL_STATE, device=_device_of(unwrapped)), strict=True)
-    optimizer.load_state_dict(load_tree(folder, OPTIMIZER_STATE))
-    lr_scheduler.load_state_dict(load_tree(folder, SCHEDULER_STATE))
+    device = _device_of(unwrapped)
+    model_state = _restore(folder, MODEL_STATE, lambda state: unwrapped.load_state_dict(state, strict=True), device)
+    bad = [k for k, t in model_state.items() if t.is_floating_point() and not torch.isfinite(t).all()]
+    if bad and not all(k.startswith("normalizer.") and torch.isnan(model_state[k]).all() for k in bad):
+        raise CheckpointError(f"{folder / MODEL_STATE}.safetensors holds NaN or inf weights (in {bad[0]})")
+    _restore(folder, OPTIMIZER_STATE, optimizer.load_state_dict)
+    _restore(folder, SCHEDULER_STATE, lr_scheduler.load_state_dict)
     if ema is not None:
-        ema.load_state_dict(load_tree(folder, EMA_STATE, device=_device_of(unwrapped)))
+        _restore(folder, EMA_STATE, ema.load_state_dict, device)
     if accelerator.scaler is not None and (folder / f"{SCALER_STATE}.json").is_file():
-        accelerator.scaler.load_state_dict(load_tree(folder, SCALER_STATE))
-    set_rng_states(load_tree(folder, rng_state_name(accelerator.process_index)))
+        _restore(folder, SCALER_STATE, accelerator.scaler.load_state_dict)
+    _restore(folder, rng_state_name(accelerator.process_index), set_rng_states)
+
+
+def _restore(folder: Path, name: str, apply: Callable[[Any], Any], device: Any = "cpu") -> Any:
+    """Reads `<name>.safetensors` + `.json` and hands the object to `apply`; a damaged file (unreadable, invalid
+    JSON, a structure that does not fit) raises CheckpointError naming it. Returns the object read."""
+    try:
+        state = load_tree(folder, name, device=device)
+        apply(state)
+    except (SafetensorError, OSError, ValueError, KeyError, TypeError, IndexError, RuntimeError) as e:
+        raise CheckpointError(f"{folder / name}.safetensors/.json is damaged ({type(e).__name__}: {e})") from e
+    return state
 
 
 def rng_states() -> dict[str, Any]:
@@ -223,9 +292,9 @@ def _device_of(module: torch.nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def describe_save_error(error: OSError, where: Path) -> str:
+def describe_save_error(error: OSError | SafetensorError, where: Path) -> str:
     """A one-line cause for a failed checkpoint write: a full disk is said as such."""
-    if error.errno == errno.ENOSPC:
+    if getattr(error, "errno", None) == errno.ENOSPC or "(os error 28)" in str(error):
         return (
             f"disk full while writing the checkpoint {where}: free some space (or lower --keep_last_checkpoints) and "
             "resume with --resume=true; the previous checkpoints are intact"

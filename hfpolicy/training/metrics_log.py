@@ -14,6 +14,10 @@ from typing import Any
 from hfpolicy.io.atomic import write_atomically
 
 
+class MetricsFileError(ValueError):
+    """A metrics.jsonl damaged before its last line (names the file, the line and the fix)."""
+
+
 def append_metrics(path: Path, step: int, entry: dict[str, Any]) -> None:
     """Appends one line; non-finite floats become null (JSON has no NaN)."""
     clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in entry.items()}
@@ -38,7 +42,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         except ValueError as e:
             if number == len(lines):  # the last line, cut short by a kill mid-write: the entry is lost, nothing else
                 break
-            raise ValueError(
+            raise MetricsFileError(
                 f"{path} line {number} is not a metrics entry ({e}); delete that line (or the file) and run again"
             ) from None
         entries.append(entry)

@@ -64,7 +64,9 @@ class NonFiniteLossGuard:
         bad = steps[steps > 0]
         if bad.numel() == 0:
             return
-        checkpoint = run.latest_checkpoint()
+        from hfpolicy.training.checkpoints import latest_good_checkpoint
+
+        checkpoint = latest_good_checkpoint(run.root)  # its weights read back finite
         kept = (
             f"the last good checkpoint is {checkpoint}: resume from it with --resume=true"
             if checkpoint is not None

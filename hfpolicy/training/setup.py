@@ -151,7 +151,7 @@ def make_optimizer(policy: Policy, device: torch.device) -> torch.optim.Optimize
 def configure_eval_env(env_cfg: EnvConfig, policy_cfg: PolicyConfig) -> EnvConfig:
     """The eval env with an observation type that gives the policy's inputs, in the policy's shapes."""
     try:
-        return env_cfg.for_policy(policy_cfg.input_features)
+        return env_cfg.for_policy(policy_cfg.input_features, policy_cfg.output_features)
     except ValueError as e:
         raise TrainConfigError(f"{e} (or set --eval.freq=0 to train without evaluation)") from e
 
@@ -280,6 +280,7 @@ def load_training_data(cfg: TrainConfig, accelerator: Accelerator) -> tuple[Trai
         meta = DatasetMeta.load(dataset_root, name)
     policy_cfg = configure_policy_features(cfg.policy, meta.features, cfg.dataset.input_features)
     with dataset_errors_as_config_errors(cfg.dataset):
+        policy_cfg.check_window_fits(meta.episodes["length"].tolist())  # names the flags, not delta_timestamps
         dataset = PolicyDataset(
             name,
             root=dataset_root,

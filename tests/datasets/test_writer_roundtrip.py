@@ -199,6 +199,7 @@ def test_bad_features_and_existing_root_are_refused(tmp_path):
     with pytest.raises(ValueError, match="bookkeeping column"):
         DatasetWriter.create(tmp_path / "a", "user/x", FPS, {"index": {"dtype": "int64", "shape": [1]}})
     (tmp_path / "exists").mkdir()
+    (tmp_path / "exists" / "notes.txt").write_text("mine")  # an empty folder is taken; one holding files is not
     with pytest.raises(FileExistsError, match="overwrite=True"):
         DatasetWriter.create(tmp_path / "exists", "user/x", FPS, TINY_FEATURES)
 

@@ -74,6 +74,12 @@ class DiffusionConfig(PolicyConfig):
     ema_max_decay: float = 0.9999  # EMA decay never exceeds this
 
     # The sampler and its step count may change after training (e.g. DDIM with 10 steps to act faster).
+    window_fields: ClassVar[tuple[str, ...]] = (
+        "horizon",
+        "n_obs_steps",
+        "n_action_steps",
+        "drop_last_frames",
+    )  # they set the training window
     acting_fields: ClassVar[frozenset[str]] = PolicyConfig.acting_fields | {
         "noise_scheduler_type",
         "num_inference_steps",
