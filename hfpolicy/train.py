@@ -37,6 +37,7 @@ from hfpolicy.atomic_files import write_json_atomically
 from hfpolicy.checkpoints import (
     PRETRAINED_DIR,
     CheckpointError,
+    checkpoint_extra_state,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
@@ -142,6 +143,7 @@ def run_training(cfg: TrainConfig, output_dir: Path) -> TrainResult:
         meta = DatasetMeta.load(dataset_root, dataset_name)
     policy_cfg = configure_policy_features(cfg.policy, meta.features, cfg.dataset.input_features)
     env_cfg = configure_eval_env(cfg.env, policy_cfg) if cfg.eval.freq > 0 else None
+    online = make_online_training(cfg, output_dir, policy_cfg, meta) if cfg.online.every > 0 else None
     with dataset_errors_as_config_errors(cfg.dataset):
         dataset = PolicyDataset(
             dataset_name,
@@ -186,7 +188,10 @@ def run_training(cfg: TrainConfig, output_dir: Path) -> TrainResult:
 
     start_step = 0
     if cfg.resume:
-        start_step = load_checkpoint(accelerator, latest_checkpoint(output_dir), **training_state)
+        checkpoint = latest_checkpoint(output_dir)
+        start_step = load_checkpoint(accelerator, checkpoint, **training_state)
+        if online is not None:
+            online.restore(accelerator, start_step, checkpoint_extra_state(checkpoint))
     cfg = dataclasses.replace(cfg, policy=policy_cfg, output_dir=str(output_dir))
     if is_main:
         forget_after(output_dir, start_step)  # what a stopped run logged or evaluated after its last checkpoint
@@ -231,7 +236,8 @@ def run_training(cfg: TrainConfig, output_dir: Path) -> TrainResult:
         loss_sum, data_s, grad_norm = 0.0, 0.0, None
         for _ in range(cfg.gradient_accumulation_steps):
             data_start = time.perf_counter()
-            batch = move_to_device(next(batches), accelerator.device)
+            batch = next(batches) if online is None else online.mix(next(batches), step, accelerator.process_index)
+            batch = move_to_device(batch, accelerator.device)
             data_s += time.perf_counter() - data_start
             with accelerator.accumulate(policy), accelerator.autocast():
                 loss = policy(batch)["loss"]
@@ -252,6 +258,17 @@ def run_training(cfg: TrainConfig, output_dir: Path) -> TrainResult:
         bar.update(1)
         if is_main and step == start_step + TrainingClock.ANNOUNCE_AFTER_STEPS:
             bar.write(clock.announcement(step, accelerator.device))
+        if online is not None and online.is_due(step):  # the policy's rollouts join its data (before a checkpoint)
+            round_start = time.perf_counter()
+            online_stats = online.collect(accelerator, policy, ema, step)
+            online_stats["online/round_s"] = time.perf_counter() - round_start
+            log_entry(accelerator, output_dir, step, online_stats)
+            if is_main:
+                bar.write(
+                    f"step {step}: online round {online.round_index(step)}: success "
+                    f"{100 * online_stats['online/round_success']:.0f}%, {online.n_episodes} online episodes "
+                    f"({online.n_frames} frames), {online_stats['online/round_s']:.0f} s"
+                )
 
         is_last = step == cfg.steps
         logged = step % cfg.log_freq == 0 or is_last
@@ -291,6 +308,7 @@ def run_training(cfg: TrainConfig, output_dir: Path) -> TrainResult:
                 step,
                 save_policy=lambda folder: save_shareable_policy(accelerator, policy, ema, cfg, folder),
                 keep_last=cfg.keep_last_checkpoints,
+                extra_state=online.state() if online is not None else None,
                 **training_state,
             )
 
@@ -491,6 +509,29 @@ def make_optimizer(policy: Policy, device: torch.device) -> torch.optim.Optimize
         eps=cfg.optimizer_eps,
         weight_decay=cfg.optimizer_weight_decay,
         fused=torch.device(device).type in ("cpu", "cuda"),
+    )
+
+
+def make_online_training(cfg: TrainConfig, output_dir: Path, policy_cfg: PolicyConfig, meta: DatasetMeta):
+    """The run's online data (hfpolicy.training.online), for the policy's inputs, in the env the policy acts in."""
+    from hfpolicy.training.online import OnlineTraining, online_features
+
+    window = max((max(d) for d in policy_cfg.delta_timestamps(meta.fps).values()), default=0.0)
+    episode_length = getattr(cfg.env, "episode_length", None)
+    if episode_length is not None and episode_length / meta.fps <= window:
+        raise TrainConfigError(
+            f"--env.episode_length={episode_length} is shorter than the policy's action window "
+            f"({round(window * meta.fps) + 1} steps): online episodes could not fill a training sample; raise it"
+        )
+    return OnlineTraining(
+        cfg.online,
+        output_dir,
+        configure_eval_env(cfg.env, policy_cfg),
+        online_features(meta.features, list(policy_cfg.input_features)),
+        meta.fps,
+        policy_cfg.delta_timestamps(meta.fps),
+        policy_cfg.drop_n_last_frames,
+        cfg.seed,
     )
 
 
