@@ -132,6 +132,7 @@ def run_training(cfg: TrainConfig, output_dir: Path) -> TrainResult:
         project_config=ProjectConfiguration(project_dir=str(output_dir), logging_dir=str(output_dir / "logs")),
     )
     is_main = accelerator.is_main_process
+    threads = choose_cpu_threads(cfg.num_threads, accelerator.num_processes)
     set_seed(cfg.seed, device_specific=True)  # seed + rank: different crops and noise on each process
 
     with accelerator.main_process_first():  # one process downloads or records, the others then read it
@@ -207,7 +208,9 @@ def run_training(cfg: TrainConfig, output_dir: Path) -> TrainResult:
             f"hfpolicy train: {policy_cfg.type} policy, {sum(p.numel() for p in policy.parameters()) / 1e6:.1f} M "
             f"params; {dataset_name}: {dataset.num_episodes} episodes, "
             f"{len(sampler) * accelerator.num_processes} samples per epoch; "
-            f"{accelerator.num_processes} process(es) on {accelerator.device}, {samples_per_step} samples per step; "
+            f"{accelerator.num_processes} process(es) on {accelerator.device}"
+            + (f" ({threads} thread(s) each)" if accelerator.device.type == "cpu" else "")
+            + f", {samples_per_step} samples per step; "
             f"output {output_dir}" + (f"; resuming at step {start_step}" if start_step else "")
         )
         if start_step >= cfg.steps:
@@ -258,7 +261,7 @@ def run_training(cfg: TrainConfig, output_dir: Path) -> TrainResult:
         bar.update(1)
         if is_main and step == start_step + TrainingClock.ANNOUNCE_AFTER_STEPS:
             bar.write(clock.announcement(step, accelerator.device))
-        if online is not None and online.is_due(step):  # the policy's rollouts join its data (before a checkpoint)
+        if online is not None and online.is_due(step) and step < cfg.steps:  # rollouts join the data, before a save
             round_start = time.perf_counter()
             online_stats = online.collect(accelerator, policy, ema, step)
             online_stats["online/round_s"] = time.perf_counter() - round_start
@@ -331,6 +334,17 @@ def run_training(cfg: TrainConfig, output_dir: Path) -> TrainResult:
 # --- set-up helpers -----------------------------------------------------------------------------------------------
 def default_output_dir(cfg: TrainConfig) -> Path:
     return Path("outputs/train") / f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{cfg.policy.type}"
+
+
+def choose_cpu_threads(num_threads: int | None, num_processes: int) -> int:
+    """torch's intra-op threads for this process: `num_threads`, else the cores this process may use divided among
+    the run's processes (at least 1). accelerate launch gives a CPU process 1 thread; a lone process on a 2-core
+    machine then leaves a core idle."""
+    if num_threads is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        num_threads = max(1, cores // max(num_processes, 1))
+    torch.set_num_threads(num_threads)
+    return num_threads
 
 
 def is_launch_main_process() -> bool:

@@ -57,7 +57,7 @@ class TrainEvalConfig:
     start_seed: int = DEFAULT_EVAL_START_SEED  # episode i is seeded start_seed + i
 
 
-ONLINE_LABELS = ("expert", "policy")
+ONLINE_LABELS = ("expert", "recovery", "policy")
 
 
 @dataclass
@@ -68,7 +68,8 @@ class OnlineConfig:
     start_step: int | None = None  # the first round runs after this step (default: `every`)
     n_episodes: int = 50  # episodes per round, over all processes (each process steps its share in lockstep)
     labels: str = "expert"  # expert: the scripted expert labels every state the policy visited (DAgger); policy:
-    # the policy's own actions, successful episodes only (self-imitation: needs no expert)
+    # the policy's own actions, successful episodes only (self-imitation: needs no expert); recovery: the expert's
+    # demonstrations from the states where the policy's failed episodes ended
     expert_drive_prob: float = 0.0  # expert labels: the fraction of steps the expert's action drives, not the policy's
     ratio: float = 0.5  # the fraction of every training batch drawn from the online data, once it has any
     start_seed: int = 1_000_000  # online episode j of round r is seeded start_seed + r * n_episodes + j
@@ -103,6 +104,8 @@ class TrainConfig:
     mixed_precision: str | None = None  # no / fp16 / bf16 (GPU); None: what `accelerate launch` was given
     compile: bool = False  # torch.compile the training forward (fuses the small U-Net's norms and activations: ~3x
     # faster steps for the state-input Diffusion Policy on CPU, after 1-2 min of compiling up front)
+    num_threads: int | None = None  # torch threads per process on CPU; default: the cores available / processes
+    # (`accelerate launch` starts a CPU process with 1 thread; a lone process on 2 cores trains ~1.5x faster with 2)
     num_workers: int = 0  # DataLoader worker processes (frames are decoded once and cached, so 0 is usually enough)
     seed: int = 1000  # seeds data order, weights init, crops and noise (each process adds its rank)
     save_freq: int = 20_000  # steps between checkpoints (and one at the end); 0: only at the end
@@ -122,6 +125,8 @@ def validate_train_config(cfg: TrainConfig) -> None:
     for name in ("steps", "batch_size", "gradient_accumulation_steps", "log_freq"):
         if getattr(cfg, name) < 1:
             problems.append(f"--{name} must be >= 1, got {getattr(cfg, name)}")
+    if cfg.num_threads is not None and cfg.num_threads < 1:
+        problems.append(f"--num_threads must be >= 1 (or null: the cores per process), got {cfg.num_threads}")
     for name in ("save_freq", "num_workers", "keep_last_checkpoints"):
         if getattr(cfg, name) < 0:
             problems.append(f"--{name} must be >= 0, got {getattr(cfg, name)}")

@@ -39,6 +39,7 @@ TINY_POLICY = [
     "--batch_size=8",
     "--tracker=none",
     "--progress=false",
+    "--num_threads=1",  # as run_env: the same numerics in every run, and two processes fit on two cores
 ]
 
 

@@ -41,6 +41,7 @@ class RolloutEpisode:
     success: bool = False  # the env reported success at some step
     n_expert_steps: int = 0  # steps the expert's action drove (expert_drive_prob)
     n_replans: int = 0  # times the labelling expert re-planned because the driver left its plan
+    final_state: np.ndarray | None = None  # PushT: (agent x, y, block x, y, angle) after the last step
 
     @property
     def length(self) -> int:
@@ -113,7 +114,8 @@ class EpisodeCollector:
             episode.applied.append(np.array(action[slot], dtype=np.float32))
         return action
 
-    def after_step(self, reward, terminated, truncated, info, running) -> None:
+    def after_step(self, env: VectorEnv, reward, terminated, truncated, info, running) -> None:
+        envs = getattr(env, "envs", None)
         success = np.asarray(info.get(SUCCESS_INFO_KEY, np.zeros(len(running), bool)), dtype=bool)
         for slot, episode in enumerate(self._slots):
             if slot >= len(running) or not running[slot] or episode is None:
@@ -123,6 +125,9 @@ class EpisodeCollector:
             episode.frames.setdefault(REWARD, []).append(np.float32(reward[slot]))
             episode.frames.setdefault(SUCCESS, []).append(np.bool_(episode.success))
             episode.frames.setdefault(DONE, []).append(np.bool_(done))
+            if envs is not None and hasattr(envs[slot].unwrapped, "block"):  # PushT: where recovery would start
+                pusht = envs[slot].unwrapped
+                episode.final_state = np.array([*pusht.agent.position, *pusht.block.position, pusht.block.angle])
             if done:
                 self._done.append(episode)
                 self._slots[slot] = None

@@ -160,7 +160,7 @@ def rollout(
                 action = step_hook.before_step(env, observation, action, running.copy())
             observation, reward, terminated, truncated, info = env.step(action)
             if step_hook is not None:
-                step_hook.after_step(reward, terminated, truncated, info, running.copy())
+                step_hook.after_step(env, reward, terminated, truncated, info, running.copy())
 
             sum_reward[running] += reward[running]
             np.maximum(max_reward, reward, out=max_reward, where=running)

@@ -147,12 +147,13 @@ class OnlineTraining:
         seeds = self.round_seeds(step)
         share = seeds[accelerator.process_index :: accelerator.num_processes]
         model = accelerator.unwrap_model(policy)
-        local = []
+        local: tuple[list, list] = ([], [])
         if share:
             with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
                 local = collect_episodes(model, self.env_cfg, share, self.cfg, self.features)
-        episodes = sorted(gather_object(local), key=lambda e: e.seed)
-        kept = [e for e in episodes if self.cfg.labels != "policy" or e.success]
+        gathered = gather_object([local])  # [(played, data)] of every process
+        episodes = sorted((e for played, _ in gathered for e in played), key=lambda e: e.seed)
+        kept = sorted((e for _, data in gathered for e in data), key=lambda e: e.seed)
         self.rounds.append({"step": step, "seeds": seeds, "kept": [e.seed for e in kept]})
         if accelerator.is_main_process and kept:
             self.episodes += kept
@@ -162,7 +163,9 @@ class OnlineTraining:
             self._reload()
         n_steps = max(sum(e.length for e in episodes), 1)
         return {
-            "online/round_success": sum(e.success for e in episodes) / len(episodes),
+            "online/round_success": 1 - len(kept) / len(seeds)
+            if self.cfg.labels == "recovery"
+            else sum(e.success for e in episodes) / len(episodes),
             "online/episodes": float(self.n_episodes),
             "online/frames": float(self.n_frames),
             "online/replans_per_step": sum(e.n_replans for e in episodes) / n_steps,
@@ -214,8 +217,68 @@ class OnlineTraining:
 
 def collect_episodes(
     policy: torch.nn.Module, env_cfg: EnvConfig, seeds: list[int], cfg: OnlineConfig, features: dict[str, Any]
+) -> tuple[list[RolloutEpisode], list[RolloutEpisode]]:
+    """(the policy's episodes on `seeds`, the episodes that join the data): rollouts in one lockstep batch of serial
+    envs, the policy in eval mode. The data are the expert-labelled episodes (expert), the successful ones
+    (policy), or, for each failed episode, the expert's demonstration from the state where it ended (recovery;
+    left out when the expert fails from there too)."""
+    episodes = policy_rollouts(policy, env_cfg, seeds, cfg, features)
+    if cfg.labels == "expert":
+        return episodes, episodes
+    if cfg.labels == "policy":
+        return episodes, [e for e in episodes if e.success]
+    demos = [expert_recovery(env_cfg, e, features) for e in episodes if not e.success and e.final_state is not None]
+    return episodes, [demo for demo in demos if demo is not None]
+
+
+def expert_recovery(env_cfg: EnvConfig, failed: RolloutEpisode, features: dict[str, Any]) -> RolloutEpisode | None:
+    """The scripted expert's episode from the state a failed policy episode ended in (gym-pusht's reset_to_state),
+    recorded frame by frame as `EpisodeCollector` records; None if the expert fails from there too."""
+    from hfpolicy.envs.observations import OBSERVATION_KEYS
+    from hfpolicy.policies.scripted import PushTExpert
+
+    env = env_cfg.make_single()
+    try:
+        observation, _ = env.reset(seed=failed.seed, options={"reset_to_state": reset_argument(failed.final_state)})
+        expert = PushTExpert()
+        expert.reset(env)
+        demo = RolloutEpisode(seed=failed.seed)
+        keys = {env_key: key for env_key, key in OBSERVATION_KEYS.items() if key in features}
+        for _ in range(env_cfg.episode_length):
+            for env_key, key in keys.items():
+                demo.frames.setdefault(key, []).append(np.array(observation[env_key], copy=True))
+            action = expert.act(env)
+            observation, reward, terminated, truncated, info = env.step(action)
+            demo.success = demo.success or bool(info.get("is_success", False))
+            demo.frames.setdefault(ACTION, []).append(action)
+            demo.frames.setdefault("next.reward", []).append(np.float32(reward))
+            demo.frames.setdefault("next.success", []).append(np.bool_(demo.success))
+            demo.frames.setdefault("next.done", []).append(np.bool_(terminated or truncated))
+            demo.n_expert_steps += 1
+            if terminated or truncated:
+                break
+    finally:
+        env.close()
+    return demo if demo.success else None
+
+
+_GEOMETRY = None
+
+
+def reset_argument(state: np.ndarray) -> np.ndarray:
+    """gym-pusht's reset_to_state argument for a pose read from the env (it sets the angle after the position)."""
+    global _GEOMETRY
+    if _GEOMETRY is None:
+        from hfpolicy.datasets.pusht_zarr import PushTGeometry
+
+        _GEOMETRY = PushTGeometry()
+    return _GEOMETRY.reset_state(state)
+
+
+def policy_rollouts(
+    policy: torch.nn.Module, env_cfg: EnvConfig, seeds: list[int], cfg: OnlineConfig, features: dict[str, Any]
 ) -> list[RolloutEpisode]:
-    """Rollouts of `policy` (in eval mode) on `seeds`, in one lockstep batch of serial envs, collected as episodes."""
+    """The policy's episodes on `seeds` (expert-labelled with --online.labels=expert)."""
     labeller = None
     if cfg.labels == "expert":
         from hfpolicy.policies.scripted import PushTExpert

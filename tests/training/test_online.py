@@ -17,7 +17,7 @@ from hfpolicy.datasets.pusht_zarr import pusht_features
 from hfpolicy.envs import PushTEnvConfig
 from hfpolicy.policies.scripted import PushTExpert, run_expert_episode
 from hfpolicy.train_config import OnlineConfig, TrainConfig, TrainConfigError, validate_train_config
-from hfpolicy.training.online import ONLINE_DATA_DIR, OnlineTraining, collect_episodes
+from hfpolicy.training.online import ONLINE_DATA_DIR, OnlineTraining, collect_episodes, reset_argument
 
 FEATURES = pusht_features(environment_state=True, images=False)
 ENV = PushTEnvConfig(obs_type="environment_state_agent_pos", episode_length=40)
@@ -34,7 +34,8 @@ def test_expert_driven_episodes_are_the_experts_own_and_labels_its_actions():
     are exactly the actions it takes, frame t holds the observation before action t."""
     policy = make_toy_policy("environment_state_agent_pos")
     cfg = OnlineConfig(every=1, labels="expert", expert_drive_prob=1.0)
-    episodes = collect_episodes(policy, ENV, [11, 12], cfg, FEATURES)
+    episodes, data = collect_episodes(policy, ENV, [11, 12], cfg, FEATURES)
+    assert data == episodes
     env = gym.make("gym_pusht/PushT-v0", obs_type="environment_state_agent_pos", max_episode_steps=40)
     for episode in episodes:
         reference = run_expert_episode(env, PushTExpert(), seed=episode.seed, max_steps=40)
@@ -49,7 +50,7 @@ def test_policy_driven_expert_labels_differ_from_the_actions_applied():
     """The toy policy drives; the expert labels what it would do (its plan re-made as the policy strays)."""
     policy = make_toy_policy("environment_state_agent_pos")
     cfg = OnlineConfig(every=1, labels="expert")
-    (episode,) = collect_episodes(policy, ENV, [5], cfg, FEATURES)
+    (episode,), _ = collect_episodes(policy, ENV, [5], cfg, FEATURES)
     assert episode.length == 40 and episode.n_expert_steps == 0 and episode.n_replans > 10
     labels, applied = np.stack(episode.frames[ACTION]), np.stack(episode.applied)
     assert np.abs(labels - applied).max() > 50  # the toy policy does not act like the expert
@@ -97,6 +98,22 @@ def test_self_imitation_keeps_only_successful_episodes(tmp_path):
     assert online.n_episodes == 0 and online.dataset is None and not (tmp_path / ONLINE_DATA_DIR).exists()
     batch = {ACTION: torch.ones(4, 16, 2)}
     assert online.mix(batch, 11, 0) is batch  # no online data yet: offline batches as they are
+
+
+def test_recovery_demos_start_where_the_policy_failed():
+    """Recovery labels: the expert demonstrates from the state each failed episode ended in."""
+    policy = make_toy_policy("environment_state_agent_pos")
+    env_cfg = PushTEnvConfig(obs_type="environment_state_agent_pos", episode_length=200)  # time to finish from there
+    played, demos = collect_episodes(policy, env_cfg, [21, 22], OnlineConfig(every=1, labels="recovery"), FEATURES)
+    assert not any(e.success for e in played) and len(demos) == 2 and all(d.success for d in demos)
+    for failed, demo in zip(played, demos, strict=True):
+        assert demo.seed == failed.seed and demo.n_expert_steps == demo.length
+        assert np.allclose(demo.frames[OBS_STATE][0], failed.final_state[:2])  # the agent where the policy left it
+        env = gym.make("gym_pusht/PushT-v0", obs_type="environment_state_agent_pos")
+        env.reset(options={"reset_to_state": reset_argument(failed.final_state)})
+        block = env.unwrapped.block  # the block pose of the failed episode's end, reproduced
+        assert np.allclose([*block.position, block.angle], failed.final_state[2:], atol=1e-6)
+        assert np.allclose(demo.frames[OBS_ENV_STATE][0], failed.frames[OBS_ENV_STATE][-1], atol=50)
 
 
 def test_online_seeds_never_overlap_the_evaluation_or_the_recording():
