@@ -163,9 +163,7 @@ class OnlineTraining:
             self._reload()
         n_steps = max(sum(e.length for e in episodes), 1)
         return {
-            "online/round_success": 1 - len(kept) / len(seeds)
-            if self.cfg.labels == "recovery"
-            else sum(e.success for e in episodes) / len(episodes),
+            "online/round_success": sum(e.success for e in episodes) / len(episodes),  # the policy's, on new seeds
             "online/episodes": float(self.n_episodes),
             "online/frames": float(self.n_frames),
             "online/replans_per_step": sum(e.n_replans for e in episodes) / n_steps,
