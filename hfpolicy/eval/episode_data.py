@@ -13,7 +13,7 @@ that fraction of the steps, drawn per episode from a generator seeded with the e
 sub-envs' simulator state, so they need a serial vector env (the envs live in this process).
 """
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,7 @@ class EpisodeCollector:
         features: Mapping[str, Mapping[str, Any]],
         labeller: Callable[[], Any] | None = None,
         expert_drive_prob: float = 0.0,
+        on_episode_end: Callable[[RolloutEpisode], None] | None = None,
     ):
         if not 0.0 <= expert_drive_prob <= 1.0:
             raise ValueError(f"expert_drive_prob must be in [0, 1], got {expert_drive_prob}")
@@ -70,19 +71,31 @@ class EpisodeCollector:
         if missing:
             raise ValueError(f"the env's observations give no {missing}: collected frames cannot hold them")
         self.labeller, self.expert_drive_prob = labeller, expert_drive_prob
+        self.on_episode_end = on_episode_end  # given: each episode goes there as it ends, and is not kept
         self._done: list[RolloutEpisode] = []
         self._slots: list[RolloutEpisode | None] = []
 
-    def start(self, seeds: Iterable[int]) -> None:
-        """The seeds of the next rollout's slots, in slot order (call before `rollout`)."""
-        self._slots = [RolloutEpisode(seed=int(seed)) for seed in seeds]
-
     def episodes(self) -> list[RolloutEpisode]:
-        """The episodes collected so far (ended or cut at max_steps), in the order they were started."""
-        return [*self._done, *(e for e in self._slots if e is not None and e.length)]
+        """The episodes collected and kept so far, in the order they ended."""
+        return list(self._done)
+
+    def flush(self) -> None:
+        """Ends the episodes still running (cut at the rollout's max_steps): call after each `rollout`."""
+        for slot, episode in enumerate(self._slots):
+            if episode is not None and episode.length:
+                self._end(slot)
+
+    def _end(self, slot: int) -> None:
+        episode, self._slots[slot] = self._slots[slot], None
+        if self.on_episode_end is not None:
+            self.on_episode_end(episode)
+        else:
+            self._done.append(episode)
 
     # --- StepHook --------------------------------------------------------------------------------------------------
-    def after_reset(self, env: VectorEnv, observation: Any) -> None:
+    def after_reset(self, env: VectorEnv, observation: Any, seeds: Sequence[int]) -> None:
+        self.flush()
+        self._slots = [RolloutEpisode(seed=int(seed)) for seed in seeds]
         self._experts, self._last_target, self._rngs = [], [], []
         for slot, episode in enumerate(self._slots):
             self._rngs.append(np.random.default_rng([episode.seed, 1]))
@@ -129,8 +142,7 @@ class EpisodeCollector:
                 pusht = envs[slot].unwrapped
                 episode.final_state = np.array([*pusht.agent.position, *pusht.block.position, pusht.block.angle])
             if done:
-                self._done.append(episode)
-                self._slots[slot] = None
+                self._end(slot)
 
     @staticmethod
     def _sub_env(env: VectorEnv, slot: int):
@@ -138,6 +150,31 @@ class EpisodeCollector:
         if envs is None:
             raise ValueError("expert labels read each env's simulator state: use a serial vector env (parallel=False)")
         return envs[slot]
+
+
+def rollout_features(policy_inputs: Mapping[str, Any], action_shape: Sequence[int]) -> dict[str, dict[str, Any]]:
+    """Dataset features (info.json style) for episodes of a policy with these input features (PolicyFeature) in an
+    env with this action shape: cameras as videos (H, W, 3), vectors as float32, plus action and next.*."""
+    features: dict[str, dict[str, Any]] = {}
+    for key, feature in policy_inputs.items():
+        shape = [int(n) for n in feature.shape]
+        if len(shape) == 3:  # (C, H, W) -> a video of (H, W, C) frames
+            features[key] = {"dtype": "video", "shape": [shape[1], shape[2], shape[0]],
+                             "names": ["height", "width", "channels"]}  # fmt: skip
+        else:
+            features[key] = {"dtype": "float32", "shape": shape, "names": None}
+    features[ACTION] = {"dtype": "float32", "shape": [int(n) for n in action_shape], "names": None}
+    features[REWARD] = {"dtype": "float32", "shape": [1], "names": None}
+    features[SUCCESS] = {"dtype": "bool", "shape": [1], "names": None}
+    features[DONE] = {"dtype": "bool", "shape": [1], "names": None}
+    return features
+
+
+def write_episode(writer: DatasetWriter, episode: RolloutEpisode, task: str) -> None:
+    """Adds one collected episode to an open DatasetWriter (e.g. as `EpisodeCollector(on_episode_end=...)`)."""
+    for frame in episode_frames(episode, {key: writer.features[key] for key in writer.user_keys}):
+        writer.add_frame(frame, task=task)
+    writer.save_episode()
 
 
 def episode_frames(episode: RolloutEpisode, features: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -170,9 +207,7 @@ def write_episodes_dataset(
     writer = DatasetWriter.create(root, repo_id, fps, features, overwrite=overwrite)
     with writer:
         for episode in episodes:
-            for frame in episode_frames(episode, features):
-                writer.add_frame(frame, task=task)
-            writer.save_episode()
+            write_episode(writer, episode, task)
         if extra_meta is not None:
             write_json_atomically(writer.tmp_root / ONLINE_META_PATH, dict(extra_meta))
     return writer.root

@@ -46,8 +46,9 @@ class StepHook(Protocol):
     """Sees every step of a rollout (online data collection, episodes written as a dataset). `running` is the mask
     of the slots whose episode takes this step; slots outside it (parked, unused) are to be ignored."""
 
-    def after_reset(self, env: VectorEnv, observation: Any) -> None:
-        """The envs were just reset with the episodes' seeds; `observation` is the first batch."""
+    def after_reset(self, env: VectorEnv, observation: Any, seeds: Sequence[int]) -> None:
+        """The envs were just reset, slot i with `seeds[i]` (slots past them are parked); `observation` is the first
+        batch."""
 
     def before_step(self, env: VectorEnv, observation: Any, action: np.ndarray, running: np.ndarray) -> np.ndarray:
         """The (finite, clipped) action about to be applied in `observation`; returns the action to apply."""
@@ -136,7 +137,7 @@ def rollout(
     if n_episodes < n_envs:
         observation, _ = env.reset(options={"reset_mask": ~running, PARK_OPTION: True})
     if step_hook is not None:
-        step_hook.after_reset(env, observation)
+        step_hook.after_reset(env, observation, [int(s) for s in seeds])
     if render_slots:
         env.set_attr("render_enabled", [slot in render_slots for slot in range(n_envs)])
         emit_frames()

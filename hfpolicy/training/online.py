@@ -283,17 +283,17 @@ def policy_rollouts(
 
         labeller = PushTExpert
     collector = EpisodeCollector(features, labeller=labeller, expert_drive_prob=cfg.expert_drive_prob)
-    collector.start(seeds)
     env = env_cfg.make(len(seeds), parallel=False)
     was_training = policy.training
     policy.eval()
     try:
         rollout(policy, env, seeds=seeds, step_hook=collector)
+        collector.flush()
     finally:
         env.close()
         policy.reset()
         policy.train(was_training)
-    return collector.episodes()
+    return sorted(collector.episodes(), key=lambda e: e.seed)
 
 
 def read_online_episodes(root: Path, features: dict[str, Any], n_episodes: int) -> list[RolloutEpisode]:
