@@ -735,6 +735,7 @@ def push_trained_policy(
             train_command=reproduce_command(),
             up_to_step=step,
             check_access=False,  # checked before step 1
+            online_data_repo_id=cfg.hub.online_data_repo_id,
         )
 
 

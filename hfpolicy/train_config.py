@@ -83,6 +83,7 @@ class HubConfig:
     private: bool = False  # create the repo as private
     push_after_eval: bool = False  # also push after every periodic evaluation
     branch: str | None = None  # push to this branch instead of main
+    online_data_repo_id: str | None = None  # also publish the run's online data (--online.*) as this dataset repo
 
 
 @dataclass

@@ -132,3 +132,27 @@ def test_online_seeds_never_overlap_the_evaluation_or_the_recording():
     cfg.online = OnlineConfig(every=100, labels="policy", expert_drive_prob=0.5)
     with pytest.raises(TrainConfigError, match="expert_drive_prob"):
         validate_train_config(cfg)
+
+
+@pytest.mark.slow
+def test_push_publishes_the_online_data_beside_the_model(pusht_state_dataset, tmp_path, hub_server):
+    from huggingface_hub import HfApi, ModelCard
+
+    from hfpolicy.push import main as push_main
+    from hfpolicy.train import parse_train_config, train
+
+    flags = [
+        f"--dataset.root={pusht_state_dataset}", f"--output_dir={tmp_path / 'run'}", "--policy.type=diffusion",
+        f"--dataset.input_features=[{OBS_STATE},{OBS_ENV_STATE}]", "--policy.down_dims=[16,32]",
+        "--policy.diffusion_step_embed_dim=16", "--policy.noise_scheduler_type=DDIM", "--policy.num_inference_steps=2",
+        "--batch_size=8", "--tracker=none", "--progress=false", "--num_threads=1", "--steps=6", "--eval.freq=0",
+        "--online.every=2", "--online.n_episodes=2", "--online.labels=expert", "--env.episode_length=20",
+    ]  # fmt: skip
+    train(parse_train_config(flags))
+    argv = [f"--run={tmp_path / 'run'}", "--repo_id=user/online-model", "--online_data_repo_id=user/online-data"]
+    assert push_main(argv) == 0
+    files = set(HfApi().list_repo_files("user/online-data", repo_type="dataset"))
+    assert {"meta/info.json", "meta/hfpolicy_online.json"} <= files
+    card = ModelCard.load("user/online-model").text
+    assert "every 2 steps, 2 episodes of the policy (labelled by the scripted expert (DAgger))" in card
+    assert "it trained on 4 online episodes" in card and "(https://huggingface.co/datasets/user/online-data)" in card
