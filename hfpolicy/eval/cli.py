@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -65,6 +66,8 @@ class EvalPipelineConfig:
     overwrite: bool = False  # replace the evaluation already in output_dir (eval_info.json, episodes.jsonl, videos)
     progress: bool = True  # show a progress bar
     num_threads: int | None = None  # torch threads for the policy; default: the CPU cores available to this process
+    dataset_dir: Path | None = None  # also write the episodes as a LeRobot v3.0 dataset here (what the policy read,
+    # the actions it took, rewards, success), an episode at a time; the folder must not exist
 
 
 def run_eval(config: EvalPipelineConfig) -> EvalResult:
@@ -122,6 +125,7 @@ def _evaluate_into(config: EvalPipelineConfig, policy: Policy, env_config: EnvCo
         records_file.write(json.dumps(record.to_dict()) + "\n")
         records_file.flush()
 
+    episodes_writer, collector = open_episodes_dataset(config, policy, env)
     try:
         result = evaluate(
             policy,
@@ -133,12 +137,37 @@ def _evaluate_into(config: EvalPipelineConfig, policy: Policy, env_config: EnvCo
             fps=env_config.fps,
             progress=config.progress,
             on_episode_end=save_record,
+            step_hook=collector,
         )
+        if collector is not None:
+            collector.flush()
+            episodes_writer.finish()
     finally:
+        if episodes_writer is not None:
+            episodes_writer.abort()  # nothing half-written: without finish() the dataset folder never appears
         env.close()
         records_file.close()
     result.save(output_dir / EVAL_INFO_FILE)
     return result
+
+
+def open_episodes_dataset(config: EvalPipelineConfig, policy: Policy, env) -> tuple[Any, Any]:
+    """(DatasetWriter, EpisodeCollector) for --dataset_dir, or (None, None): episodes are written as they end."""
+    if config.dataset_dir is None:
+        return None, None
+    from hfpolicy.datasets import DatasetWriter
+    from hfpolicy.eval.episode_data import EpisodeCollector, rollout_features, write_episode
+
+    features = rollout_features(policy.config.input_features, env.single_action_space.shape)
+    root = Path(config.dataset_dir)
+    try:
+        writer = DatasetWriter.create(root, f"local/{root.name}", config.env.fps, features)
+    except FileExistsError as e:
+        raise ValueError(f"--dataset_dir={root} exists: choose a new folder for the episodes' dataset") from e
+    task = f"{config.env.type} evaluation"
+    if config.env.type == "pusht":
+        from hfpolicy.datasets.pusht_zarr import PUSHT_TASK as task
+    return writer, EpisodeCollector(features, on_episode_end=lambda episode: write_episode(writer, episode, task))
 
 
 EPISODES_FILE = "episodes.jsonl"  # one JSON line per episode, written as episodes end
@@ -227,6 +256,8 @@ def run(config: EvalPipelineConfig) -> str:
     policy, env_config = load_policy_and_env_config(config)
     config.output_dir = config.output_dir or default_output_dir(env_config)
     check_writable(config.output_dir)
+    if config.dataset_dir is not None and Path(config.dataset_dir).exists():
+        raise ValueError(f"--dataset_dir={config.dataset_dir} exists: choose a new folder for the episodes' dataset")
     try:
         with stop_on_sigterm():
             result = evaluate_and_save(config, policy, env_config)

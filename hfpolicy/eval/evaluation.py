@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 from hfpolicy.constants import DEFAULT_EVAL_START_SEED
 from hfpolicy.envs import episode_step_limit
-from hfpolicy.eval.rollouts import EpisodeRecord, rollout
+from hfpolicy.eval.rollouts import EpisodeRecord, StepHook, rollout
 from hfpolicy.eval.videos import VideoRecorder, episode_video_path
 from hfpolicy.io.atomic import write_json_atomically
 from hfpolicy.io.termination import raise_if_terminated
@@ -60,6 +60,7 @@ def evaluate(
     fps: float | None = None,
     progress: bool = True,
     on_episode_end: Callable[[EpisodeRecord], None] | None = None,
+    step_hook: StepHook | None = None,
 ) -> EvalResult:
     """Runs episodes 0..n_episodes-1 (or exactly `episode_indices`), episode i seeded `start_seed + i`.
 
@@ -71,7 +72,8 @@ def evaluate(
     The policy acts in eval mode under `torch.inference_mode` on its own device, and is reset at every batch start.
     Episodes with index < n_videos are rendered to `videos_dir/eval_episode_{index}.mp4` (frame rate `fps`, default
     the env's render_fps), encoded in a background thread. `max_steps` defaults to the env's time limit.
-    `on_episode_end(record)` is called as each episode ends (e.g. to save records as they come).
+    `on_episode_end(record)` is called as each episode ends (e.g. to save records as they come). `step_hook` sees
+    every batch's reset and steps (hfpolicy.eval.episode_data.EpisodeCollector writes the episodes as a dataset).
     """
     if (n_episodes is None) == (episode_indices is None):
         raise ValueError("pass either n_episodes or episode_indices")
@@ -126,6 +128,7 @@ def evaluate(
                     render_slots=sorted(videos),
                     on_frame=lambda slot, frame, videos=videos: recorder.add_frame(videos[slot], frame),
                     on_episode_end=episode_ended,
+                    step_hook=step_hook,
                 )
         eval_s = time.perf_counter() - start  # includes waiting for the last videos to be encoded
     finally:

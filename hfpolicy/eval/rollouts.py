@@ -11,7 +11,7 @@ Invalid actions are never scored as if they were valid:
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -46,6 +46,23 @@ class InvalidActionError(RuntimeError):
     """The policy returned an action that cannot be applied (NaN or inf)."""
 
 
+class StepHook(Protocol):
+    """Sees every step of a rollout (online data collection, episodes written as a dataset). `running` is the mask
+    of the slots whose episode takes this step; slots outside it (parked, unused) are to be ignored."""
+
+    def after_reset(self, env: VectorEnv, observation: Any, seeds: Sequence[int]) -> None:
+        """The envs were just reset, slot i with `seeds[i]` (slots past them are parked); `observation` is the first
+        batch."""
+
+    def before_step(self, env: VectorEnv, observation: Any, action: np.ndarray, running: np.ndarray) -> np.ndarray:
+        """The (finite, clipped) action about to be applied in `observation`; returns the action to apply."""
+
+    def after_step(
+        self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, info: dict, running
+    ) -> None:
+        """What the step gave, for the slots that took it."""
+
+
 def rollout(
     policy: Policy,
     env: VectorEnv,
@@ -56,6 +73,7 @@ def rollout(
     render_slots: Sequence[int] = (),
     on_frame: Callable[[int, np.ndarray], None] | None = None,
     on_episode_end: Callable[[int, EpisodeRecord], None] | None = None,
+    step_hook: StepHook | None = None,
 ) -> list[EpisodeRecord]:
     """Runs one episode per seed, the envs in lockstep, with one batched `policy.select_action` per step.
 
@@ -69,6 +87,7 @@ def rollout(
     Rendering: `env.render()` is called only if `render_slots` is given, right after the reset (the first frame) and
     after every step, and `on_frame(slot, frame)` receives the frames of the listed slots whose episode was running
     at that step, so a video has exactly `length + 1` frames. `on_episode_end(slot, record)` is called as episodes end.
+    `step_hook` (see `StepHook`) sees the reset and every step, and may replace the applied action (an expert driving).
     """
     n_envs, n_episodes = env.num_envs, len(seeds)
     if not 1 <= n_episodes <= n_envs:
@@ -123,6 +142,8 @@ def rollout(
     observation, _ = env.reset(seed=[int(s) for s in seeds] + [None] * (n_envs - n_episodes))
     if n_episodes < n_envs:
         observation, _ = env.reset(options={"reset_mask": ~running, PARK_OPTION: True})
+    if step_hook is not None:
+        step_hook.after_reset(env, observation, [int(s) for s in seeds])
     if render_slots:
         env.set_attr("render_enabled", [slot in render_slots for slot in range(n_envs)])
         emit_frames()
@@ -142,7 +163,11 @@ def rollout(
                 outside = ((action < low) | (action > high)).reshape(n_envs, -1).any(axis=1)
                 n_clipped[running & outside] += 1
                 action = np.clip(action, low, high)
+            if step_hook is not None:
+                action = step_hook.before_step(env, observation, action, running.copy())
             observation, reward, terminated, truncated, info = env.step(action)
+            if step_hook is not None:
+                step_hook.after_step(env, reward, terminated, truncated, info, running.copy())
 
             sum_reward[running] += reward[running]
             np.maximum(max_reward, reward, out=max_reward, where=running)

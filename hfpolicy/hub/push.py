@@ -83,10 +83,13 @@ def push_run(
     train_command: str | None = None,
     up_to_step: int | None = None,
     check_access: bool = True,
+    online_data_repo_id: str | None = None,
 ) -> str:
     """Pushes a run folder (see the module docstring); returns the commit URL. `policy` (default: loaded from the
     last checkpoint's pretrained_model) lets a live training push its in-memory EMA weights; `up_to_step` ignores
     evaluations after that step; `check_access=False` skips `check_push_access` (a training checked it before step 1).
+    `online_data_repo_id` also publishes the run's online data (online_data/, a LeRobot v3.0 dataset) as a dataset
+    repo, linked from the model card.
     Hub and network failures raise PushError naming the cause and the way to retry."""
     import json
 
@@ -109,8 +112,12 @@ def push_run(
 
         policy = Policy.from_pretrained(checkpoint / PRETRAINED_DIR)
     artifacts = run_artifacts(run, train_config, up_to_step, train_command)
+    artifacts.online_episodes = online_episode_count(run.root)
+    artifacts.online_data_repo_id = online_data_repo_id
     hub = train_config.get("hub") or {}
     try:
+        if online_data_repo_id:
+            push_online_data(run_dir, online_data_repo_id, private=hub.get("private") if private is None else private)
         return policy.push_to_hub(
             repo_id,
             artifacts=artifacts,
@@ -170,6 +177,34 @@ def hold_finished_run(run_dir: Path) -> RunLock | None:
         ) from None
 
 
+def online_episode_count(run_dir: Path) -> int | None:
+    """Online episodes in the run's online data (None for an offline run)."""
+    import json
+
+    from hfpolicy.eval.episode_data import ONLINE_META_PATH
+
+    meta = run_dir / "online_data" / ONLINE_META_PATH
+    if not meta.is_file():
+        return None
+    return sum(len(r["kept"]) for r in json.loads(meta.read_text())["rounds"])
+
+
+def push_online_data(run_dir: Path, repo_id: str, private: bool = False) -> str:
+    """Publishes the run's online_data/ as a Hub dataset repo (PushError when the run has none)."""
+    from hfpolicy.datasets import push_dataset_to_hub
+
+    root = run_dir / "online_data"
+    if not (root / "meta" / "info.json").is_file():
+        raise PushError(
+            f"{run_dir} has no online data to publish (it trained without --online.every, or no round kept an episode)"
+        )
+    return push_dataset_to_hub(
+        root, repo_id, private=private, tags=["hfpolicy", "online-training"],
+        description=f"The online training data of the hfpolicy run {run_dir.name}: the policy's own rollouts, "
+        "as meta/hfpolicy_online.json describes (rounds, seeds, labels).",
+    )  # fmt: skip
+
+
 @dataclass
 class PushConfig:
     """`hfpolicy push`: upload a training run's policy, evaluation, curve and card to the Hub."""
@@ -178,6 +213,7 @@ class PushConfig:
     repo_id: str | None = None  # the Hub repo (default: the run's --hub.repo_id)
     private: bool | None = None  # create the repo as private (default: the run's --hub.private)
     branch: str | None = None  # push to this branch (default: the run's --hub.branch, else main)
+    online_data_repo_id: str | None = None  # also publish the run's online_data/ as this Hub dataset repo
 
 
 def push_command(cfg: PushConfig) -> str:
@@ -186,7 +222,9 @@ def push_command(cfg: PushConfig) -> str:
         raise PushError("--run=DIR is needed: the folder of the training run to push")
     lock = hold_finished_run(Path(cfg.run))  # a run still training is refused, naming it
     try:
-        url = push_run(cfg.run, cfg.repo_id, private=cfg.private, branch=cfg.branch)
+        url = push_run(
+            cfg.run, cfg.repo_id, private=cfg.private, branch=cfg.branch, online_data_repo_id=cfg.online_data_repo_id
+        )
     finally:
         if lock is not None:
             lock.release()
@@ -219,6 +257,7 @@ def push_trained_policy(
             train_command=reproduce_command(),
             up_to_step=step,
             check_access=False,  # checked before step 1
+            online_data_repo_id=cfg.hub.online_data_repo_id,
         )
 
 

@@ -42,6 +42,8 @@ class PolicyArtifacts:
     dataset_repo_id: str | None = None  # the Hub dataset trained on (card metadata and link)
     train_command: str | None = None  # the command that trained the policy (the card's "Reproduce" block)
     eval_page: str | Path | None = None  # the evaluation's page (`hfpolicy view`, videos inside): uploaded as eval.html
+    online_episodes: int | None = None  # online training: episodes of the policy's own rollouts it trained on
+    online_data_repo_id: str | None = None  # online training: the Hub dataset those episodes were published as
 
     def eval_info_dict(self) -> dict[str, Any] | None:
         """eval_info read (from its file if a path); ValueError unless it has eval_info.json's 'aggregated' entry."""
@@ -71,6 +73,7 @@ CARD_TEMPLATE = """---
 
 A **{{ policy_name }}** policy for **{{ env_name }}**, trained with [hfpolicy](https://github.com/hfpolicy/hfpolicy){% if dataset_repo_id %} on [{{ dataset_repo_id }}](https://huggingface.co/datasets/{{ dataset_repo_id }}){% elif local_dataset %} on a local dataset: {{ local_dataset }}{% endif %}.
 {% if recipe %}Recipe: `{{ recipe }}`{% if recipe_reason %} ({{ recipe_reason }}){% endif %}.
+{% endif %}{% if online %}Online training: {{ online }}.
 {% endif %}It reads {{ inputs }} and outputs `action` {{ action_shape }}.
 {% if provenance %}
 **Provenance:** {{ provenance }}
@@ -193,8 +196,31 @@ def make_model_card(
         local_dataset=local_dataset,
         recipe=train_config.get("recipe"),
         recipe_reason=train_config.get("recipe_reason"),
+        online=_online_summary(train_config.get("online") or {}, artifacts),
         provenance=provenance,
     )
+
+
+def _online_summary(online: dict[str, Any], artifacts: PolicyArtifacts) -> str | None:
+    """One sentence on the run's online training (train_config.json's `online`), or None for an offline run."""
+    if not online.get("every"):
+        return None
+    labels = {
+        "expert": "labelled by the scripted expert (DAgger)",
+        "recovery": "failures replaced by the scripted expert's demonstrations from where they ended",
+        "policy": "successful episodes only, own actions",
+    }
+    text = (
+        f"from step {online.get('start_step') or online['every']} on, every {online['every']} steps, "
+        f"{online['n_episodes']} episodes of the policy ({labels.get(online['labels'], online['labels'])}) joined "
+        f"its data, {100 * online['ratio']:.0f}% of every batch"
+    )  # fmt: skip
+    if artifacts.online_episodes is not None:
+        text += f"; it trained on {artifacts.online_episodes} online episodes"
+    if artifacts.online_data_repo_id:
+        repo = artifacts.online_data_repo_id
+        text += f", published as [{repo}](https://huggingface.co/datasets/{repo})"
+    return text
 
 
 def _metrics_table(summary: dict[str, Any]) -> str:

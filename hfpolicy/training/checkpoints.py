@@ -77,13 +77,15 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     lr_scheduler: Any,
     ema: Any = None,
+    extra_state: dict[str, Any] | None = None,
 ) -> Path:
     """Saves the training state of every process and (on the main process) the policy, atomically.
 
     `save_policy(directory)` writes the shareable policy (save_pretrained with EMA weights, train_config.json). Every
     process must call this function: each saves its own RNG state. A failed write (OSError: a full disk, ...) removes
     the temporary folder and raises `CheckpointError` saying what happened; earlier checkpoints are untouched.
-    `model` (as prepared by the accelerator), `optimizer`, `lr_scheduler` and `ema` (None without EMA) are saved.
+    `model` (as prepared by the accelerator), `optimizer`, `lr_scheduler` and `ema` (None without EMA) are saved;
+    `extra_state` (JSON values, e.g. how much online data the run had seen) goes into step.json beside the step.
     """
     run = RunFolder(output_dir)
     final = run.checkpoint_dir(step)
@@ -105,7 +107,7 @@ def save_checkpoint(
         )
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
-            (staging / TRAINING_STATE_DIR / STEP_FILE).write_text(json.dumps({"step": step}))
+            (staging / TRAINING_STATE_DIR / STEP_FILE).write_text(json.dumps({"step": step, **(extra_state or {})}))
             save_policy(staging / PRETRAINED_DIR)
             if final.exists():
                 shutil.rmtree(final)
@@ -183,6 +185,12 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
 def latest_good_checkpoint(output_dir: Path) -> Path | None:
     """The newest checkpoint whose weights read back finite (see `checkpoint_problem`)."""
     return next((c for c in reversed(list_checkpoints(output_dir)) if checkpoint_problem(c) is None), None)
+
+
+def checkpoint_extra_state(checkpoint: Path) -> dict[str, Any]:
+    """What `save_checkpoint(..., extra_state=...)` recorded in the checkpoint's step.json (without the step)."""
+    state = json.loads((Path(checkpoint) / TRAINING_STATE_DIR / STEP_FILE).read_text())
+    return {key: value for key, value in state.items() if key != "step"}
 
 
 # --- training state: safetensors + JSON -------------------------------------------------------------------------

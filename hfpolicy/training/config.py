@@ -56,6 +56,24 @@ class TrainEvalConfig:
     start_seed: int = DEFAULT_EVAL_START_SEED  # episode i is seeded start_seed + i
 
 
+ONLINE_LABELS = ("expert", "recovery", "policy")
+
+
+@dataclass
+class OnlineConfig:
+    """Online training: rounds of rollouts of the policy being trained (EMA weights) join its training data."""
+
+    every: int = 0  # steps between rounds of online rollouts; 0: offline training only
+    start_step: int | None = None  # the first round runs after this step (default: `every`)
+    n_episodes: int = 50  # episodes per round, over all processes (each process steps its share in lockstep)
+    labels: str = "expert"  # expert: the scripted expert labels every state the policy visited (DAgger); policy:
+    # the policy's own actions, successful episodes only (self-imitation: needs no expert); recovery: the expert's
+    # demonstrations from the states where the policy's failed episodes ended
+    expert_drive_prob: float = 0.0  # expert labels: the fraction of steps the expert's action drives, not the policy's
+    ratio: float = 0.5  # the fraction of every training batch drawn from the online data, once it has any
+    start_seed: int = 1_000_000  # online episode j of round r is seeded start_seed + r * n_episodes + j
+
+
 @dataclass
 class HubConfig:
     """Where the trained policy is shared."""
@@ -64,6 +82,7 @@ class HubConfig:
     private: bool = False  # create the repo as private
     push_after_eval: bool = False  # also push after every periodic evaluation
     branch: str | None = None  # push to this branch instead of main
+    online_data_repo_id: str | None = None  # also publish the run's online data (--online.*) as this dataset repo
 
 
 @dataclass
@@ -75,6 +94,7 @@ class TrainConfig:
     env: EnvConfig = field(default_factory=PushTEnvConfig)  # simulator of the periodic evaluation (--env.type=pusht)
     eval: TrainEvalConfig = field(default_factory=TrainEvalConfig)  # --eval.freq, --eval.n_episodes, ...
     hub: HubConfig = field(default_factory=HubConfig)  # --hub.repo_id=user/name pushes the trained policy
+    online: OnlineConfig = field(default_factory=OnlineConfig)  # --online.every=N: the policy's rollouts join its data
     output_dir: str | None = None  # run folder (checkpoints, logs, evals); default outputs/train/<date>_<time>_<policy>
     resume: bool = False  # continue the run in output_dir from its last checkpoint (its train_config.json is reused)
     steps: int = 200_000  # optimizer steps in total
@@ -84,6 +104,8 @@ class TrainConfig:
     mixed_precision: str | None = None  # no / fp16 / bf16 (GPU); None: what `accelerate launch` was given
     compile: bool = False  # torch.compile the training forward (fuses the small U-Net's norms and activations: ~3x
     # faster steps for the state-input Diffusion Policy on CPU, after 1-2 min of compiling up front)
+    num_threads: int | None = None  # torch threads per process on CPU; default: the cores available / processes
+    # (`accelerate launch` starts a CPU process with 1 thread; a lone process on 2 cores trains ~1.5x faster with 2)
     num_workers: int = 0  # DataLoader worker processes (frames are decoded once and cached, so 0 is usually enough)
     seed: int = 1000  # seeds data order, weights init, crops and noise (each process adds its rank)
     save_freq: int = 20_000  # steps between checkpoints (and one at the end); 0: only at the end
@@ -103,6 +125,8 @@ def validate_train_config(cfg: TrainConfig) -> None:
     for name in ("steps", "batch_size", "gradient_accumulation_steps", "log_freq"):
         if getattr(cfg, name) < 1:
             problems.append(f"--{name} must be >= 1, got {getattr(cfg, name)}")
+    if cfg.num_threads is not None and cfg.num_threads < 1:
+        problems.append(f"--num_threads must be >= 1 (or null: the cores per process), got {cfg.num_threads}")
     for name in ("save_freq", "num_workers", "keep_last_checkpoints"):
         if getattr(cfg, name) < 0:
             problems.append(f"--{name} must be >= 0, got {getattr(cfg, name)}")
@@ -112,10 +136,43 @@ def validate_train_config(cfg: TrainConfig) -> None:
         problems.append(f"--eval.final_n_episodes must be >= 1 (or null), got {cfg.eval.final_n_episodes}")
     if cfg.dataset.scripted_episodes < 0:
         problems.append(f"--dataset.scripted_episodes must be >= 0, got {cfg.dataset.scripted_episodes}")
+    problems += online_config_problems(cfg)
     if cfg.tracker not in TRACKERS:
         problems.append(f"--tracker={cfg.tracker!r} is not one of {', '.join(TRACKERS)}")
     if problems:
         raise TrainConfigError("; ".join(problems))
+
+
+def online_config_problems(cfg: "TrainConfig") -> list[str]:
+    """What is wrong with the --online.* flags (nothing when online training is off)."""
+    online = cfg.online
+    if online.every == 0:
+        return []
+    problems = []
+    if online.every < 0 or online.n_episodes < 1:
+        problems.append("--online.every must be >= 0 and --online.n_episodes >= 1")
+    if online.start_step is not None and online.start_step < 1:
+        problems.append(f"--online.start_step must be >= 1 (or null), got {online.start_step}")
+    if online.labels not in ONLINE_LABELS:
+        problems.append(f"--online.labels={online.labels!r} is not one of {', '.join(ONLINE_LABELS)}")
+    if not 0.0 < online.ratio < 1.0:
+        problems.append(f"--online.ratio must be in (0, 1), got {online.ratio}")
+    if not 0.0 <= online.expert_drive_prob <= 1.0 or (online.expert_drive_prob > 0 and online.labels != "expert"):
+        problems.append("--online.expert_drive_prob must be in [0, 1], and > 0 only with --online.labels=expert")
+    if online.labels in ("expert", "recovery") and cfg.env.type != "pusht":
+        problems.append(f"--online.labels={online.labels} needs a scripted expert, which only --env.type=pusht has")
+    # Seeds: the online episodes must never be the evaluation's (nor the scripted recording's) episodes.
+    n_eval = max(cfg.eval.n_episodes, cfg.eval.final_n_episodes or 0)
+    online_seeds = range(online.start_seed, online.start_seed + online.n_episodes * max(cfg.steps // online.every, 1))
+    eval_seeds = range(cfg.eval.start_seed, cfg.eval.start_seed + n_eval)
+    recorded = range(0, cfg.dataset.scripted_episodes)
+    for name, seeds in (("the evaluation's", eval_seeds), ("the scripted recording's", recorded)):
+        if seeds and online_seeds and max(seeds.start, online_seeds.start) < min(seeds.stop, online_seeds.stop):
+            problems.append(
+                f"the online seeds {online_seeds.start}..{online_seeds.stop - 1} overlap {name} seeds "
+                f"{seeds.start}..{seeds.stop - 1}: choose another --online.start_seed"
+            )
+    return problems
 
 
 def describe_dataset(dataset: DatasetConfig) -> str:

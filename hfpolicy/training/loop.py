@@ -71,8 +71,8 @@ def train(cfg: TrainConfig) -> TrainResult:
 def run_loop(t: Training) -> TrainResult:
     """The steps from `t.start_step + 1` to `cfg.steps`, then the result. Each step: the gradient steps, the EMA
     update, the loss guard and the progress bar; then, at their frequencies, a log entry, an evaluation, a
-    checkpoint and a push. (A step that changes the data, such as online rollouts appended to the dataset, goes
-    right after the optimizer step, before the loss guard.)"""
+    checkpoint and a push. An online round (--online.every) runs right after the optimizer and EMA step, before the
+    loss guard, and its data is mixed into the batches from then on."""
     cfg, accelerator, policy, run = t.cfg, t.accelerator, t.policy, t.run
     is_main = accelerator.is_main_process
     clock = TrainingClock(cfg.steps, t.eval_plan)
@@ -93,7 +93,10 @@ def run_loop(t: Training) -> TrainResult:
         loss_sum, data_s, grad_norm = 0.0, 0.0, None
         for _ in range(cfg.gradient_accumulation_steps):
             data_start = time.perf_counter()
-            batch = move_to_device(next(t.batches), accelerator.device)
+            batch = (
+                next(t.batches) if t.online is None else t.online.mix(next(t.batches), step, accelerator.process_index)
+            )
+            batch = move_to_device(batch, accelerator.device)
             data_s += time.perf_counter() - data_start
             with accelerator.accumulate(policy), accelerator.autocast():
                 loss = policy(batch)["loss"]
@@ -106,6 +109,8 @@ def run_loop(t: Training) -> TrainResult:
         t.lr_scheduler.step()
         if t.ema is not None:
             t.ema.step(policy)
+        if t.online is not None and t.online.is_due(step) and step < cfg.steps:
+            online_round(t, step, bar)  # the policy's rollouts join its data (before this step's checkpoint)
         loss_guard.add(step, loss_sum)
         step_s = time.perf_counter() - step_start
         window.add(loss=loss_sum / cfg.gradient_accumulation_steps, grad_norm=grad_norm, step_s=step_s, data_s=data_s)
@@ -151,6 +156,7 @@ def run_loop(t: Training) -> TrainResult:
                 step,
                 save_policy=lambda folder: save_shareable_policy(accelerator, policy, t.ema, cfg, folder),
                 keep_last=cfg.keep_last_checkpoints,
+                extra_state=t.online.state() if t.online is not None else None,
                 **t.state,
             )
 
@@ -168,3 +174,17 @@ def run_loop(t: Training) -> TrainResult:
         eval_summary=eval_summary,
         hub_commit=hub_commit,
     )
+
+
+def online_round(t: Training, step: int, bar: tqdm) -> None:
+    """One round of online rollouts (hfpolicy.training.online), logged and announced."""
+    online, accelerator = t.online, t.accelerator
+    start = time.perf_counter()
+    stats = online.collect(accelerator, t.policy, t.ema, step)
+    stats["online/round_s"] = time.perf_counter() - start
+    log_entry(accelerator, t.run, step, stats)
+    if accelerator.is_main_process:
+        bar.write(
+            f"step {step}: online round {online.round_index(step)}: success {100 * stats['online/round_success']:.0f}%, "
+            f"{online.n_episodes} online episodes ({online.n_frames} frames), {stats['online/round_s']:.0f} s"
+        )

@@ -28,7 +28,7 @@ from hfpolicy.envs import EnvConfig
 from hfpolicy.io.atomic import write_json_atomically
 from hfpolicy.policies import Policy, PolicyConfig, make_policy
 from hfpolicy.policies.ema import EMA
-from hfpolicy.training.checkpoints import load_checkpoint
+from hfpolicy.training.checkpoints import checkpoint_extra_state, load_checkpoint
 from hfpolicy.training.config import (
     DatasetConfig,
     TrainConfig,
@@ -43,6 +43,36 @@ from hfpolicy.training.run_folder import RunFolder
 
 def default_output_dir(cfg: TrainConfig) -> Path:
     return Path("outputs/train") / f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{cfg.policy.type}"
+
+
+def choose_cpu_threads(num_threads: int | None, num_processes: int) -> int:
+    """torch's intra-op threads for this process: `num_threads`, else the cores this process may use divided among
+    the run's processes (at least 1). accelerate launch gives a CPU process 1 thread; a lone process on a 2-core
+    machine then leaves a core idle."""
+    if num_threads is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        num_threads = max(1, cores // max(num_processes, 1))
+    torch.set_num_threads(num_threads)
+    return num_threads
+
+
+def make_online_training(cfg: TrainConfig, output_dir: Path, dataset: PolicyDataset):
+    """The run's online data (hfpolicy.training.online), for the policy's inputs, in the env the policy acts in."""
+    from hfpolicy.training.online import OnlineTraining, online_features
+
+    policy_cfg, fps = cfg.policy, dataset.fps
+    window = max((max(d) for d in policy_cfg.delta_timestamps(fps).values()), default=0.0)
+    episode_length = getattr(cfg.env, "episode_length", None)
+    if episode_length is not None and episode_length / fps <= window:
+        raise TrainConfigError(
+            f"--env.episode_length={episode_length} is shorter than the policy's action window "
+            f"({round(window * fps) + 1} steps): online episodes could not fill a training sample; raise it"
+        )
+    features = online_features(dataset.meta.features, list(policy_cfg.input_features))
+    return OnlineTraining(
+        cfg.online, output_dir, configure_eval_env(cfg.env, policy_cfg), features, fps,
+        policy_cfg.delta_timestamps(fps), policy_cfg.drop_n_last_frames, cfg.seed,
+    )  # fmt: skip
 
 
 def is_launch_main_process() -> bool:
@@ -198,6 +228,8 @@ class Training:
     start_step: int  # the step the run resumes from (0: a new run)
     samples_per_step: int  # over all processes and accumulation steps
     eval_plan: dict[int, int]  # {step: episodes} of the evaluations still to come
+    online: Any = None  # hfpolicy.training.online.OnlineTraining with --online.every > 0, else None
+    threads: int = 1  # torch intra-op threads of this process (CPU)
 
     @property
     def state(self) -> dict[str, Any]:
@@ -214,8 +246,10 @@ def build_training(cfg: TrainConfig, run: RunFolder) -> Training:
         log_with=None if cfg.tracker == "none" else cfg.tracker,
         project_config=ProjectConfiguration(project_dir=str(run.root), logging_dir=str(run.root / "logs")),
     )
+    threads = choose_cpu_threads(cfg.num_threads, accelerator.num_processes)
     set_seed(cfg.seed, device_specific=True)  # seed + rank: different crops and noise on each process
     cfg, data = load_training_data(cfg, accelerator)
+    online = make_online_training(cfg, run.root, data.dataset) if cfg.online.every > 0 else None
     policy = make_policy(cfg.policy, dataset_stats=data.dataset.stats)
     if cfg.compile:
         policy.compile()  # in place: forward (training) is compiled; acting and the state dict stay as they are
@@ -231,6 +265,8 @@ def build_training(cfg: TrainConfig, run: RunFolder) -> Training:
     env_cfg = configure_eval_env(cfg.env, cfg.policy) if cfg.eval.freq > 0 else None
     state = {"model": policy, "optimizer": optimizer, "lr_scheduler": lr_scheduler, "ema": ema}
     start_step = load_checkpoint(accelerator, run.latest_checkpoint(), **state) if cfg.resume else 0
+    if online is not None and cfg.resume:  # drops the online rounds collected after the checkpoint
+        online.restore(accelerator, start_step, checkpoint_extra_state(run.latest_checkpoint()))
     cfg = dataclasses.replace(cfg, output_dir=str(run.root))
     if accelerator.is_main_process:
         run.forget_after(start_step)  # what a stopped run logged or evaluated after its last checkpoint
@@ -251,6 +287,8 @@ def build_training(cfg: TrainConfig, run: RunFolder) -> Training:
         start_step=start_step,
         samples_per_step=cfg.batch_size * cfg.gradient_accumulation_steps * accelerator.num_processes,
         eval_plan=planned_evaluations(cfg, start_step) if env_cfg is not None else {},
+        online=online,
+        threads=threads,
     )
     announce_training(training, data)
     return training
@@ -319,8 +357,10 @@ def announce_training(training: Training, data: TrainingData) -> None:
     print(
         f"hfpolicy train: {cfg.policy.type} policy, {n_params:.1f} M params; {data.name}: "
         f"{data.dataset.num_episodes} episodes, {len(data.sampler) * accelerator.num_processes} samples per epoch; "
-        f"{accelerator.num_processes} process(es) on {accelerator.device}, {training.samples_per_step} samples per "
-        f"step; output {training.run.root}" + (f"; resuming at step {start_step}" if start_step else "")
+        f"{accelerator.num_processes} process(es) on {accelerator.device}"
+        + (f" ({training.threads} thread(s) each)" if accelerator.device.type == "cpu" else "")
+        + f", {training.samples_per_step} samples per step; output {training.run.root}"
+        + (f"; resuming at step {start_step}" if start_step else "")
     )
     if start_step >= cfg.steps:
         print(

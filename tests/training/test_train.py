@@ -12,12 +12,14 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import torch
 from huggingface_hub import HfApi, ModelCard
 from safetensors.torch import load_file
 
 from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, OBS_ENV_STATE, OBS_STATE, REPLAY_VIDEO_FILE
+from hfpolicy.datasets import PolicyDataset
 from hfpolicy.envs import make_env
 from hfpolicy.eval import evaluate
 from hfpolicy.eval import main as eval_main
@@ -37,6 +39,7 @@ TINY_POLICY = [
     "--batch_size=8",
     "--tracker=none",
     "--progress=false",
+    "--num_threads=1",  # as run_env: the same numerics in every run, and two processes fit on two cores
 ]
 
 
@@ -68,7 +71,7 @@ def test_two_process_ddp_run_syncs_weights_saves_once_and_shards_eval(pusht_stat
         f"--dataset.root={pusht_state_dataset}", f"--output_dir={out}", *TINY_POLICY,
         "--steps=4", "--save_freq=2", "--log_freq=1",
         "--eval.freq=4", f"--eval.n_episodes={n_episodes}", "--eval.batch_size=2", "--eval.n_videos=2",
-        "--env.episode_length=8",
+        "--env.episode_length=16", "--online.every=2", "--online.n_episodes=3",
     ]  # fmt: skip
     result = subprocess.run(command, env=run_env(), capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -97,12 +100,25 @@ def test_two_process_ddp_run_syncs_weights_saves_once_and_shards_eval(pusht_stat
         "eval_episode_1.mp4",
     ]  # episode 0 ran on rank 0, episode 1 on rank 1: both filmed, in one folder
 
+    # Online rounds at steps 2 and 4: the ranks split each round's 3 seeds, the dataset holds each episode once.
+    online = PolicyDataset("local/online_data", root=out / "online_data")
+    rounds = json.loads((out / "online_data" / "meta" / "hfpolicy_online.json").read_text())["rounds"]
+    assert [r["step"] for r in rounds] == [2, 4] and online.num_episodes == 6
+    assert [seed for r in rounds for seed in r["kept"]] == [1_000_000 + i for i in range(6)]
+    assert online.num_frames == 6 * 16  # expert labels keep every episode; each ran the 16 steps of its time limit
+
+
+# Online rounds (DAgger, 2 short episodes every 4 steps) in the run: a resumed run drops the rounds collected after
+# its checkpoint and trains on exactly the online data the uninterrupted run had.
+ONLINE_FLAGS = ["--online.every=4", "--online.n_episodes=2", "--env.episode_length=24", "--online.labels=expert"]
+
 
 @pytest.mark.slow
-def test_resume_after_kill_continues_with_identical_losses(pusht_state_dataset, tmp_path):
+@pytest.mark.parametrize("online", [False, True], ids=["offline", "online"])
+def test_resume_after_kill_continues_with_identical_losses(pusht_state_dataset, tmp_path, online):
     steps = 30
     flags = [f"--dataset.root={pusht_state_dataset}", *TINY_POLICY, f"--steps={steps}", "--log_freq=1"]
-    flags += ["--save_freq=5", "--eval.freq=0", "--keep_last_checkpoints=2"]
+    flags += ["--save_freq=5", "--eval.freq=0", "--keep_last_checkpoints=2", *(ONLINE_FLAGS if online else [])]
     train_cli = [sys.executable, "-m", "hfpolicy.cli", "train"]
 
     reference = tmp_path / "reference"
@@ -118,6 +134,9 @@ def test_resume_after_kill_continues_with_identical_losses(pusht_state_dataset, 
     process.wait()
     killed_at = max(int(c.name.split("_")[1]) for c in list_checkpoints(interrupted))
     assert killed_at < steps, "the run finished before it was killed: nothing was resumed"
+    if online:  # the killed run's online data is a readable dataset (its last finished round)
+        killed_data = PolicyDataset("local/online_data", root=interrupted / "online_data")
+        assert killed_data.num_episodes >= 2 and killed_data.num_episodes % 2 == 0
 
     resumed = subprocess.run(
         [*train_cli, f"--output_dir={interrupted}", "--resume=true"], env=run_env(), timeout=300, text=True
@@ -126,6 +145,12 @@ def test_resume_after_kill_continues_with_identical_losses(pusht_state_dataset, 
     assert losses(interrupted) == losses(reference)  # exact equality, step by step
     assert [s for s, _ in losses(interrupted)] == list(range(1, steps + 1))
     assert [c.name for c in list_checkpoints(interrupted)] == ["step_000025", "step_000030"]  # keep_last=2
+    if online:  # the same online data, round by round (7 rounds: steps 4, 8, ..., 28), frame by frame
+        runs = [reference, interrupted]
+        meta = [json.loads((run / "online_data" / "meta" / "hfpolicy_online.json").read_text()) for run in runs]
+        assert meta[0]["rounds"] == meta[1]["rounds"] and len(meta[0]["rounds"]) == 7
+        tables = [pq.read_table(sorted((run / "online_data" / "data").rglob("*.parquet"))) for run in runs]
+        assert tables[0].num_rows > 0 and tables[0].equals(tables[1])
 
 
 @pytest.mark.slow

@@ -88,6 +88,10 @@ class PushTExpertConfig:
     push_overhead_steps: float = 8.0  # cost-to-go: steps of one more walk-and-push cycle
     coverage_check_px: float = 30.0  # compute the exact coverage only for poses with less pose error than this
     coverage_px: float = 52.0  # near the goal the pose error counts as (1 - coverage) times this
+    # labelling another driver's states (`PushTExpert.label`, DAgger): keep following the current plan while ...
+    follow_target_px: float = 8.0  # ... the last commanded target is within this of the plan's, and ...
+    follow_block_px: float = 4.0  # ... the block is within this (centre) ...
+    follow_block_rad: float = 0.06  # ... and this (angle) of where the plan predicted; otherwise re-plan
 
 
 @dataclass
@@ -286,7 +290,10 @@ class PushTExpert:
         self.config = config or PushTExpertConfig()
         self._env = None
         self._plan: list[np.ndarray] = []
+        self._plan_poses: list[np.ndarray] = []  # the block pose the plan predicts after each of its targets
+        self._expected_pose: np.ndarray | None = None  # the pose predicted after the last target given
         self._executed: list[np.ndarray] = []
+        self.n_replans = 0  # plans `label` started because the driver left the current one
         self.planning_cpu_s = 0.0
         self.planning_wall_s = 0.0
         self.n_plans = 0
@@ -318,10 +325,10 @@ class PushTExpert:
             self._layout_key = key
         self._start = np.array(base.agent.position, dtype=np.float64)
         self._last_target = self._start.copy()
-        self._plan = []
+        self._plan, self._plan_poses, self._expected_pose = [], [], None
         self._executed = []
         self.phase_starts = []
-        self.n_plans = 0
+        self.n_plans = self.n_replans = 0
         self.planning_cpu_s = time.process_time() - cpu0
         self.planning_wall_s = time.perf_counter() - wall0
 
@@ -335,7 +342,7 @@ class PushTExpert:
             raise RuntimeError("the env was reset since expert.reset(env): call expert.reset(env) after env.reset()")
         if not self._plan:
             cpu0, wall0 = time.process_time(), time.perf_counter()
-            self._plan, push_start = self._plan_push()
+            self._plan, push_start, self._plan_poses = self._plan_push()
             self.planning_cpu_s += time.process_time() - cpu0
             self.planning_wall_s += time.perf_counter() - wall0
             self.n_plans += 1
@@ -343,23 +350,56 @@ class PushTExpert:
             if 0 < push_start < len(self._plan):
                 self.phase_starts.append(len(self._executed) + push_start)
         target = self._plan.pop(0)
+        self._expected_pose = self._plan_poses.pop(0) if self._plan_poses else None
         self._last_target = target
         self._executed.append(target)
         return target.astype(np.float32)
 
     __call__ = act
 
+    def label(self, env, last_target: np.ndarray) -> np.ndarray:
+        """The target the expert would command now, in `env`'s current state, when another driver (a policy) chose
+        the previous targets and the last one it commanded was `last_target` (DAgger labels).
+
+        The expert keeps following its current plan while the driver stays on it: the last commanded target within
+        `config.follow_target_px` of the plan's, and the block where the plan predicted it (within
+        `follow_block_px` / `follow_block_rad`). Otherwise it re-plans from the env's true state, walking from
+        `last_target` (where the env's controller is heading), and counts `n_replans`. Driven by its own actions
+        (`last_target` = its previous label), it acts exactly as `act`. Call `reset(env)` after each `env.reset`.
+        """
+        last_target = np.asarray(last_target, dtype=np.float64).reshape(2)
+        if self._env is None:
+            raise RuntimeError("call expert.reset(env) after env.reset() before asking for labels")
+        if not self._follows_plan(last_target):
+            self._plan, self._plan_poses = [], []
+            self._last_target = last_target.copy()
+            self.n_replans += 1
+        return self.act(env)
+
+    def _follows_plan(self, last_target: np.ndarray) -> bool:
+        """Whether the env is still where the current plan expects it (see `label`)."""
+        cfg, block = self.config, self._env.block
+        if not self._plan or self._expected_pose is None:
+            # between plans: on it if the driver commanded the plan's last target (up to float32 rounding)
+            return not self._executed or bool(np.linalg.norm(last_target - self._last_target) <= 1e-3)
+        if np.linalg.norm(last_target - self._last_target) > cfg.follow_target_px:
+            return False
+        expected = self._expected_pose
+        moved = math.hypot(block.position[0] - expected[0], block.position[1] - expected[1])
+        turned = abs((block.angle - expected[2] + math.pi) % (2 * math.pi) - math.pi)
+        return moved <= cfg.follow_block_px and turned <= cfg.follow_block_rad
+
     # planning ---------------------------------------------------------------------------------------------------------
 
-    def _plan_push(self) -> tuple[list[np.ndarray], int]:
-        """Plan the next push: its per-step targets, and the index of the first target of the push itself (the
-        targets before it walk to the run-up)."""
+    def _plan_push(self) -> tuple[list[np.ndarray], int, list[np.ndarray]]:
+        """Plan the next push: its per-step targets, the index of the first target of the push itself (the
+        targets before it walk to the run-up), and the block pose predicted after each target."""
         cfg, env, tee, cands, sim = self.config, self._env, self.tee, self.cands, self.sim
         pose = np.array([env.block.position[0], env.block.position[1], env.block.angle], dtype=np.float64)
         agent_state = (np.array(env.agent.position), np.array(env.agent.velocity))
         block_motion = (np.array(env.block.velocity), float(env.block.angular_velocity))
         speed = cfg.max_step_px
-        stay = [self._last_target.copy()], 0
+        stay = [self._last_target.copy()], 0, [pose.copy()]
 
         # The walk starts at the last target (block frame). After a push it sits against the block, inside the
         # walking margin: the walk then first steps straight away from the block, out of the margin.
@@ -457,7 +497,7 @@ class PushTExpert:
                         self._replay(context, miss["walk"], miss["touch"], miss["direction"], miss["length"] + delta)
                     )
         best = min(tried, key=lambda t: t["key"])
-        return best["targets"], best["push_start"]
+        return best["targets"], best["push_start"], list(best["poses"])
 
     def _replay(self, context, walk, touch, direction, length) -> dict:
         """Replay one push exactly as it would be executed, from the env's true state; score it."""
@@ -470,7 +510,7 @@ class PushTExpert:
         coverage = tee.coverage(poses, self.goal)
         hit = np.flatnonzero(coverage > self.success_threshold)
         if len(hit):
-            executed = executed[: hit[0] + 1]
+            executed, poses = executed[: hit[0] + 1], poses[: hit[0] + 1]
             gain = to_go_now
         else:
             gain = to_go_now - float(self._to_go(poses[-1:])[0][0])
@@ -479,6 +519,7 @@ class PushTExpert:
         return {
             "key": (jitter, -gain / len(executed)),
             "targets": list(executed),
+            "poses": poses,
             "push_start": min(push_start, len(executed)),
             "success": len(hit) > 0,
             "coverage": float(coverage.max()),

@@ -134,3 +134,42 @@ def test_motion_stats_count_jitter():
     # holds and tiny moves are skipped
     held = np.array([[10, 0], [10, 0], [10.5, 0], [20, 0]], dtype=np.float32)
     assert target_motion_stats(held, start)["reversals"] == 0
+
+
+# --- labelling another driver's states (DAgger) ---------------------------------------------------------------------
+
+
+def test_label_driven_by_its_own_labels_acts_as_act(env):
+    """Following its own labels, the expert never re-plans and commands exactly what `act` commands."""
+    reference = run_expert_episode(env, PushTExpert(), seed=7)
+    env.reset(seed=7)
+    expert = PushTExpert()
+    expert.reset(env)
+    last, labels = np.array(env.unwrapped.agent.position), []
+    for _ in range(reference.n_steps):
+        labels.append(expert.label(env, last))
+        env.step(labels[-1])
+        last = labels[-1].astype(np.float64)
+    assert np.array_equal(np.array(labels), reference.actions)
+    assert expert.n_replans == 0
+
+
+def test_label_replans_when_the_driver_leaves_the_plan_and_still_solves(env):
+    """A noisy driver makes the expert re-plan from the state it finds; once the driver hands over, the expert
+    solves the episode from there (the states a weak policy leaves behind are still solvable)."""
+    rng = np.random.default_rng(0)
+    env.reset(seed=3)
+    expert = PushTExpert()
+    expert.reset(env)
+    last, success = np.array(env.unwrapped.agent.position), False
+    for t in range(300):
+        label = expert.label(env, last)
+        assert label.dtype == np.float32 and label.shape == (2,)
+        action = label + (rng.normal(0.0, 25.0, 2) if t < 40 else 0.0)  # a poor driver for 40 steps
+        action = np.clip(action, 0, 512).astype(np.float32)
+        _, _, terminated, truncated, info = env.step(action)
+        last, success = action.astype(np.float64), success or info["is_success"]
+        if terminated or truncated:
+            break
+    assert expert.n_replans >= 20  # it re-planned for most of the noisy steps
+    assert success

@@ -1,0 +1,316 @@
+"""Online training: the policy's own rollouts join its training data while it trains (`--online.every=N`).
+
+From `--online.start_step` on, every `--online.every` steps, the policy being trained (its EMA weights, as
+evaluation uses them) plays `--online.n_episodes` episodes in a batch of envs, with the rollout code of evaluation
+(`hfpolicy.eval.rollouts.rollout`), and the episodes are added to `<output_dir>/online_data/`, a LeRobot v3.0
+dataset with the offline data's features that the policy reads (plus action, next.reward, next.success, next.done).
+Labels (`--online.labels`):
+
+- `expert` (DAgger): the scripted expert labels every state the policy visited with the action it would take there
+  (`PushTExpert.label`: it follows its plan while the policy stays on it and re-plans from the state otherwise);
+  the policy's action drives the env, or the expert's for a fraction `--online.expert_drive_prob` of the steps.
+- `policy` (self-imitation): the policy's own actions, successful episodes only; needs no expert.
+
+Every training batch then takes a fraction `--online.ratio` of its rows from the online data (uniformly over its
+frames, drawn from a generator seeded with (seed, step, rank)) and the rest from the offline batch. Normalization
+stays the offline data's stats: the policy's inputs and outputs keep their meaning.
+
+The dataset is rewritten whole after each round, atomically (the new one replaces the old only when complete), so a
+run killed at any moment leaves the online data of its last finished round, readable. Its meta/hfpolicy_online.json
+lists the rounds (step, seeds, episodes kept). A checkpoint records how many online episodes it had seen; resuming
+from it drops the rounds collected after it, so the resumed run trains on exactly the data the uninterrupted one did.
+With several processes each collects its share of a round's seeds, the main process writes the dataset once, and
+every process then reads the same dataset.
+
+Online episode j of round r is seeded `--online.start_seed + r * n_episodes + j` (validated not to overlap the
+evaluation's seeds).
+"""
+
+import contextlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.utils import gather_object
+
+from hfpolicy.constants import ACTION
+from hfpolicy.datasets import PolicyDataset
+from hfpolicy.envs import EnvConfig
+from hfpolicy.eval.episode_data import (
+    ONLINE_META_PATH,
+    STEP_FEATURES,
+    EpisodeCollector,
+    RolloutEpisode,
+    write_episodes_dataset,
+)
+from hfpolicy.eval.rollouts import rollout
+from hfpolicy.training.config import OnlineConfig, TrainConfigError
+
+ONLINE_DATA_DIR = "online_data"
+ONLINE_STATE_KEY = "online_episodes"  # in a checkpoint's step.json: online episodes the run had seen
+
+
+def online_features(dataset_features: dict[str, Any], policy_inputs: list[str]) -> dict[str, Any]:
+    """The online dataset's features: the offline data's entries for the policy's inputs, action and next.*."""
+    keys = [*policy_inputs, *STEP_FEATURES]
+    missing = [key for key in keys if key not in dataset_features]
+    if missing:
+        raise TrainConfigError(
+            f"online training writes the offline data's features, but the dataset has no {missing}; "
+            "train on a dataset recorded with next.reward / next.success / next.done (hfpolicy record, convert)"
+        )
+    return {key: {k: v for k, v in dataset_features[key].items() if k != "info"} for key in keys}
+
+
+class OnlineTraining:
+    """The online data of one run: collecting rounds, the dataset on disk, and mixing it into training batches."""
+
+    def __init__(
+        self,
+        cfg: OnlineConfig,
+        output_dir: Path,
+        env_cfg: EnvConfig,
+        features: dict[str, Any],
+        fps: float,
+        delta_timestamps: dict[str, list[float]] | None,
+        drop_n_last_frames: int,
+        seed: int,
+    ):
+        self.cfg, self.env_cfg, self.features, self.fps = cfg, env_cfg, features, fps
+        self.root = Path(output_dir) / ONLINE_DATA_DIR
+        self.delta_timestamps, self.drop_n_last_frames, self.seed = delta_timestamps, drop_n_last_frames, seed
+        self.first_step = cfg.start_step if cfg.start_step is not None else cfg.every
+        self.episodes: list[RolloutEpisode] = []  # main process: every online episode kept, in order
+        self.rounds: list[dict[str, Any]] = []  # {step, seeds, kept}: what meta/hfpolicy_online.json lists
+        self.dataset: PolicyDataset | None = None
+        self._valid: np.ndarray = np.zeros(0, dtype=np.int64)  # dataset positions a training sample may start at
+
+    # --- schedule and state ------------------------------------------------------------------------------------------
+    def is_due(self, step: int) -> bool:
+        return step >= self.first_step and (step - self.first_step) % self.cfg.every == 0
+
+    def round_index(self, step: int) -> int:
+        return (step - self.first_step) // self.cfg.every
+
+    def round_seeds(self, step: int) -> list[int]:
+        base = self.cfg.start_seed + self.round_index(step) * self.cfg.n_episodes
+        return list(range(base, base + self.cfg.n_episodes))
+
+    @property
+    def n_episodes(self) -> int:
+        return sum(len(r["kept"]) for r in self.rounds)
+
+    @property
+    def n_frames(self) -> int:
+        return 0 if self.dataset is None else self.dataset.num_frames
+
+    def state(self) -> dict[str, int]:
+        """What a checkpoint records (its step.json)."""
+        return {ONLINE_STATE_KEY: self.n_episodes}
+
+    def restore(self, accelerator: Accelerator, step: int, checkpoint_state: dict[str, Any]) -> None:
+        """Resuming at checkpoint `step`: keep the rounds collected up to it (which must hold the online episodes
+        the checkpoint recorded in its `state()`), drop later ones, and reload."""
+        seen_episodes = int(checkpoint_state.get(ONLINE_STATE_KEY, 0))
+        meta = self.root / ONLINE_META_PATH
+        if seen_episodes == 0 and not meta.is_file():
+            return
+        if not meta.is_file():
+            raise TrainConfigError(
+                f"the checkpoint at step {step} had seen {seen_episodes} online episodes, but {self.root} holds no "
+                "online data: the run folder was changed; start a new run"
+            )
+        rounds = [r for r in json.loads(meta.read_text())["rounds"] if r["step"] <= step]
+        kept = sum(len(r["kept"]) for r in rounds)
+        if kept != seen_episodes:
+            raise TrainConfigError(
+                f"{self.root} holds {kept} online episodes up to step {step}, the checkpoint recorded "
+                f"{seen_episodes}: the online data does not belong to this checkpoint; start a new run"
+            )
+        if accelerator.is_main_process:
+            self.episodes = read_online_episodes(self.root, self.features, kept)
+            self.rounds = rounds
+            if kept:
+                self._write()
+        accelerator.wait_for_everyone()
+        self.rounds = rounds
+        self._reload()
+
+    # --- collecting ----------------------------------------------------------------------------------------------------
+    def collect(self, accelerator: Accelerator, policy: torch.nn.Module, ema: Any, step: int) -> dict[str, float]:
+        """One round (every process must call it): rollouts of this process's share of the round's seeds with the
+        EMA weights, gathered; the main process adds them to the dataset; everyone reloads it. Returns its stats."""
+        seeds = self.round_seeds(step)
+        share = seeds[accelerator.process_index :: accelerator.num_processes]
+        model = accelerator.unwrap_model(policy)
+        local: tuple[list, list] = ([], [])
+        if share:
+            with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
+                local = collect_episodes(model, self.env_cfg, share, self.cfg, self.features)
+        gathered = gather_object([local])  # [(played, data)] of every process
+        episodes = sorted((e for played, _ in gathered for e in played), key=lambda e: e.seed)
+        kept = sorted((e for _, data in gathered for e in data), key=lambda e: e.seed)
+        self.rounds.append({"step": step, "seeds": seeds, "kept": [e.seed for e in kept]})
+        if accelerator.is_main_process and kept:
+            self.episodes += kept
+            self._write()
+        accelerator.wait_for_everyone()
+        if kept:
+            self._reload()
+        n_steps = max(sum(e.length for e in episodes), 1)
+        return {
+            "online/round_success": sum(e.success for e in episodes) / len(episodes),  # the policy's, on new seeds
+            "online/episodes": float(self.n_episodes),
+            "online/frames": float(self.n_frames),
+            "online/replans_per_step": sum(e.n_replans for e in episodes) / n_steps,
+        }
+
+    def _write(self) -> None:
+        from hfpolicy.datasets.pusht_zarr import PUSHT_TASK  # the task string of PushT data (imports gym-pusht)
+
+        extra = {"labels": self.cfg.labels, "config": asdict(self.cfg), "rounds": self.rounds}
+        write_episodes_dataset(
+            self.root, f"local/{ONLINE_DATA_DIR}", self.fps, self.features, self.episodes, PUSHT_TASK,
+            overwrite=self.root.exists(), extra_meta=extra,
+        )  # fmt: skip
+
+    def _reload(self) -> None:
+        if not (self.root / "meta" / "info.json").is_file():
+            return
+        self.dataset = PolicyDataset(
+            f"local/{ONLINE_DATA_DIR}", root=self.root, delta_timestamps=self.delta_timestamps,
+            download_videos=any(f["dtype"] == "video" for f in self.features.values()),
+        )  # fmt: skip
+        bounds = self.dataset.episode_bounds
+        ranges = [np.arange(start, end - self.drop_n_last_frames) for start, end in bounds]
+        self._valid = np.concatenate(ranges).astype(np.int64) if ranges else np.zeros(0, dtype=np.int64)
+
+    # --- mixing ---------------------------------------------------------------------------------------------------------
+    def mix(self, batch: dict[str, Any], step: int, rank: int) -> dict[str, Any]:
+        """The offline `batch` with its last `ratio` share of rows replaced by online samples (none yet: unchanged).
+        The online rows are a function of (seed, step, rank) and the online data alone: resume stays exact."""
+        if self.dataset is None or len(self._valid) == 0:
+            return batch
+        n = len(batch[ACTION])
+        k = min(max(int(round(self.cfg.ratio * n)), 1), n - 1)
+        generator = torch.Generator().manual_seed(
+            int(np.random.SeedSequence([self.seed, step, rank]).generate_state(1)[0])
+        )
+        picks = torch.randint(len(self._valid), (k,), generator=generator).numpy()
+        online = self.dataset.get_batch(self._valid[picks])
+        mixed = {}
+        for key, value in batch.items():
+            if key not in online:
+                continue
+            if isinstance(value, torch.Tensor):
+                mixed[key] = torch.cat([value[: n - k], online[key].to(value.dtype)])
+            else:
+                mixed[key] = [*value[: n - k], *online[key]]
+        return mixed
+
+
+def collect_episodes(
+    policy: torch.nn.Module, env_cfg: EnvConfig, seeds: list[int], cfg: OnlineConfig, features: dict[str, Any]
+) -> tuple[list[RolloutEpisode], list[RolloutEpisode]]:
+    """(the policy's episodes on `seeds`, the episodes that join the data): rollouts in one lockstep batch of serial
+    envs, the policy in eval mode. The data are the expert-labelled episodes (expert), the successful ones
+    (policy), or, for each failed episode, the expert's demonstration from the state where it ended (recovery;
+    left out when the expert fails from there too)."""
+    episodes = policy_rollouts(policy, env_cfg, seeds, cfg, features)
+    if cfg.labels == "expert":
+        return episodes, episodes
+    if cfg.labels == "policy":
+        return episodes, [e for e in episodes if e.success]
+    demos = [expert_recovery(env_cfg, e, features) for e in episodes if not e.success and e.final_state is not None]
+    return episodes, [demo for demo in demos if demo is not None]
+
+
+def expert_recovery(env_cfg: EnvConfig, failed: RolloutEpisode, features: dict[str, Any]) -> RolloutEpisode | None:
+    """The scripted expert's episode from the state a failed policy episode ended in (gym-pusht's reset_to_state),
+    recorded frame by frame as `EpisodeCollector` records; None if the expert fails from there too."""
+    from hfpolicy.envs.observations import OBSERVATION_KEYS
+    from hfpolicy.policies.scripted import PushTExpert
+
+    env = env_cfg.make_single()
+    try:
+        observation, _ = env.reset(seed=failed.seed, options={"reset_to_state": reset_argument(failed.final_state)})
+        expert = PushTExpert()
+        expert.reset(env)
+        demo = RolloutEpisode(seed=failed.seed)
+        keys = {env_key: key for env_key, key in OBSERVATION_KEYS.items() if key in features}
+        for _ in range(env_cfg.episode_length):
+            for env_key, key in keys.items():
+                demo.frames.setdefault(key, []).append(np.array(observation[env_key], copy=True))
+            action = expert.act(env)
+            observation, reward, terminated, truncated, info = env.step(action)
+            demo.success = demo.success or bool(info.get("is_success", False))
+            demo.frames.setdefault(ACTION, []).append(action)
+            demo.frames.setdefault("next.reward", []).append(np.float32(reward))
+            demo.frames.setdefault("next.success", []).append(np.bool_(demo.success))
+            demo.frames.setdefault("next.done", []).append(np.bool_(terminated or truncated))
+            demo.n_expert_steps += 1
+            if terminated or truncated:
+                break
+    finally:
+        env.close()
+    return demo if demo.success else None
+
+
+_GEOMETRY = None
+
+
+def reset_argument(state: np.ndarray) -> np.ndarray:
+    """gym-pusht's reset_to_state argument for a pose read from the env (it sets the angle after the position)."""
+    global _GEOMETRY
+    if _GEOMETRY is None:
+        from hfpolicy.datasets.pusht_zarr import PushTGeometry
+
+        _GEOMETRY = PushTGeometry()
+    return _GEOMETRY.reset_state(state)
+
+
+def policy_rollouts(
+    policy: torch.nn.Module, env_cfg: EnvConfig, seeds: list[int], cfg: OnlineConfig, features: dict[str, Any]
+) -> list[RolloutEpisode]:
+    """The policy's episodes on `seeds` (expert-labelled with --online.labels=expert)."""
+    labeller = None
+    if cfg.labels == "expert":
+        from hfpolicy.policies.scripted import PushTExpert
+
+        labeller = PushTExpert
+    collector = EpisodeCollector(features, labeller=labeller, expert_drive_prob=cfg.expert_drive_prob)
+    env = env_cfg.make(len(seeds), parallel=False)
+    was_training = policy.training
+    policy.eval()
+    try:
+        rollout(policy, env, seeds=seeds, step_hook=collector)
+        collector.flush()
+    finally:
+        env.close()
+        policy.reset()
+        policy.train(was_training)
+    return sorted(collector.episodes(), key=lambda e: e.seed)
+
+
+def read_online_episodes(root: Path, features: dict[str, Any], n_episodes: int) -> list[RolloutEpisode]:
+    """The first `n_episodes` episodes of an online dataset, back as collected episodes (to rewrite on resume)."""
+    dataset = PolicyDataset(f"local/{ONLINE_DATA_DIR}", root=root)
+    meta = json.loads((root / ONLINE_META_PATH).read_text())
+    seeds = [seed for r in meta["rounds"] for seed in r["kept"]]
+    episodes = []
+    for position in range(min(n_episodes, dataset.num_episodes)):
+        start, end = (int(v) for v in dataset.episode_bounds[position])
+        batch = dataset.get_batch(np.arange(start, end))
+        frames = {}
+        for key, feature in features.items():
+            values = batch[key].numpy()
+            if feature["dtype"] in ("video", "image"):
+                values = np.round(values.transpose(0, 2, 3, 1) * 255).astype(np.uint8)
+            frames[key] = list(values.reshape(len(values), *feature["shape"]) if values.ndim > 1 else values)
+        success = bool(np.any(batch["next.success"].numpy())) if "next.success" in batch else False
+        episodes.append(RolloutEpisode(seed=seeds[position], frames=frames, success=success))
+    return episodes

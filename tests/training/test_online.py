@@ -1,0 +1,158 @@
+"""Online training's parts on the real PushT env: expert labels, the online dataset, batch mixing, seed checks.
+(The whole loop, with kill-and-resume and two processes, is tested in tests/test_train.py.)"""
+
+import json
+
+import gym_pusht  # noqa: F401  (registers gym_pusht/PushT-v0)
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from accelerate import Accelerator
+from policies.toy_policy import make_toy_policy
+
+from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_STATE, REWARD, SUCCESS
+from hfpolicy.datasets import PolicyDataset
+from hfpolicy.datasets.pusht_zarr import pusht_features
+from hfpolicy.envs import PushTEnvConfig
+from hfpolicy.policies.scripted import PushTExpert, run_expert_episode
+from hfpolicy.training.config import OnlineConfig, TrainConfig, TrainConfigError, validate_train_config
+from hfpolicy.training.online import ONLINE_DATA_DIR, OnlineTraining, collect_episodes, reset_argument
+
+FEATURES = pusht_features(environment_state=True, images=False)
+ENV = PushTEnvConfig(obs_type="environment_state_agent_pos", episode_length=40)
+
+
+def online_training(tmp_path, **fields) -> OnlineTraining:
+    cfg = OnlineConfig(every=10, n_episodes=3, **fields)
+    deltas = {OBS_STATE: [-0.1, 0.0], OBS_ENV_STATE: [-0.1, 0.0], ACTION: [0.1 * i for i in range(-1, 15)]}
+    return OnlineTraining(cfg, tmp_path, ENV, FEATURES, 10, deltas, drop_n_last_frames=7, seed=3)
+
+
+def test_expert_driven_episodes_are_the_experts_own_and_labels_its_actions():
+    """With the expert driving every step, an online episode is the expert's own episode of that seed: the labels
+    are exactly the actions it takes, frame t holds the observation before action t."""
+    policy = make_toy_policy("environment_state_agent_pos")
+    cfg = OnlineConfig(every=1, labels="expert", expert_drive_prob=1.0)
+    episodes, data = collect_episodes(policy, ENV, [11, 12], cfg, FEATURES)
+    assert data == episodes
+    env = gym.make("gym_pusht/PushT-v0", obs_type="environment_state_agent_pos", max_episode_steps=40)
+    for episode in episodes:
+        reference = run_expert_episode(env, PushTExpert(), seed=episode.seed, max_steps=40)
+        assert np.array_equal(np.stack(episode.frames[ACTION]), reference.actions)
+        assert episode.n_expert_steps == episode.length == reference.n_steps
+        assert np.allclose(np.stack(episode.frames[REWARD]), reference.rewards)
+        env.reset(seed=episode.seed)
+        assert np.array_equal(episode.frames[OBS_STATE][0], env.unwrapped.get_obs()["agent_pos"])
+
+
+def test_policy_driven_expert_labels_differ_from_the_actions_applied():
+    """The toy policy drives; the expert labels what it would do (its plan re-made as the policy strays)."""
+    policy = make_toy_policy("environment_state_agent_pos")
+    cfg = OnlineConfig(every=1, labels="expert")
+    (episode,), _ = collect_episodes(policy, ENV, [5], cfg, FEATURES)
+    assert episode.length == 40 and episode.n_expert_steps == 0 and episode.n_replans > 10
+    labels, applied = np.stack(episode.frames[ACTION]), np.stack(episode.applied)
+    assert np.abs(labels - applied).max() > 50  # the toy policy does not act like the expert
+    # Each label is paced from where the env's controller was heading: the target the policy commanded last.
+    assert np.linalg.norm(labels[1:] - applied[:-1], axis=1).max() <= 20.0
+    assert set(episode.frames) == {OBS_STATE, OBS_ENV_STATE, ACTION, REWARD, SUCCESS, DONE}
+
+
+def test_rounds_write_a_dataset_that_counts_what_they_collected(tmp_path):
+    online = online_training(tmp_path, labels="expert")
+    accelerator, policy = Accelerator(cpu=True), make_toy_policy("environment_state_agent_pos")
+    assert online.is_due(10) and online.is_due(20) and not online.is_due(15) and not online.is_due(5)
+    stats = [online.collect(accelerator, policy, None, step) for step in (10, 20)]
+    dataset = PolicyDataset("local/online", root=tmp_path / ONLINE_DATA_DIR)
+    assert dataset.num_episodes == 6 == stats[-1]["online/episodes"] == online.n_episodes
+    assert dataset.num_frames == 6 * 40 == online.n_frames
+    meta = json.loads((tmp_path / ONLINE_DATA_DIR / "meta" / "hfpolicy_online.json").read_text())
+    assert [r["seeds"] for r in meta["rounds"]] == [
+        list(range(1_000_000, 1_000_003)),
+        list(range(1_000_003, 1_000_006)),
+    ]
+    assert set(dataset.features) >= set(FEATURES)
+
+    # Batches: the last `ratio` share of rows comes from the online data, as a function of (seed, step, rank).
+    offline = {key: torch.zeros((8, *value.shape[1:])) for key, value in online.dataset.get_batch([0] * 8).items()
+               if isinstance(value, torch.Tensor)}  # fmt: skip
+    mixed = online.mix(offline, step=21, rank=0)
+    assert torch.equal(mixed[ACTION][:4], offline[ACTION][:4]) and mixed[ACTION][4:].abs().sum() > 0
+    assert torch.equal(online.mix(offline, 21, 0)[ACTION], mixed[ACTION])
+    assert not torch.equal(online.mix(offline, 22, 0)[ACTION], mixed[ACTION])
+    assert not torch.equal(online.mix(offline, 21, 1)[ACTION], mixed[ACTION])
+
+    # Resume from a checkpoint at step 15 (after the first round): the second round is dropped from disk too.
+    resumed = online_training(tmp_path, labels="expert")
+    resumed.restore(accelerator, 15, {"online_episodes": 3})
+    assert PolicyDataset("local/online", root=tmp_path / ONLINE_DATA_DIR).num_episodes == 3 == resumed.n_episodes
+    with pytest.raises(TrainConfigError, match="does not belong to this checkpoint"):
+        online_training(tmp_path, labels="expert").restore(accelerator, 15, {"online_episodes": 5})
+
+
+def test_self_imitation_keeps_only_successful_episodes(tmp_path):
+    online = online_training(tmp_path, labels="policy")
+    stats = online.collect(Accelerator(cpu=True), make_toy_policy("environment_state_agent_pos"), None, 10)
+    assert stats["online/round_success"] == 0.0  # the toy policy never succeeds: nothing is kept
+    assert online.n_episodes == 0 and online.dataset is None and not (tmp_path / ONLINE_DATA_DIR).exists()
+    batch = {ACTION: torch.ones(4, 16, 2)}
+    assert online.mix(batch, 11, 0) is batch  # no online data yet: offline batches as they are
+
+
+def test_recovery_demos_start_where_the_policy_failed():
+    """Recovery labels: the expert demonstrates from the state each failed episode ended in."""
+    policy = make_toy_policy("environment_state_agent_pos")
+    env_cfg = PushTEnvConfig(obs_type="environment_state_agent_pos", episode_length=200)  # time to finish from there
+    played, demos = collect_episodes(policy, env_cfg, [21, 22], OnlineConfig(every=1, labels="recovery"), FEATURES)
+    assert not any(e.success for e in played) and len(demos) == 2 and all(d.success for d in demos)
+    for failed, demo in zip(played, demos, strict=True):
+        assert demo.seed == failed.seed and demo.n_expert_steps == demo.length
+        assert np.allclose(demo.frames[OBS_STATE][0], failed.final_state[:2])  # the agent where the policy left it
+        env = gym.make("gym_pusht/PushT-v0", obs_type="environment_state_agent_pos")
+        env.reset(options={"reset_to_state": reset_argument(failed.final_state)})
+        block = env.unwrapped.block  # the block pose of the failed episode's end, reproduced
+        assert np.allclose([*block.position, block.angle], failed.final_state[2:], atol=1e-6)
+        assert np.allclose(demo.frames[OBS_ENV_STATE][0], failed.frames[OBS_ENV_STATE][-1], atol=50)
+
+
+def test_online_seeds_never_overlap_the_evaluation_or_the_recording():
+    cfg = TrainConfig(steps=1000)
+    cfg.online = OnlineConfig(every=100, n_episodes=50, start_seed=99_800)  # 10 rounds: 99800..100299
+    with pytest.raises(
+        TrainConfigError, match=r"overlap the evaluation's seeds 100000\.\.100049.*--online\.start_seed"
+    ):
+        validate_train_config(cfg)
+    cfg.online = OnlineConfig(every=100, n_episodes=50, start_seed=0)
+    cfg.dataset.scripted_episodes = 500
+    with pytest.raises(TrainConfigError, match="overlap the scripted recording's seeds 0..499"):
+        validate_train_config(cfg)
+    cfg.online = OnlineConfig(every=100, n_episodes=50)  # the default start seed is far from both
+    validate_train_config(cfg)
+    cfg.online = OnlineConfig(every=100, labels="policy", expert_drive_prob=0.5)
+    with pytest.raises(TrainConfigError, match="expert_drive_prob"):
+        validate_train_config(cfg)
+
+
+@pytest.mark.slow
+def test_push_publishes_the_online_data_beside_the_model(pusht_state_dataset, tmp_path, hub_server):
+    from huggingface_hub import HfApi, ModelCard
+
+    from hfpolicy.hub.push import main as push_main
+    from hfpolicy.training import parse_train_config, train
+
+    flags = [
+        f"--dataset.root={pusht_state_dataset}", f"--output_dir={tmp_path / 'run'}", "--policy.type=diffusion",
+        f"--dataset.input_features=[{OBS_STATE},{OBS_ENV_STATE}]", "--policy.down_dims=[16,32]",
+        "--policy.diffusion_step_embed_dim=16", "--policy.noise_scheduler_type=DDIM", "--policy.num_inference_steps=2",
+        "--batch_size=8", "--tracker=none", "--progress=false", "--num_threads=1", "--steps=6", "--eval.freq=0",
+        "--online.every=2", "--online.n_episodes=2", "--online.labels=expert", "--env.episode_length=20",
+    ]  # fmt: skip
+    train(parse_train_config(flags))
+    argv = [f"--run={tmp_path / 'run'}", "--repo_id=user/online-model", "--online_data_repo_id=user/online-data"]
+    assert push_main(argv) == 0
+    files = set(HfApi().list_repo_files("user/online-data", repo_type="dataset"))
+    assert {"meta/info.json", "meta/hfpolicy_online.json"} <= files
+    card = ModelCard.load("user/online-model").text
+    assert "every 2 steps, 2 episodes of the policy (labelled by the scripted expert (DAgger))" in card
+    assert "it trained on 4 online episodes" in card and "(https://huggingface.co/datasets/user/online-data)" in card
