@@ -216,7 +216,11 @@ class DatasetWriter:
             self, _discard, self._staging_folder, self._root_lock, root, created
         )
         self._staging = self.tmp_root / ".episode"  # the current episode's videos while it is recorded
+        self._init_columns(features)
+        self._init_counters()
 
+    def _init_columns(self, features: dict[str, dict[str, Any]]) -> None:
+        """The feature keys by kind and the data parquet's schema."""
         self.user_keys = [k for k in features if k not in BOOKKEEPING_FEATURES]
         self.video_keys = [k for k in self.user_keys if features[k]["dtype"] == VIDEO]
         self.image_keys = [k for k in self.user_keys if features[k]["dtype"] == IMAGE]
@@ -227,6 +231,8 @@ class DatasetWriter:
         if self.image_keys:  # datasets needs its metadata to know that the {bytes, path} structs are images
             self._schema = with_image_metadata(self._schema, self.image_keys)
 
+    def _init_counters(self) -> None:
+        """Episodes, frames, tasks and the current data and video files: none yet."""
         self.tasks: dict[str, int] = {}
         self.num_episodes = 0
         self.num_frames = 0
