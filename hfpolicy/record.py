@@ -151,6 +151,8 @@ def record_command(cfg: RecordConfig) -> str:
     try:
         with stop_on_sigterm():
             root = record(cfg)
+    except (FileExistsError, FileNotFoundError):  # bad input, said as it is
+        raise
     except OSError as e:
         raise RecordWriteError(f"cannot write --output_dir={cfg.output_dir}: {e}") from e
     pushed = f"; pushed to {cfg.push_to}" if cfg.push_to else ""

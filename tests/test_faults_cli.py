@@ -8,9 +8,9 @@ import uuid
 import huggingface_hub.constants as hub_constants
 import pytest
 import torch
+from hub.test_export import saved_policy
 from huggingface_hub import HfApi
-from test_export import saved_policy
-from test_train_faults import closed_port, flags
+from training.test_train_faults import closed_port, flags
 
 from hfpolicy.constants import ACTION, EVAL_INFO_FILE, METRICS_FILE, OBS_ENV_STATE, OBS_STATE
 from hfpolicy.eval import main as eval_main
@@ -41,7 +41,7 @@ def test_export_to_an_unwritable_path_and_over_a_concurrent_export(tmp_path, cap
     dead = out.parent / ".lerobot.partial-1-deadbeef"  # a killed export's staging (47 MB once)
     dead.mkdir(parents=True)
     (dead / "model.safetensors").write_bytes(b"x" * 1000)
-    from hfpolicy import export
+    from hfpolicy.hub import export
 
     real_write = export.write_lerobot_checkpoint
 

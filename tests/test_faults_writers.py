@@ -135,7 +135,7 @@ def test_two_evals_into_one_folder(tmp_path, capsys):
 
 
 def test_a_failed_atomic_write_leaves_no_temporary_file(tmp_path, monkeypatch):
-    from hfpolicy import atomic_files
+    from hfpolicy.io import atomic as atomic_files
 
     def full_disk(src, dst):
         raise OSError(28, "No space left on device")

@@ -83,7 +83,7 @@ from hfpolicy.datasets.format import (
 )
 from hfpolicy.datasets.stats import ImageStatsAccumulator, aggregate_stats, array_stats, stats_to_json
 from hfpolicy.io.atomic import write_json_atomically
-from hfpolicy.io.run_lock import LOCK_FILE, RunLock
+from hfpolicy.io.run_lock import LOCK_FILE, LOCK_FILES, RunLock, is_lock_file
 from hfpolicy.io.staging import Staging, remove_stale_staging
 from hfpolicy.io.termination import raise_if_terminated
 from hfpolicy.io.video import VIDEO_PIX_FMT, Mp4Writer
@@ -100,8 +100,8 @@ STAGING_TAG, REPLACED_TAG = (
 
 
 def _folder_entries(root: Path) -> list[str]:
-    """What a folder holds besides the run lock's file (which only says who held the folder last)."""
-    return sorted(p.name for p in root.iterdir() if p.name != LOCK_FILE) if root.is_dir() else []
+    """What a folder holds besides the run lock's files (which only say who held the folder last)."""
+    return sorted(p.name for p in root.iterdir() if not is_lock_file(p.name)) if root.is_dir() else []
 
 
 def _not_dataset_layout(root: Path) -> list[str]:
@@ -165,7 +165,8 @@ def _hold_destination(root: Path, overwrite: bool) -> tuple[RunLock, bool]:
 def _release_destination(lock: RunLock, root: Path, created: bool) -> None:
     """Releases the hold on `root`; a folder the writer created and left empty (but for the lock file) is removed."""
     if created and root.is_dir() and not _folder_entries(root):
-        (root / LOCK_FILE).unlink(missing_ok=True)
+        for name in LOCK_FILES:
+            (root / name).unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             root.rmdir()
     lock.release()

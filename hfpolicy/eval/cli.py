@@ -261,6 +261,8 @@ def run(config: EvalPipelineConfig) -> str:
     try:
         with stop_on_sigterm():
             result = evaluate_and_save(config, policy, env_config)
+    except (FileExistsError, FileNotFoundError):  # bad input, said as it is
+        raise
     except OSError as e:  # video errors name the file already
         where = "" if isinstance(e, VideoWriteError) else f"writing into --output_dir={config.output_dir} failed: "
         raise EvalWriteError(f"{where}{e}") from e

@@ -21,6 +21,13 @@ from hfpolicy.io.atomic import write_atomically
 
 LOCK_FILE = ".hfpolicy.lock"
 HOLDER_FILE = ".hfpolicy.lock.holder"
+LOCK_FILES = (LOCK_FILE, HOLDER_FILE)  # what holding a folder leaves in it (the holder's temporary file aside)
+
+
+def is_lock_file(name: str) -> bool:
+    """Whether a file name in a folder belongs to the run lock (the lock, its holder record, or that record's
+    temporary file while it is written)."""
+    return name in LOCK_FILES or (name.startswith(f"{HOLDER_FILE}.") and name.endswith(".tmp"))
 
 
 class RunLockedError(RuntimeError):

@@ -14,7 +14,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from hfpolicy.io.run_lock import LOCK_FILE, RunLock, RunLockedError
+from hfpolicy.io.run_lock import LOCK_FILES, RunLock, RunLockedError
 
 
 def staging_pattern(destination: Path, tag: str) -> str:
@@ -58,7 +58,8 @@ class Staging:
         something else appeared there meanwhile. The lock file does not travel with it."""
         destination = Path(destination)
         os.rename(self.path, destination)
-        (destination / LOCK_FILE).unlink(missing_ok=True)  # safe while held: lockers never block, so none waits on it
+        for name in LOCK_FILES:  # safe while held: lockers never block, so none waits on it
+            (destination / name).unlink(missing_ok=True)
         self._lock.release()
         return destination
 

@@ -15,7 +15,7 @@ from test_checkpoints import make_training
 from test_train_faults import flags
 
 from hfpolicy.io.tensor_tree import save_tree
-from hfpolicy.training import NonFiniteLossGuard, TrainingDivergedError, main
+from hfpolicy.training import main
 from hfpolicy.training.checkpoints import (
     CHECKPOINTS_DIR,
     PRETRAINED_DIR,
@@ -25,6 +25,8 @@ from hfpolicy.training.checkpoints import (
     list_checkpoints,
     save_checkpoint,
 )
+from hfpolicy.training.progress import NonFiniteLossGuard, TrainingDivergedError
+from hfpolicy.training.run_folder import RunFolder
 
 
 @pytest.fixture
@@ -113,11 +115,11 @@ def test_a_damaged_or_nan_latest_checkpoint_names_the_file_and_the_intact_one(pu
     guard = NonFiniteLossGuard(torch.device("cpu"))
     guard.add(3, torch.tensor(float("nan")))
     with pytest.raises(TrainingDivergedError, match="the last good checkpoint is .*step_000001: resume"):
-        guard.check(Accelerator(cpu=True), out, 3, None)
+        guard.check(Accelerator(cpu=True), RunFolder(out), 3, None)
 
 
 def test_safetensors_files_honour_the_umask(tmp_path):
-    from test_export import saved_policy
+    from hub.test_export import saved_policy
 
     from hfpolicy.hub.export import export_policy
 
