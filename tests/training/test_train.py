@@ -71,7 +71,7 @@ def test_two_process_ddp_run_syncs_weights_saves_once_and_shards_eval(pusht_stat
         f"--dataset.root={pusht_state_dataset}", f"--output_dir={out}", *TINY_POLICY,
         "--steps=4", "--save_freq=2", "--log_freq=1",
         "--eval.freq=4", f"--eval.n_episodes={n_episodes}", "--eval.batch_size=2", "--eval.n_videos=2",
-        "--env.episode_length=16", "--online.every=2", "--online.n_episodes=3",
+        "--env.episode_length=16", "--online.every=1", "--online.n_episodes=3",
     ]  # fmt: skip
     result = subprocess.run(command, env=run_env(), capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -100,12 +100,13 @@ def test_two_process_ddp_run_syncs_weights_saves_once_and_shards_eval(pusht_stat
         "eval_episode_1.mp4",
     ]  # episode 0 ran on rank 0, episode 1 on rank 1: both filmed, in one folder
 
-    # Online rounds at steps 2 and 4: the ranks split each round's 3 seeds, the dataset holds each episode once.
+    # Online rounds after steps 1, 2 and 3 (none after the last): the ranks split each round's 3 seeds, and the
+    # dataset holds each episode once.
     online = PolicyDataset("local/online_data", root=out / "online_data")
     rounds = json.loads((out / "online_data" / "meta" / "hfpolicy_online.json").read_text())["rounds"]
-    assert [r["step"] for r in rounds] == [2, 4] and online.num_episodes == 6
-    assert [seed for r in rounds for seed in r["kept"]] == [1_000_000 + i for i in range(6)]
-    assert online.num_frames == 6 * 16  # expert labels keep every episode; each ran the 16 steps of its time limit
+    assert [r["step"] for r in rounds] == [1, 2, 3] and online.num_episodes == 9
+    assert [seed for r in rounds for seed in r["kept"]] == [1_000_000 + i for i in range(9)]
+    assert online.num_frames == 9 * 16  # expert labels keep every episode; each ran the 16 steps of its time limit
 
 
 # Online rounds (DAgger, 2 short episodes every 4 steps) in the run: a resumed run drops the rounds collected after
