@@ -22,6 +22,7 @@ import dataclasses
 import json
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -163,8 +164,37 @@ def recipe_flags(recipe: str, flags: list[str]) -> list[str]:
     return [*run_flags, *changed_flags(dataclasses.replace(run, policy=preset.policy, **changes), run)]
 
 
+def state_inputs_missing(recipe: str, flags: list[str]) -> str | None:
+    """The cpu recipe trains on state inputs (agent position + block keypoints): the one-line error for a
+    `--dataset.root` that lacks them (an image-only dataset), naming the ways out, or None."""
+    user = user_choices(flags)
+    if (
+        recipe != "cpu"
+        or user.resume
+        or user.dataset_root is None
+        or any(f.startswith("--dataset.input_features") for f in flags)
+    ):
+        return None
+    info = Path(user.dataset_root) / "meta" / "info.json"
+    if not info.is_file():
+        return None  # hfpolicy train says what is wrong with the folder
+    features = json.loads(info.read_text()).get("features", {})
+    missing = [key for key in (OBS_STATE, OBS_ENV_STATE) if key not in features]
+    if not missing:
+        return None
+    return (
+        f"train_pusht.py: error: the cpu recipe trains a state-input policy ({OBS_STATE} + {OBS_ENV_STATE}), and "
+        f"--dataset.root={user.dataset_root} has no {', '.join(missing)}: record or convert it with "
+        "--environment_state=true, or train on its images with --recipe=paper (a GPU recipe)"
+    )
+
+
 def run(argv: list[str] | None = None) -> int:
     recipe, reason, flags = choose_recipe(sys.argv[1:] if argv is None else argv)
+    problem = state_inputs_missing(recipe, flags)
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
     if "--help" in flags or "-h" in flags:
         print(f"--recipe {{{','.join(RECIPE_CHOICES)}}}: defaults for the flags below (now {recipe}: {reason}):")
         print("  " + " ".join(recipe_flags(recipe, [])) + "\n")

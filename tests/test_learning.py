@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from hfpolicy.constants import OBS_ENV_STATE
 from hfpolicy.envs import make_env
 from hfpolicy.eval import evaluate
 from hfpolicy.policies import Policy, make_policy
@@ -91,6 +92,26 @@ def test_recipe_choice_is_said_first_and_recorded(hub_server, tmp_path, capsys):
     assert captured.out.splitlines()[0] == "recipe paper (--recipe=paper); data: user/no-such-pusht from the Hub"
     assert "--recipe=cpu" in captured.err
     assert not (out / "train_config.json").exists()
+
+
+def test_the_cpu_recipe_on_image_only_data_names_the_ways_out(tmp_path, capsys):
+    """The cpu recipe needs state inputs: an image-only --dataset.root is refused before anything starts, naming the
+    recipe's need and the fixes, not --dataset.input_features (a flag the recipe added, not the user)."""
+    from hfpolicy.record import RecordConfig, record
+
+    root = record(RecordConfig(n_episodes=1, max_steps=4, output_dir=str(tmp_path / "images"), progress=False))
+    example = load_example()
+    assert example.run([f"--dataset.root={root}", f"--output_dir={tmp_path / 'run'}"]) == 2  # auto: cpu here
+    err = capsys.readouterr().err
+    assert f"has no {OBS_ENV_STATE}" in err and "--environment_state=true" in err and "--recipe=paper" in err
+    assert "--dataset.input_features" not in err and err.count("\n") == 1
+    assert not (tmp_path / "run").exists()
+    # With the keypoints recorded, the same data pass the check.
+    with_state = record(
+        RecordConfig(n_episodes=1, max_steps=4, environment_state=True, images=False,
+                     output_dir=str(tmp_path / "state"), progress=False)
+    )  # fmt: skip
+    assert example.state_inputs_missing("cpu", [f"--dataset.root={with_state}"]) is None
 
 
 def test_a_recording_that_does_not_match_is_refused(tmp_path):
