@@ -172,7 +172,7 @@ def plot_curve(results: list[dict], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 3), dpi=80)
     for result, color in zip(results, ("tab:green", "tab:blue"), strict=False):
-        name = f"online ({result['labels']})" if result.get("labels") else "offline"
+        name = result.get("name") or (f"online ({result['labels']})" if result.get("labels") else "offline")
         minutes, success = zip(*result["curve"], strict=True)
         if len(minutes) > 1:
             ax.plot(minutes[:-1], [100 * s for s in success[:-1]], "o-", color=color, label=f"{name}: 50-episode evals")
