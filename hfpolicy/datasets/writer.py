@@ -31,7 +31,6 @@ import io
 import json
 import os
 import shutil
-import uuid
 import weakref
 from collections.abc import Mapping
 from copy import deepcopy
@@ -82,9 +81,8 @@ from hfpolicy.datasets.format import (
     next_chunk_file,
 )
 from hfpolicy.datasets.stats import ImageStatsAccumulator, aggregate_stats, array_stats, stats_to_json
-from hfpolicy.io.atomic import write_json_atomically
+from hfpolicy.io.atomic import Staging, remove_stale_staging, staging_path, write_json_atomically
 from hfpolicy.io.run_lock import LOCK_FILE, LOCK_FILES, RunLock, is_lock_file
-from hfpolicy.io.staging import Staging, remove_stale_staging
 from hfpolicy.io.termination import raise_if_terminated
 from hfpolicy.io.video import VIDEO_PIX_FMT, Mp4Writer, probe_video
 
@@ -515,7 +513,7 @@ class DatasetWriter:
             self.abort()
             raise
         # The held root (new, or the dataset overwrite=True replaces) steps aside and the staging takes its name.
-        old = self.root.parent / f".{self.root.name}.{REPLACED_TAG}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        old = staging_path(self.root, REPLACED_TAG)
         os.rename(self.root, old)
         try:
             self._staging_folder.publish(self.root)

@@ -30,6 +30,7 @@ from hfpolicy.eval.config import EvalConfig
 from hfpolicy.eval.evaluation import EvalResult, evaluate
 from hfpolicy.eval.rollouts import EpisodeRecord
 from hfpolicy.eval.videos import VideoWriteError
+from hfpolicy.io.atomic import is_temporary
 from hfpolicy.io.run_lock import RunLock
 from hfpolicy.io.termination import stop_on_sigterm
 from hfpolicy.policies.base import Policy, PolicyLoadError
@@ -85,8 +86,9 @@ def claim_eval_folder(output_dir: Path, overwrite: bool) -> None:
     """Refuses a folder holding another evaluation's results unless `overwrite`, which removes them (all of them:
     no mix of two runs' summary, records and videos). Called with the folder held, so temporary files found in it
     are those of a dead evaluation and are removed."""
-    for stale in output_dir.glob(".*.tmp"):
-        stale.unlink(missing_ok=True)
+    for stale in output_dir.glob(".*"):
+        if stale.is_file() and is_temporary(stale.name):
+            stale.unlink(missing_ok=True)
     videos = output_dir / "videos"
     found = [name for name in (EVAL_INFO_FILE, EPISODES_FILE) if (output_dir / name).exists()]
     old_videos = sorted(videos.glob("eval_episode_*.mp4")) if videos.is_dir() else []

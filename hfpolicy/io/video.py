@@ -15,6 +15,8 @@ from pathlib import Path
 import av
 import numpy as np
 
+from hfpolicy.io.atomic import temporary_path
+
 EPISODE_VIDEO_PREFIX = "eval_episode_"  # evaluation films episode i as eval_episode_<i>.mp4
 VIDEO_CODEC = "libx264"  # the encoder; files are read back by FFmpeg's native "h264" decoder
 VIDEO_PIX_FMT = "yuv420p"
@@ -45,7 +47,7 @@ class Mp4Writer:
         self.gop = gop
         self.preset = preset  # x264 speed/size trade-off: "fast" is ~2x faster than "medium" at small sizes
         self.n_frames = 0
-        self._tmp_path = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp.mp4")
+        self._tmp_path = temporary_path(self.path, ".mp4")  # PyAV picks the container by the extension
         self._container = None
         self._stream = None
 
