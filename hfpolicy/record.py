@@ -32,9 +32,8 @@ DEMONSTRATORS = ("scripted",)  # --policy.type values `hfpolicy record` knows
 class DemonstratorConfig:
     """Who acts while recording."""
 
-    type: str = (
-        "scripted"  # "scripted": the PushT expert planning on the simulator's state (hfpolicy.policies.scripted)
-    )
+    type: str = "scripted"
+    """"scripted": the PushT expert planning on the simulator's state (hfpolicy.policies.scripted)"""
 
 
 @dataclass

@@ -7,18 +7,15 @@
 """
 
 import argparse
-import ast
 import dataclasses
 import difflib
 import enum
 import functools
 import inspect
-import io
 import re
 import shutil
 import sys
 import textwrap
-import tokenize
 import types
 import typing
 from pathlib import Path
@@ -26,6 +23,7 @@ from typing import Any
 
 import draccus
 from draccus.utils import DecodingError, DraccusException, ParsingError
+from draccus.wrappers.docstring import get_attribute_docstring
 
 from hfpolicy.field_errors import ConfigFieldError, value_words
 
@@ -182,7 +180,7 @@ def _value_words(text: str) -> str:
 # hfpolicy writes its own --help from the config dataclasses: each flag once, with its type as the command line takes
 # it, its default once, and the field's doc comment (the inline comment plus the comment lines right below it).
 HELP_FLAGS = ("-h", "--help")
-_DIVIDER = re.compile(r"^\s*-{3,}")  # `# --- section ---` lines are dividers, not documentation
+_DIVIDER = re.compile(r"^\s*#?\s*-{3,}")  # `# --- section ---` lines are dividers, not documentation
 
 
 def wants_help(argv: list[str]) -> bool:
@@ -200,26 +198,22 @@ def field_docs(config_class: type) -> dict[str, str]:
 
 @functools.cache
 def _own_field_docs(cls: type) -> dict[str, str]:
-    try:
-        source = textwrap.dedent(inspect.getsource(cls))
-    except (OSError, TypeError):
-        return {}
-    lines = source.splitlines()
-    comments = {}  # line number (1-based) -> comment text
-    for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type == tokenize.COMMENT:
-            comments[token.start[0]] = token.string.lstrip("#").strip()
-    class_node = ast.parse(source).body[0]
+    """{field: doc} for the fields `cls` itself declares, read by draccus's docstring reader: the comment beside the
+    field, a docstring under it, and the comment lines right below it (which draccus reads as the comment above the
+    next field), up to a `# --- section ---` divider."""
+    own = [
+        name for name in cls.__dict__.get("__annotations__", {}) if name in {f.name for f in dataclasses.fields(cls)}
+    ]
+    found = {name: get_attribute_docstring(cls, name) for name in own}
     docs = {}
-    for node in class_node.body:
-        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
-            continue
-        parts = [comments[n] for n in range(node.lineno, node.end_lineno + 1) if n in comments]
-        below = node.end_lineno + 1  # comment lines right below continue the field's comment
-        while below <= len(lines) and lines[below - 1].strip().startswith("#") and not _DIVIDER.match(comments[below]):
-            parts.append(comments[below])
-            below += 1
-        docs[node.target.id] = " ".join(part for part in parts if part and not _DIVIDER.match(part))
+    for name, after in zip(own, [*own[1:], None][: len(own)], strict=True):
+        parts = [found[name].comment_inline, found[name].docstring_below]
+        if after is not None:
+            for line in found[after].comment_above.splitlines():
+                if _DIVIDER.match(line):
+                    break
+                parts.append(line.strip())
+        docs[name] = " ".join(" ".join(part.split()) for part in parts if part and not _DIVIDER.match(part))
     return docs
 
 

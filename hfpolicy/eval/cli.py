@@ -57,8 +57,9 @@ class EvalPipelineConfig:
     overwrite: bool = False  # replace the evaluation already in output_dir (eval_info.json, episodes.jsonl, videos)
     progress: bool = True  # show a progress bar
     num_threads: int | None = None  # torch threads for the policy; default: the CPU cores available to this process
-    dataset_dir: Path | None = None  # also write the episodes as a LeRobot v3.0 dataset here (what the policy read,
-    # the actions it took, rewards, success), an episode at a time; the folder must not exist
+    dataset_dir: Path | None = None
+    """also write the episodes as a LeRobot v3.0 dataset here (what the policy read, the actions it took, rewards,
+    success), an episode at a time; the folder must not exist"""
 
 
 def run_eval(config: EvalPipelineConfig) -> EvalResult:
