@@ -263,3 +263,26 @@ def test_train_and_eval_check_their_eval_settings_alike(tmp_path, flag, expected
     assert main(["eval", flag, f"--policy.path={tmp_path / 'none'}"]) == 2
     eval_err = capsys.readouterr().err
     assert expected in train_err and expected in eval_err, (train_err, eval_err)
+
+
+def test_every_flag_of_every_command_has_its_doc():
+    """Field docs come from draccus's docstring reader (beside the field, a docstring under it, the comment lines
+    below it): a field whose doc it cannot find shows up here, not as a bare `(default: ...)` in --help."""
+    from hfpolicy.cli.commands import COMMANDS, load
+    from hfpolicy.cli.flags import field_docs, help_sections
+    from hfpolicy.policies.config import PolicyConfig
+
+    undocumented = []
+    for name, command in COMMANDS.items():
+        for argv in ([], ["--policy.type=act"]) if name == "train" else ([],):
+            for _, rows in help_sections(load(command.config), argv, f"hfpolicy {name}"):
+                undocumented += [f"{name} {flag}" for flag, _, doc in rows if not doc or doc.startswith("(default")]
+    assert not undocumented, undocumented
+    docs = field_docs(PolicyConfig)  # a docstring under the field; below, an inline comment continued under it
+    assert (
+        docs["converted_from"] == "where the weights came from when converted (e.g. a LeRobot checkpoint); on the card"
+    )
+    from hfpolicy.training.config import DatasetConfig
+
+    scripted = field_docs(DatasetConfig)["scripted_episodes"]
+    assert scripted.startswith("> 0: train on this many PushT demos") and scripted.endswith("by later runs; no network")
