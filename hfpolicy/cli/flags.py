@@ -18,6 +18,7 @@ import sys
 import textwrap
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,25 +82,24 @@ def _plain_config_error(error: ParsingError, cause: ValueError, config_class: ty
     return cli_message(str(cause).splitlines()[0], *found) if found is not None else None
 
 
-def config_prefix(config_class: type, target: type, prefix: str = "") -> str | None:
+def config_prefix(config_class: type, target: type) -> str | None:
     """The flag prefix ("policy.") of the config class `target` inside `config_class` ("" for itself), if any."""
-    if config_class is target:
-        return prefix
-    for name, candidates in _nested_configs(config_class):
-        for candidate in candidates:
-            found = config_prefix(candidate, target, f"{prefix}{name}.")
-            if found is not None:
-                return found
-    return None
+    found = _find_config(config_class, lambda candidate: candidate is target)
+    return None if found is None else found[1]
 
 
-def find_nested_config(config_class: type, class_name: str, prefix: str = "") -> tuple[type, str] | None:
+def find_nested_config(config_class: type, class_name: str) -> tuple[type, str] | None:
     """(the config class named `class_name` inside `config_class`, its flag prefix such as "policy."), if any."""
-    if config_class.__name__ == class_name:
+    return _find_config(config_class, lambda candidate: candidate.__name__ == class_name)
+
+
+def _find_config(config_class: type, matches: Callable[[type], bool], prefix: str = "") -> tuple[type, str] | None:
+    """(the first config class inside `config_class`, itself included, that `matches`, its flag prefix), if any."""
+    if matches(config_class):
         return config_class, prefix
     for name, candidates in _nested_configs(config_class):
         for candidate in candidates:
-            found = find_nested_config(candidate, class_name, f"{prefix}{name}.")
+            found = _find_config(candidate, matches, f"{prefix}{name}.")
             if found is not None:
                 return found
     return None
