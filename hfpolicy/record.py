@@ -19,9 +19,10 @@ from tqdm.auto import tqdm
 
 from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE, REWARD, SUCCESS
 from hfpolicy.datasets import DatasetWriter, push_dataset_to_hub
-from hfpolicy.datasets.pusht_zarr import PUSHT_TASK, PushTGeometry, pusht_features
+from hfpolicy.datasets.pusht_zarr import PUSHT_TASK, pusht_features
 from hfpolicy.datasets.writer import check_dataset_destination
 from hfpolicy.envs import SUCCESS_INFO_KEY, EnvConfig, PushTEnvConfig
+from hfpolicy.envs.pusht_scorer import PushTScorer
 from hfpolicy.io.termination import stop_on_sigterm
 
 DEMONSTRATORS = ("scripted",)  # --policy.type values `hfpolicy record` knows
@@ -31,9 +32,8 @@ DEMONSTRATORS = ("scripted",)  # --policy.type values `hfpolicy record` knows
 class DemonstratorConfig:
     """Who acts while recording."""
 
-    type: str = (
-        "scripted"  # "scripted": the PushT expert planning on the simulator's state (hfpolicy.policies.scripted)
-    )
+    type: str = "scripted"
+    """"scripted": the PushT expert planning on the simulator's state (hfpolicy.policies.scripted)"""
 
 
 @dataclass
@@ -80,7 +80,7 @@ def record(cfg: RecordConfig) -> Path:
 
     env = env_cfg.make_single()
     expert = PushTExpert()
-    geometry = PushTGeometry() if cfg.environment_state else None
+    scorer = PushTScorer() if cfg.environment_state else None
     features = pusht_features(env_cfg.observation_size, cfg.environment_state, images=cfg.images)
     writer = DatasetWriter.create(
         output_dir, cfg.repo_id or f"local/{output_dir.name}", env_cfg.fps, features, overwrite=cfg.overwrite
@@ -90,7 +90,7 @@ def record(cfg: RecordConfig) -> Path:
         with writer:
             bar = tqdm(range(cfg.n_episodes), desc="recording", unit="episode", disable=not cfg.progress)
             for episode in bar:
-                success = record_episode(env, expert, writer, cfg, cfg.start_seed + episode, geometry)
+                success = record_episode(env, expert, writer, cfg, cfg.start_seed + episode, scorer)
                 n_successes += success
                 if success or not cfg.discard_failures:
                     writer.save_episode()
@@ -112,7 +112,7 @@ def record(cfg: RecordConfig) -> Path:
     return output_dir
 
 
-def record_episode(env, expert, writer: DatasetWriter, cfg: RecordConfig, seed: int, geometry) -> bool:
+def record_episode(env, expert, writer: DatasetWriter, cfg: RecordConfig, seed: int, scorer) -> bool:
     """One expert episode (hfpolicy.policies.scripted.run_expert_episode) into the writer's current episode: frame t
     holds the observation before action t, and the reward, success so far and done flag that action produced.
     Returns whether the episode succeeded."""
@@ -126,9 +126,9 @@ def record_episode(env, expert, writer: DatasetWriter, cfg: RecordConfig, seed: 
         before[OBS_STATE] = observation["agent_pos"].astype(np.float32)
         if cfg.images:
             before[OBS_IMAGE] = observation["pixels"]
-        if geometry is not None:
+        if scorer is not None:
             block = env.unwrapped.block
-            before[OBS_ENV_STATE] = geometry.keypoints(np.array([[*block.position, block.angle]]))[0].astype(np.float32)
+            before[OBS_ENV_STATE] = scorer.keypoints(np.array([[*block.position, block.angle]]))[0].astype(np.float32)
 
     def on_step(t, action, observation, reward, terminated, truncated, info) -> None:
         nonlocal succeeded

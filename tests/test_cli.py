@@ -218,3 +218,71 @@ def test_train_dataset_root_without_info_json_names_the_flag_and_the_subfolder(t
     err = capsys.readouterr().err
     assert f"--dataset.root={tmp_path / 'data'} has no meta/info.json" in err and err.count("\n") == 1
     assert f"its subfolder is one: --dataset.root={tmp_path / 'data' / 'mine'}" in err and "root=None" not in err
+
+
+def test_a_mistyped_flag_is_answered_with_the_closest_flags(capsys):
+    assert main(["train", "--stesp=3"]) == 2
+    assert "unrecognized arguments: --stesp=3 (did you mean --steps?)" in capsys.readouterr().err
+    assert main(["train", "--policy.type=act", "--policy.chunk_siz=3"]) == 2  # the chosen policy type's flags
+    assert "(did you mean --policy.chunk_size?)" in capsys.readouterr().err
+    assert main(["eval", "--zzzz=1"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --zzzz=1;" in err and "did you mean" not in err  # nothing close: no guess
+
+
+def test_a_field_error_names_its_fields_in_python_and_in_flags():
+    from hfpolicy.field_errors import ConfigFieldError
+    from hfpolicy.policies.act.configuration import ACTConfig
+
+    with pytest.raises(ConfigFieldError) as caught:
+        ACTConfig(temporal_ensemble_coeff=0.01, n_action_steps=5)
+    error = caught.value
+    assert error.fields == ["temporal_ensemble_coeff", "n_action_steps"] and type(error.config) is ACTConfig
+    assert "(temporal_ensemble_coeff=0.01)" in str(error) and "set n_action_steps=1 (got 5)" in str(error)
+    assert "(--policy.temporal_ensemble_coeff=0.01)" in error.flags("policy.")
+    assert "set --policy.n_action_steps=1 (got 5)" in error.flags("policy.")
+    assert "set --policy.n_action_steps=1" in error.flags("policy.", only={"n_action_steps"})
+    assert "(temporal_ensemble_coeff=0.01)" in error.flags("policy.", only={"n_action_steps"})
+
+
+@pytest.mark.parametrize(
+    ("flag", "expected"),
+    [
+        ("--eval.n_episodes=0", "--eval.n_episodes=0 must be >= 1"),
+        ("--eval.n_videos=-1", "--eval.n_videos=-1 must be >= 0"),
+        ("--eval.start_seed=-1", "--eval.start_seed=-1: seeds are >= 0"),
+    ],
+)
+def test_train_and_eval_check_their_eval_settings_alike(tmp_path, flag, expected, capsys):
+    """One definition (EvalConfig; TrainEvalConfig adds when) and one check, said the same by both commands."""
+    from hfpolicy.eval.config import EvalConfig, TrainEvalConfig
+
+    assert issubclass(TrainEvalConfig, EvalConfig)
+    assert main(["train", flag, f"--output_dir={tmp_path / 'run'}"]) == 2
+    train_err = capsys.readouterr().err
+    assert main(["eval", flag, f"--policy.path={tmp_path / 'none'}"]) == 2
+    eval_err = capsys.readouterr().err
+    assert expected in train_err and expected in eval_err, (train_err, eval_err)
+
+
+def test_every_flag_of_every_command_has_its_doc():
+    """Field docs come from draccus's docstring reader (beside the field, a docstring under it, the comment lines
+    below it): a field whose doc it cannot find shows up here, not as a bare `(default: ...)` in --help."""
+    from hfpolicy.cli.commands import COMMANDS, load
+    from hfpolicy.cli.flags import field_docs, help_sections
+    from hfpolicy.policies.config import PolicyConfig
+
+    undocumented = []
+    for name, command in COMMANDS.items():
+        for argv in ([], ["--policy.type=act"]) if name == "train" else ([],):
+            for _, rows in help_sections(load(command.config), argv, f"hfpolicy {name}"):
+                undocumented += [f"{name} {flag}" for flag, _, doc in rows if not doc or doc.startswith("(default")]
+    assert not undocumented, undocumented
+    docs = field_docs(PolicyConfig)  # a docstring under the field; below, an inline comment continued under it
+    assert (
+        docs["converted_from"] == "where the weights came from when converted (e.g. a LeRobot checkpoint); on the card"
+    )
+    from hfpolicy.training.config import DatasetConfig
+
+    scripted = field_docs(DatasetConfig)["scripted_episodes"]
+    assert scripted.startswith("> 0: train on this many PushT demos") and scripted.endswith("by later runs; no network")

@@ -7,24 +7,26 @@
 """
 
 import argparse
-import ast
 import dataclasses
+import difflib
 import enum
 import functools
 import inspect
-import io
 import re
 import shutil
 import sys
 import textwrap
-import tokenize
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import draccus
-from draccus.utils import DraccusException
+from draccus.utils import DecodingError, DraccusException, ParsingError
+from draccus.wrappers.docstring import get_attribute_docstring
+
+from hfpolicy.field_errors import ConfigFieldError, value_words
 
 
 class FlagError(ValueError):
@@ -39,58 +41,130 @@ def parse_flags(config_class: type, argv: list[str], prog: str, config_path: str
     try:
         return draccus.parse(config_class, config_path=config_path, args=argv, prog=prog, exit_on_error=False)
     except (DraccusException, argparse.ArgumentError) as e:
-        raise FlagError(describe_flag_error(e, prog, config_class)) from e
+        raise FlagError(describe_flag_error(e, prog, config_class, argv)) from e
 
 
-def describe_flag_error(error: BaseException, prog: str, config_class: type | None = None) -> str:
-    """`steps`: Couldn't parse 'abc' into an int → --steps: couldn't parse 'abc' into an int (...). A config's own
-    check (its __post_init__ ValueError) is given alone, in flags: `--policy.n_action_steps=20 does not fit ...`."""
-    message = str(error).strip().splitlines()[0]
-    refused = re.match(r"Couldn't instantiate class (\w+)", message)
+def describe_flag_error(
+    error: BaseException, prog: str, config_class: type | None = None, argv: list[str] | None = None
+) -> str:
+    """draccus's error in the command line's words, from the fields it names: a config's own check (a
+    ConfigFieldError from its __post_init__) alone, in flags (`--policy.n_action_steps=20 does not fit ...`); a value
+    that does not parse as `--steps: couldn't parse 'abc' ...`; an unknown flag with the closest known ones."""
     cause = error.__cause__
-    if refused and isinstance(cause, ValueError) and config_class is not None:
-        found = find_nested_config(config_class, refused.group(1))
-        if found is not None:
-            return cli_message(str(cause).splitlines()[0], *found)
-    message = re.sub(r"^`([\w.]+)`:", lambda m: f"--{m.group(1)}:", message)
-    message = re.sub(r"^argument (--[\w.]+):", r"\1:", message)
+    if isinstance(cause, ConfigFieldError) and config_class is not None:
+        prefix = config_prefix(config_class, type(cause.config))
+        if prefix is not None:
+            return cause.flags(prefix)
+    if type(error) is ParsingError and isinstance(cause, ValueError) and config_class is not None:
+        plain = _plain_config_error(error, cause, config_class)
+        if plain is not None:
+            return plain
+    if isinstance(error, DecodingError) and error.key_path:
+        message = f"--{'.'.join(error.key_path)}: {error.message}"
+    elif isinstance(error, argparse.ArgumentError) and error.argument_name:
+        message = f"{error.argument_name}: {error.message}"
+    else:
+        message = str(error).strip()
+        unknown = unknown_flags(config_class, argv or []) if config_class is not None else []
+        if unknown:
+            message = f"unrecognized arguments: {' '.join(unknown)}{did_you_mean(config_class, unknown, argv or [])}"
+    message = message.splitlines()[0]
     if cause is not None and str(cause) and str(cause) not in message:
         message += f" ({str(cause).splitlines()[0]})"
     return f"{message}; `{prog} --help` lists the flags"
 
 
-def find_nested_config(config_class: type, class_name: str, prefix: str = "") -> tuple[type, str] | None:
+def _plain_config_error(error: ParsingError, cause: ValueError, config_class: type) -> str | None:
+    """A config check that raised a plain ValueError (not yet a ConfigFieldError: the diffusion config's), in flags
+    by `cli_message`; None if the config draccus names is not found."""
+    refused = re.match(r"Couldn't instantiate class (\w+)", str(error))
+    found = find_nested_config(config_class, refused.group(1)) if refused else None
+    return cli_message(str(cause).splitlines()[0], *found) if found is not None else None
+
+
+def config_prefix(config_class: type, target: type) -> str | None:
+    """The flag prefix ("policy.") of the config class `target` inside `config_class` ("" for itself), if any."""
+    found = _find_config(config_class, lambda candidate: candidate is target)
+    return None if found is None else found[1]
+
+
+def find_nested_config(config_class: type, class_name: str) -> tuple[type, str] | None:
     """(the config class named `class_name` inside `config_class`, its flag prefix such as "policy."), if any."""
-    if config_class.__name__ == class_name:
+    return _find_config(config_class, lambda candidate: candidate.__name__ == class_name)
+
+
+def _find_config(config_class: type, matches: Callable[[type], bool], prefix: str = "") -> tuple[type, str] | None:
+    """(the first config class inside `config_class`, itself included, that `matches`, its flag prefix), if any."""
+    if matches(config_class):
         return config_class, prefix
-    if not dataclasses.is_dataclass(config_class):
-        return None
-    hints = typing.get_type_hints(config_class)
-    for f in dataclasses.fields(config_class):
-        annotation = hints[f.name]
-        if not (isinstance(annotation, type) and dataclasses.is_dataclass(annotation)):
-            continue
-        candidates = [annotation]
-        if issubclass(annotation, draccus.ChoiceRegistry):
-            candidates += list(annotation.get_known_choices().values())
+    for name, candidates in _nested_configs(config_class):
         for candidate in candidates:
-            found = find_nested_config(candidate, class_name, f"{prefix}{f.name}.")
+            found = _find_config(candidate, matches, f"{prefix}{name}.")
             if found is not None:
                 return found
     return None
 
 
-_VALUE = r"(\([^()]*\)|\[[^\]]*\]|'[^']*'|\"[^\"]*\"|[^\s,;:)]+)"
+def _nested_configs(config_class: type) -> list[tuple[str, list[type]]]:
+    """[(field name, the config classes it can hold)] for the dataclass fields of `config_class` (every choice of a
+    `--x.type` field)."""
+    if not dataclasses.is_dataclass(config_class):
+        return []
+    hints = typing.get_type_hints(config_class)
+    nested = []
+    for f in dataclasses.fields(config_class):
+        annotation = hints[f.name]
+        if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+            candidates = [annotation]
+            if issubclass(annotation, draccus.ChoiceRegistry):
+                candidates += list(annotation.get_known_choices().values())
+            nested.append((f.name, candidates))
+    return nested
+
+
+def known_flags(config_class: type, argv: list[str]) -> list[str]:
+    """Every flag `config_class` takes (for a `--x.type` field: the chosen type's), as `--help` lists them."""
+    flags = ["--config_path"]
+    for _, rows in help_sections(config_class, argv, ""):
+        flags += [flag for flag, _, _ in rows]
+    return flags
+
+
+def unknown_flags(config_class: type, argv: list[str]) -> list[str]:
+    """The arguments of `argv` that are `--name[=value]` with a name `config_class` does not take."""
+    known = set(known_flags(config_class, argv))
+    return [arg for arg in argv if arg.startswith("--") and arg.split("=", 1)[0] not in known]
+
+
+def did_you_mean(config_class: type, unknown: list[str], argv: list[str]) -> str:
+    """ " (did you mean --steps?)" for the known flags closest to the unknown ones (difflib), or ""."""
+    known = known_flags(config_class, argv)
+    close = []
+    for arg in unknown:
+        close += [m for m in difflib.get_close_matches(arg.split("=", 1)[0], known, n=2, cutoff=0.75) if m not in close]
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
 def cli_message(message: str, config_class: type, prefix: str = "") -> str:
-    """A config's error message in the command line's words: each `field=value` of `config_class` becomes
-    `--<prefix>field=value`, with the value as a flag takes it (None/True/False/(a, b) → null/true/false/[a,b])."""
+    """A plain error message in the command line's words: each `field=value` of `config_class` becomes
+    `--<prefix>field=value`, with the value as a flag takes it (None/True/False/(a, b) → null/true/false/[a,b]).
+    For checks that raise ConfigFieldError, `error_in_flags` says it from the fields themselves."""
     names = sorted((f.name for f in dataclasses.fields(config_class)), key=len, reverse=True)
     if not names:
         return message
     pattern = re.compile(r"(?<![\w.-])(" + "|".join(map(re.escape, names)) + r")=" + _VALUE)
     return pattern.sub(lambda m: f"--{prefix}{m.group(1)}={_value_words(m.group(2))}", message)
+
+
+def error_in_flags(error: Exception, config_class: type, prefix: str = "") -> str:
+    """A config's error in the command line's words: a ConfigFieldError from its fields (those of `config_class`
+    become `--<prefix>field=value`), any other error's message by `cli_message`."""
+    if isinstance(error, ConfigFieldError):
+        return error.flags(prefix, only={f.name for f in dataclasses.fields(config_class)})
+    return cli_message(str(error), config_class, prefix)
+
+
+_VALUE = r"(\([^()]*\)|\[[^\]]*\]|'[^']*'|\"[^\"]*\"|[^\s,;:)]+)"
 
 
 def _value_words(text: str) -> str:
@@ -106,7 +180,7 @@ def _value_words(text: str) -> str:
 # hfpolicy writes its own --help from the config dataclasses: each flag once, with its type as the command line takes
 # it, its default once, and the field's doc comment (the inline comment plus the comment lines right below it).
 HELP_FLAGS = ("-h", "--help")
-_DIVIDER = re.compile(r"^\s*-{3,}")  # `# --- section ---` lines are dividers, not documentation
+_DIVIDER = re.compile(r"^\s*#?\s*-{3,}")  # `# --- section ---` lines are dividers, not documentation
 
 
 def wants_help(argv: list[str]) -> bool:
@@ -124,26 +198,22 @@ def field_docs(config_class: type) -> dict[str, str]:
 
 @functools.cache
 def _own_field_docs(cls: type) -> dict[str, str]:
-    try:
-        source = textwrap.dedent(inspect.getsource(cls))
-    except (OSError, TypeError):
-        return {}
-    lines = source.splitlines()
-    comments = {}  # line number (1-based) -> comment text
-    for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type == tokenize.COMMENT:
-            comments[token.start[0]] = token.string.lstrip("#").strip()
-    class_node = ast.parse(source).body[0]
+    """{field: doc} for the fields `cls` itself declares, read by draccus's docstring reader: the comment beside the
+    field, a docstring under it, and the comment lines right below it (which draccus reads as the comment above the
+    next field), up to a `# --- section ---` divider."""
+    own = [
+        name for name in cls.__dict__.get("__annotations__", {}) if name in {f.name for f in dataclasses.fields(cls)}
+    ]
+    found = {name: get_attribute_docstring(cls, name) for name in own}
     docs = {}
-    for node in class_node.body:
-        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
-            continue
-        parts = [comments[n] for n in range(node.lineno, node.end_lineno + 1) if n in comments]
-        below = node.end_lineno + 1  # comment lines right below continue the field's comment
-        while below <= len(lines) and lines[below - 1].strip().startswith("#") and not _DIVIDER.match(comments[below]):
-            parts.append(comments[below])
-            below += 1
-        docs[node.target.id] = " ".join(part for part in parts if part and not _DIVIDER.match(part))
+    for name, after in zip(own, [*own[1:], None][: len(own)], strict=True):
+        parts = [found[name].comment_inline, found[name].docstring_below]
+        if after is not None:
+            for line in found[after].comment_above.splitlines():
+                if _DIVIDER.match(line):
+                    break
+                parts.append(line.strip())
+        docs[name] = " ".join(" ".join(part.split()) for part in parts if part and not _DIVIDER.match(part))
     return docs
 
 
@@ -166,23 +236,6 @@ def _type_words(annotation: Any) -> tuple[str, bool]:
     if annotation is Path:
         return "path", False
     return getattr(annotation, "__name__", str(annotation)), False
-
-
-def value_words(value: Any) -> str:
-    """A value as the command line writes it: true/false, null, [64,128]."""
-    if value is None:
-        return "null"
-    if value == "":
-        return "''"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, enum.Enum):
-        return str(value.value)
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(value_words(item) for item in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{key}: {value_words(item)}" for key, item in value.items()) + "}"
-    return str(value)
 
 
 def _field_default(f: dataclasses.Field) -> Any:

@@ -17,7 +17,6 @@ import mmap
 import os
 import uuid
 import weakref
-from fractions import Fraction
 from pathlib import Path
 
 import av
@@ -26,9 +25,9 @@ import torch
 from av.video.reformatter import VideoReformatter
 
 from hfpolicy.datasets.format import DatasetFormatError, TimestampError
+from hfpolicy.io.video import NoVideoStreamError, decode_frames
 
 FRAME_CACHE_RAM_CAP_GB = 8.0  # default cap: a bigger cache goes to a memory-mapped file instead of RAM
-THREADED_DECODE_MIN_PIXELS = 320 * 240  # decode with frame threads from this frame size up
 _HEADER_BYTES = 64  # the per-episode "decoded" flags are padded to this alignment before the frames
 
 
@@ -141,23 +140,9 @@ def _decode_into(path, timestamps: np.ndarray, tolerance_s: float, out: np.ndarr
     """The decoding loop of `decode_video_segment`: fills `out[j]` and sets `filled[j]` for each frame found."""
     _, height, width = out.shape[1:]
     reformatter = VideoReformatter()  # one for all frames: a new one per frame costs more than the decoding
-    with av.open(str(path)) as container:
-        if not container.streams.video:
-            raise DatasetFormatError(f"{what}: {path} holds no video stream: re-encode it, or download it again")
-        stream = container.streams.video[0]
-        if stream.codec_context.width * stream.codec_context.height >= THREADED_DECODE_MIN_PIXELS:
-            stream.thread_type = "AUTO"  # frame threads pay off on large frames, cost more than they save on small
-        time_base = Fraction(stream.time_base)
-        first = timestamps[0] - tolerance_s
-        if first > 0:
-            container.seek(
-                int(Fraction(first).limit_denominator(10**9) / time_base), stream=stream, backward=True, any_frame=False
-            )
-        last = timestamps[-1] + tolerance_s
-        for frame in container.decode(stream):
-            if frame.pts is None:
-                continue
-            t = float(frame.pts * time_base)
+    first, last = timestamps[0] - tolerance_s, timestamps[-1] + tolerance_s
+    try:
+        for t, frame in decode_frames(path, first, last):
             if t > last:
                 break
             j = int(np.searchsorted(timestamps, t - tolerance_s))
@@ -170,3 +155,5 @@ def _decode_into(path, timestamps: np.ndarray, tolerance_s: float, out: np.ndarr
                 )
             out[j] = reformatter.reformat(frame, format="rgb24").to_ndarray().transpose(2, 0, 1)
             filled[j] = True
+    except NoVideoStreamError as e:
+        raise DatasetFormatError(f"{what}: {path} holds no video stream: re-encode it, or download it again") from e

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE, REWARD, SUCCESS
 from hfpolicy.datasets.writer import DatasetWriter
-from hfpolicy.envs.pusht_tee import TeeGeometry
+from hfpolicy.envs.pusht_scorer import PushTScorer
 
 PUSHT_FPS = 10
 PUSHT_TASK = "Push the T-shaped block onto the T-shaped target."
@@ -52,59 +52,17 @@ def pusht_features(image_size: int = 96, environment_state: bool = False, images
     return features
 
 
-class PushTGeometry:
-    """gym-pusht's T block, goal and success threshold (from a `PushTEnv`), to score recorded poses without stepping
-    the physics: coverage and keypoints come from hfpolicy.envs.pusht_tee.TeeGeometry (the expert's T too), the
-    replay helpers below step the env itself."""
-
-    def __init__(self):
-        from gym_pusht.envs.pusht import PushTEnv
-
-        self.env = PushTEnv(obs_type="state")
-        self.env.reset(seed=0)
-        self.success_threshold = float(self.env.success_threshold)
-        self.tee = TeeGeometry.from_env(self.env)  # the polygons in the env's keypoint order
-        self.center_of_gravity = self.tee.cog
-        self.goal_pose = np.asarray(self.env.goal_pose, dtype=np.float64)
-
-    def coverage(self, poses: np.ndarray) -> np.ndarray:
-        """area(block ∩ goal) / area(goal) for block poses (N, 3) = (x, y, θ)."""
-        return self.tee.coverage(poses, self.goal_pose)
-
-    def keypoints(self, poses: np.ndarray) -> np.ndarray:
-        """gym-pusht's `environment_state`: the 8 polygon vertices in world coordinates, flattened to (N, 16)."""
-        return self.tee.keypoints(poses)
-
-    def reward_success(self, coverage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return np.clip(coverage / self.success_threshold, 0.0, 1.0), coverage > self.success_threshold
-
-    def reset_state(self, state: np.ndarray) -> np.ndarray:
-        """The `reset_to_state` argument that puts gym-pusht in a recorded zarr state (agent x, y, block x, y, θ)."""
-        theta = float(state[4])
-        rotation = np.array([[np.cos(theta), -np.sin(theta)], [np.sin(theta), np.cos(theta)]])
-        c = self.center_of_gravity
-        return np.array([state[0], state[1], *(state[2:4] - c + rotation @ c), theta], dtype=np.float64)
-
-    def coverage_after(self, states: np.ndarray, actions: np.ndarray) -> float:
-        """Coverage after replaying `actions` from `states[0]` in gym-pusht (the last action included)."""
-        self.env.reset(options={"reset_to_state": self.reset_state(states[0])})
-        info = {}
-        for action in actions:
-            _, _, _, _, info = self.env.step(np.asarray(action, dtype=np.float64))
-        return float(info["coverage"])
-
-
 def episode_rewards(
-    geometry: PushTGeometry, states: np.ndarray, actions: np.ndarray
+    scorer: PushTScorer, states: np.ndarray, actions: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(coverage, next.reward, next.success) per frame of one episode: of recorded state i + 1, and for the last
     frame of the state gym-pusht reaches with the last action."""
     n = len(states)
     coverage = np.empty(n)
-    coverage[:-1] = geometry.coverage(states[1:, 2:5])
+    coverage[:-1] = scorer.coverage(states[1:, 2:5])
     start = max(0, n - 1 - LAST_STEP_WARMUP_FRAMES)
-    coverage[-1] = geometry.coverage_after(states[start:], actions[start:])
-    reward, success = geometry.reward_success(coverage)
+    coverage[-1] = scorer.coverage_after(states[start:], actions[start:])
+    reward, success = scorer.reward_success(coverage)
     return coverage, reward, success
 
 
@@ -233,9 +191,34 @@ def convert_pusht_zarr(
         video_crf: H.264 quality of the image videos (lower is better and bigger).
         progress: show a progress bar.
     """
+    zarr_path, output_dir = Path(zarr_path), Path(output_dir)
+    group, (starts, ends), states, actions, chosen = open_pusht_zarr(zarr_path, episodes)
+    images = _ZarrFrames(group["data/img"], f"{zarr_path}/data/img")
+    image_size = int(group["data/img"].shape[1])
+
+    scorer = PushTScorer()
+    features = pusht_features(image_size, environment_state)
+    writer = DatasetWriter.create(
+        output_dir, repo_id or f"local/{output_dir.name}", PUSHT_FPS, features, overwrite=overwrite, video_crf=video_crf
+    )
+    with writer:
+        bar = tqdm(chosen, desc="converting PushT episodes", unit="episode", disable=not progress)
+        for episode in bar:
+            start, end = int(starts[episode]), int(ends[episode])
+            write_zarr_episode(
+                writer, scorer, images[start, end], states[start:end], actions[start:end], environment_state
+            )
+            bar.set_postfix(frames=writer.num_frames)
+    return writer.root
+
+
+def open_pusht_zarr(
+    zarr_path: Path, episodes: Sequence[int] | None
+) -> tuple[object, tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray, list[int]]:
+    """(the zarr group, (episode starts, ends), states, actions, the chosen episode indices), checked: a
+    FileNotFoundError or ValueError naming the zarr and what it lacks."""
     import zarr
 
-    zarr_path, output_dir = Path(zarr_path), Path(output_dir)
     if not zarr_path.is_dir():
         raise FileNotFoundError(f"{zarr_path} is not a zarr folder (expected the diffusion_policy PushT zarr)")
     group = zarr.open_group(str(zarr_path), mode="r")
@@ -248,38 +231,35 @@ def convert_pusht_zarr(
     bad = [e for e in chosen if not 0 <= e < len(ends)]
     if bad or not chosen:
         raise ValueError(f"episodes {bad or chosen} are not in {zarr_path} (it has episodes 0..{len(ends) - 1})")
-    images = _ZarrFrames(group["data/img"], f"{zarr_path}/data/img")
-    image_size = int(group["data/img"].shape[1])
+    return group, (starts, ends), states, actions, chosen
 
-    geometry = PushTGeometry()
-    features = pusht_features(image_size, environment_state)
-    writer = DatasetWriter.create(
-        output_dir, repo_id or f"local/{output_dir.name}", PUSHT_FPS, features, overwrite=overwrite, video_crf=video_crf
-    )
-    with writer:
-        bar = tqdm(chosen, desc="converting PushT episodes", unit="episode", disable=not progress)
-        for episode in bar:
-            start, end = int(starts[episode]), int(ends[episode])
-            n = end - start
-            episode_states, episode_actions = states[start:end], actions[start:end]
-            _, reward, success = episode_rewards(geometry, episode_states, episode_actions)
-            done = np.zeros(n, dtype=bool)
-            done[-1] = True
-            frames = images[start, end]
-            agent = episode_states[:, :2].astype(np.float32)
-            keypoints = geometry.keypoints(episode_states[:, 2:5]).astype(np.float32) if environment_state else None
-            for i in range(n):
-                frame = {
-                    OBS_IMAGE: frames[i],
-                    OBS_STATE: agent[i],
-                    ACTION: episode_actions[i],
-                    REWARD: np.float32(reward[i]),
-                    SUCCESS: success[i],
-                    DONE: done[i],
-                }
-                if keypoints is not None:
-                    frame[OBS_ENV_STATE] = keypoints[i]
-                writer.add_frame(frame, task=PUSHT_TASK)
-            writer.save_episode()
-            bar.set_postfix(frames=writer.num_frames)
-    return writer.root
+
+def write_zarr_episode(
+    writer: DatasetWriter,
+    scorer: PushTScorer,
+    frames: np.ndarray,
+    states: np.ndarray,
+    actions: np.ndarray,
+    environment_state: bool,
+) -> None:
+    """One zarr episode (its frames, states, actions) as the writer's next episode, with rewards recomputed (and the
+    block's keypoints as observation.environment_state, if asked)."""
+    n = len(states)
+    _, reward, success = episode_rewards(scorer, states, actions)
+    done = np.zeros(n, dtype=bool)
+    done[-1] = True
+    agent = states[:, :2].astype(np.float32)
+    keypoints = scorer.keypoints(states[:, 2:5]).astype(np.float32) if environment_state else None
+    for i in range(n):
+        frame = {
+            OBS_IMAGE: frames[i],
+            OBS_STATE: agent[i],
+            ACTION: actions[i],
+            REWARD: np.float32(reward[i]),
+            SUCCESS: success[i],
+            DONE: done[i],
+        }
+        if keypoints is not None:
+            frame[OBS_ENV_STATE] = keypoints[i]
+        writer.add_frame(frame, task=PUSHT_TASK)
+    writer.save_episode()

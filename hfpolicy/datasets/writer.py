@@ -31,7 +31,6 @@ import io
 import json
 import os
 import shutil
-import uuid
 import weakref
 from collections.abc import Mapping
 from copy import deepcopy
@@ -82,11 +81,10 @@ from hfpolicy.datasets.format import (
     next_chunk_file,
 )
 from hfpolicy.datasets.stats import ImageStatsAccumulator, aggregate_stats, array_stats, stats_to_json
-from hfpolicy.io.atomic import write_json_atomically
+from hfpolicy.io.atomic import Staging, remove_stale_staging, staging_path, write_json_atomically
 from hfpolicy.io.run_lock import LOCK_FILE, LOCK_FILES, RunLock, is_lock_file
-from hfpolicy.io.staging import Staging, remove_stale_staging
 from hfpolicy.io.termination import raise_if_terminated
-from hfpolicy.io.video import VIDEO_PIX_FMT, Mp4Writer
+from hfpolicy.io.video import VIDEO_PIX_FMT, Mp4Writer, probe_video
 
 MB = 1024**2
 
@@ -515,7 +513,7 @@ class DatasetWriter:
             self.abort()
             raise
         # The held root (new, or the dataset overwrite=True replaces) steps aside and the staging takes its name.
-        old = self.root.parent / f".{self.root.name}.{REPLACED_TAG}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        old = staging_path(self.root, REPLACED_TAG)
         os.rename(self.root, old)
         try:
             self._staging_folder.publish(self.root)
@@ -566,18 +564,17 @@ class DatasetWriter:
     def _video_info(self, key: str) -> dict[str, Any]:
         """The "info" LeRobot keeps per video feature, probed from the first file."""
         path = self.tmp_root / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0)
-        with av.open(str(path)) as container:
-            stream = container.streams.video[0]
-            return {
-                "video.height": stream.codec_context.height,
-                "video.width": stream.codec_context.width,
-                "video.codec": stream.codec_context.name,
-                "video.pix_fmt": stream.codec_context.pix_fmt or VIDEO_PIX_FMT,
-                "video.is_depth_map": False,
-                "video.fps": self.fps,
-                "video.channels": int(self.features[key]["shape"][2]),
-                "has_audio": len(container.streams.audio) > 0,
-            }
+        probe = probe_video(path)
+        return {
+            "video.height": probe.height,
+            "video.width": probe.width,
+            "video.codec": probe.codec,
+            "video.pix_fmt": probe.pix_fmt or VIDEO_PIX_FMT,
+            "video.is_depth_map": False,
+            "video.fps": self.fps,
+            "video.channels": int(self.features[key]["shape"][2]),
+            "has_audio": probe.has_audio,
+        }
 
     def abort(self) -> None:
         """Stops writing and removes the temporary folder; `root` is left untouched."""

@@ -8,16 +8,28 @@ result = evaluate(policy, env, n_episodes=50, n_videos=4, videos_dir="outputs/vi
 result.aggregated["pc_success"], result.save("outputs/eval_info.json")
 """
 
-from hfpolicy.eval.cli import EvalConfig, EvalPipelineConfig, PolicyLoadConfig, main, run_eval
-from hfpolicy.eval.evaluation import (
-    DEFAULT_START_SEED,
-    EvalResult,
-    evaluate,
-    summarize_episodes,
-    wilson_interval,
-)
-from hfpolicy.eval.rollouts import EpisodeRecord, InvalidActionError, policy_device, rollout
-from hfpolicy.eval.videos import VideoRecorder
+import importlib
+
+# name -> the module that defines it; imported on first use, so that reading the configs (hfpolicy.eval.config, as
+# `hfpolicy train --help` does) does not import torch.
+_EXPORTS = {
+    "EvalConfig": "config",
+    "TrainEvalConfig": "config",
+    "EvalPipelineConfig": "cli",
+    "PolicyLoadConfig": "cli",
+    "main": "cli",
+    "run_eval": "cli",
+    "DEFAULT_START_SEED": "evaluation",
+    "EvalResult": "evaluation",
+    "evaluate": "evaluation",
+    "summarize_episodes": "evaluation",
+    "wilson_interval": "evaluation",
+    "EpisodeRecord": "rollouts",
+    "InvalidActionError": "rollouts",
+    "policy_device": "rollouts",
+    "rollout": "rollouts",
+    "VideoRecorder": "videos",
+}
 
 __all__ = [
     "DEFAULT_START_SEED",
@@ -27,6 +39,7 @@ __all__ = [
     "EvalResult",
     "InvalidActionError",
     "PolicyLoadConfig",
+    "TrainEvalConfig",
     "VideoRecorder",
     "evaluate",
     "main",
@@ -36,3 +49,9 @@ __all__ = [
     "summarize_episodes",
     "wilson_interval",
 ]
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

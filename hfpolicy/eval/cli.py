@@ -23,12 +23,14 @@ from typing import Any
 
 import torch
 
-from hfpolicy.cli.flags import cli_message
+from hfpolicy.cli.flags import error_in_flags
 from hfpolicy.constants import EVAL_INFO_FILE
 from hfpolicy.envs import EnvConfig, PushTEnvConfig
-from hfpolicy.eval.evaluation import DEFAULT_START_SEED, EvalResult, evaluate
+from hfpolicy.eval.config import EvalConfig
+from hfpolicy.eval.evaluation import EvalResult, evaluate
 from hfpolicy.eval.rollouts import EpisodeRecord
 from hfpolicy.eval.videos import VideoWriteError
+from hfpolicy.io.atomic import is_temporary
 from hfpolicy.io.run_lock import RunLock
 from hfpolicy.io.termination import stop_on_sigterm
 from hfpolicy.policies.base import Policy, PolicyLoadError
@@ -45,17 +47,6 @@ class PolicyLoadConfig:
 
 
 @dataclass
-class EvalConfig:
-    """How many episodes, how they are batched, and how many are filmed."""
-
-    n_episodes: int = 50  # episodes to run; episode i is seeded start_seed + i
-    batch_size: int = 50  # envs stepped in lockstep (one batched policy call per step); capped at n_episodes
-    parallel: bool = False  # one process per env (AsyncVectorEnv) instead of stepping them in this process
-    n_videos: int = 4  # the first n episodes are saved as mp4 videos
-    start_seed: int = DEFAULT_START_SEED  # seed of episode 0
-
-
-@dataclass
 class EvalPipelineConfig:
     """`hfpolicy eval` flags: --policy.*, --env.*, --eval.*, --output_dir."""
 
@@ -66,8 +57,9 @@ class EvalPipelineConfig:
     overwrite: bool = False  # replace the evaluation already in output_dir (eval_info.json, episodes.jsonl, videos)
     progress: bool = True  # show a progress bar
     num_threads: int | None = None  # torch threads for the policy; default: the CPU cores available to this process
-    dataset_dir: Path | None = None  # also write the episodes as a LeRobot v3.0 dataset here (what the policy read,
-    # the actions it took, rewards, success), an episode at a time; the folder must not exist
+    dataset_dir: Path | None = None
+    """also write the episodes as a LeRobot v3.0 dataset here (what the policy read, the actions it took, rewards,
+    success), an episode at a time; the folder must not exist"""
 
 
 def run_eval(config: EvalPipelineConfig) -> EvalResult:
@@ -95,8 +87,9 @@ def claim_eval_folder(output_dir: Path, overwrite: bool) -> None:
     """Refuses a folder holding another evaluation's results unless `overwrite`, which removes them (all of them:
     no mix of two runs' summary, records and videos). Called with the folder held, so temporary files found in it
     are those of a dead evaluation and are removed."""
-    for stale in output_dir.glob(".*.tmp"):
-        stale.unlink(missing_ok=True)
+    for stale in output_dir.glob(".*"):
+        if stale.is_file() and is_temporary(stale.name):
+            stale.unlink(missing_ok=True)
     videos = output_dir / "videos"
     found = [name for name in (EVAL_INFO_FILE, EPISODES_FILE) if (output_dir / name).exists()]
     old_videos = sorted(videos.glob("eval_episode_*.mp4")) if videos.is_dir() else []
@@ -209,12 +202,9 @@ def load_policy_and_env_config(config: EvalPipelineConfig) -> tuple[Policy, EnvC
     """The policy on its device, and the env config with an obs type that gives the policy's inputs."""
     if not config.policy.path:
         raise ValueError("--policy.path is required: a local directory or a Hub repo id of a saved policy")
-    if config.eval.n_episodes < 1 or config.eval.batch_size < 1 or config.eval.n_videos < 0:
-        raise ValueError("--eval.n_episodes and --eval.batch_size must be >= 1 and --eval.n_videos >= 0")
-    if config.eval.start_seed < 0:
-        raise ValueError(
-            f"--eval.start_seed={config.eval.start_seed}: seeds are >= 0 (episode i is seeded start_seed + i)"
-        )
+    problems = config.eval.problems()
+    if problems:
+        raise ValueError("; ".join(problem.flags("eval.") for problem in problems))
     device = check_device(config.policy.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     overrides = {} if config.policy.n_action_steps is None else {"n_action_steps": config.policy.n_action_steps}
     try:
@@ -224,7 +214,7 @@ def load_policy_and_env_config(config: EvalPipelineConfig) -> tuple[Policy, EnvC
     except PolicyLoadError as e:
         if overrides and isinstance(e.__cause__, ValueError) and "n_action_steps" in str(e.__cause__):
             # the flag, not the saved config.json, holds the value that does not fit
-            problem = cli_message(str(e.__cause__), PolicyLoadConfig, "policy.")
+            problem = error_in_flags(e.__cause__, PolicyLoadConfig, "policy.")
             raise ValueError(f"{problem} (the policy in {config.policy.path})") from e
         raise
     env_config = config.env.for_policy(policy.config.input_features, policy.config.output_features)

@@ -22,7 +22,7 @@ from hfpolicy.eval.videos import episode_index_of
 from hfpolicy.io.atomic import write_json_atomically
 
 if TYPE_CHECKING:
-    from hfpolicy.training.config import TrainEvalConfig
+    from hfpolicy.eval.config import TrainEvalConfig
 
 
 def evaluate_on_all_processes(

@@ -1,6 +1,7 @@
 """Evaluate a policy over many seeded episodes, in batches of lockstep envs, with metrics and videos."""
 
 import contextlib
+import functools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -75,6 +76,49 @@ def evaluate(
     `on_episode_end(record)` is called as each episode ends (e.g. to save records as they come). `step_hook` sees
     every batch's reset and steps (hfpolicy.eval.episode_data.EpisodeCollector writes the episodes as a dataset).
     """
+    indices, max_steps, fps = _episode_plan(env, n_episodes, episode_indices, max_steps, n_videos, videos_dir, fps)
+    records: list[EpisodeRecord] = []
+    recorder = VideoRecorder(fps) if any(i < n_videos for i in indices) else None
+    bar = _SuccessBar(len(indices), progress, on_episode_end)
+    video_of_episode: dict[int, Path] = {}
+    was_training = policy.training
+    policy.eval()
+    start = time.perf_counter()
+    try:
+        with recorder if recorder is not None else contextlib.nullcontext():
+            for first in range(0, len(indices), env.num_envs):
+                batch = indices[first : first + env.num_envs]
+                videos = {s: episode_video_path(videos_dir, i) for s, i in enumerate(batch) if i < n_videos}
+                video_of_episode.update({batch[s]: path for s, path in videos.items()})
+                records += rollout(
+                    policy,
+                    env,
+                    seeds=[start_seed + i for i in batch],
+                    max_steps=max_steps,
+                    episode_indices=batch,
+                    render_slots=sorted(videos),
+                    on_frame=lambda slot, frame, videos=videos: recorder.add_frame(videos[slot], frame),
+                    on_episode_end=functools.partial(bar.episode_ended, recorder, videos),
+                    step_hook=step_hook,
+                )
+        eval_s = time.perf_counter() - start  # includes waiting for the last videos to be encoded
+    finally:
+        bar.close()
+        policy.train(was_training)
+    video_paths = [video_of_episode[i] for i in sorted(video_of_episode)]
+    return EvalResult(sorted(records, key=lambda e: e.index), eval_s, video_paths)
+
+
+def _episode_plan(
+    env: VectorEnv,
+    n_episodes: int | None,
+    episode_indices: Sequence[int] | None,
+    max_steps: int | None,
+    n_videos: int,
+    videos_dir: str | Path | None,
+    fps: float | None,
+) -> tuple[list[int], int, float]:
+    """`evaluate`'s arguments checked: (the episode indices, the step limit, the video frame rate)."""
     if (n_episodes is None) == (episode_indices is None):
         raise ValueError("pass either n_episodes or episode_indices")
     indices = list(range(n_episodes)) if episode_indices is None else [int(i) for i in episode_indices]
@@ -90,52 +134,31 @@ def evaluate(
             raise ValueError("the env has no time limit (spec.max_episode_steps): pass max_steps")
     if fps is None:
         fps = env.metadata.get("render_fps") or 10
-    batch_size = env.num_envs
+    return indices, max_steps, fps
 
-    records: list[EpisodeRecord] = []
-    recorder = VideoRecorder(fps) if any(i < n_videos for i in indices) else None
-    bar = tqdm(total=len(indices), desc="eval", unit="episode", disable=not progress, dynamic_ncols=True)
-    video_of_episode: dict[int, Path] = {}
-    n_ended = n_successes = 0
-    was_training = policy.training
-    policy.eval()
-    start = time.perf_counter()
-    try:
-        with recorder if recorder is not None else contextlib.nullcontext():
-            for first in range(0, len(indices), batch_size):
-                batch = indices[first : first + batch_size]
-                videos = {s: episode_video_path(videos_dir, i) for s, i in enumerate(batch) if i < n_videos}
-                video_of_episode.update({batch[s]: path for s, path in videos.items()})
 
-                def episode_ended(slot: int, record: EpisodeRecord, videos=videos) -> None:
-                    nonlocal n_ended, n_successes
-                    raise_if_terminated()
-                    if slot in videos:
-                        recorder.finish(videos[slot])
-                    n_ended += 1
-                    n_successes += record.success
-                    if on_episode_end is not None:
-                        on_episode_end(record)
-                    bar.set_postfix_str(f"success {100 * n_successes / n_ended:.1f}%", refresh=False)
-                    bar.update(1)
+class _SuccessBar:
+    """The evaluation's progress bar (episodes ended, success so far); hands each record to `on_episode_end`."""
 
-                records += rollout(
-                    policy,
-                    env,
-                    seeds=[start_seed + i for i in batch],
-                    max_steps=max_steps,
-                    episode_indices=batch,
-                    render_slots=sorted(videos),
-                    on_frame=lambda slot, frame, videos=videos: recorder.add_frame(videos[slot], frame),
-                    on_episode_end=episode_ended,
-                    step_hook=step_hook,
-                )
-        eval_s = time.perf_counter() - start  # includes waiting for the last videos to be encoded
-    finally:
-        bar.close()
-        policy.train(was_training)
-    video_paths = [video_of_episode[i] for i in sorted(video_of_episode)]
-    return EvalResult(sorted(records, key=lambda e: e.index), eval_s, video_paths)
+    def __init__(self, total: int, progress: bool, on_episode_end: Callable[[EpisodeRecord], None] | None):
+        self.bar = tqdm(total=total, desc="eval", unit="episode", disable=not progress, dynamic_ncols=True)
+        self.on_episode_end = on_episode_end
+        self.n_ended = self.n_successes = 0
+
+    def episode_ended(self, recorder: VideoRecorder | None, videos: dict[int, Path], slot: int, record: EpisodeRecord):
+        """Episode `record` ended in env `slot`: its video (if filmed, in `videos`) is finished, the bar moves on."""
+        raise_if_terminated()
+        if slot in videos:
+            recorder.finish(videos[slot])
+        self.n_ended += 1
+        self.n_successes += record.success
+        if self.on_episode_end is not None:
+            self.on_episode_end(record)
+        self.bar.set_postfix_str(f"success {100 * self.n_successes / self.n_ended:.1f}%", refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def summarize_episodes(episodes: Sequence[EpisodeRecord], eval_s: float) -> dict[str, Any]:

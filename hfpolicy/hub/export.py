@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hfpolicy.io.staging import Staging
+from hfpolicy.io.atomic import Staging
 from hfpolicy.io.termination import stop_on_sigterm
 from hfpolicy.policies.base import Policy
 from hfpolicy.policies.card import make_model_card

@@ -1,35 +1,75 @@
-"""Files written atomically: to a temporary name beside the target, then renamed over it, so a reader (or a crash
-half-way) never sees a half-written file. A failed write removes its temporary file.
+"""Writes that appear whole or not at all, one scheme for files and one for folders:
+
+    with replacing(path) as tmp: ...write tmp...   # a file: written as .<name>.<pid>.tmp beside it, renamed over it
+    staging = Staging.create(destination, "writing")   # a folder: built in .<name>.writing-<pid>-<random>/, locked
+    ... write into staging.path ...; staging.publish(destination)   # renamed into place (or staging.discard())
+
+A reader (or a crash half-way) never sees a half-written file or folder. A failed file write removes its temporary
+file; a staging folder is held with the run lock (`hfpolicy.io.run_lock.RunLock`) while its writer lives, so the next
+writer of the same destination removes the staging of dead processes (SIGKILL, a power cut), never that of a live one.
 
 Safetensors files go through `save_safetensors_atomically`, which also makes them honour the umask like every other
 file (safetensors' own writer creates them 0600, unreadable to the other users or containers sharing a run) and turns
 safetensors' I/O errors into OSError with their errno (ENOSPC: a full disk), so callers handle one kind of error.
 """
 
+import contextlib
+import glob
 import json
 import os
 import re
+import shutil
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hfpolicy.io.run_lock import RunLock
+
+
+TEMPORARY_SUFFIX = ".tmp"
+
+
+def temporary_path(path: str | Path, suffix: str = "") -> Path:
+    """Where a file for `path` is written before its rename: `.<name>.<pid>.tmp<suffix>` beside it (`suffix` for
+    writers that go by the file's extension, e.g. ".mp4")."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{os.getpid()}{TEMPORARY_SUFFIX}{suffix}")
+
+
+def is_temporary(name: str) -> bool:
+    """Whether a file name is one of `temporary_path`'s (a write under way, or left by a dead process)."""
+    return name.startswith(".") and TEMPORARY_SUFFIX in Path(name).suffixes
+
+
+@contextlib.contextmanager
+def replacing(path: str | Path, suffix: str = "") -> Iterator[Path]:
+    """Yields the temporary path to write (a file or a symlink); on leaving, renames it over `path`. On an error (a
+    full disk, an unwritable folder, an interrupt) the temporary file is removed and the error raised."""
+    path = Path(path)
+    tmp = temporary_path(path, suffix)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # its folder may be gone (the error being cleaned up after)
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_atomically(path: str | Path, data: bytes | str) -> Path:
     """Writes `data` (bytes, or text as UTF-8) to `path` through a temporary file and a rename; returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with replacing(path) as tmp:
         tmp.write_bytes(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:  # a full disk, an unwritable folder, an interrupt: no temporary file is left behind
-        tmp.unlink(missing_ok=True)
-        raise
     return path
 
 
-def write_json_atomically(path: str | Path, data: Any, indent: int = 2) -> Path:
+def write_json_atomically(path: str | Path, data: Any, indent: int | None = 2, allow_nan: bool = True) -> Path:
     """JSON (UTF-8, a final newline) written with `write_atomically`."""
-    return write_atomically(path, json.dumps(data, indent=indent, ensure_ascii=False) + "\n")
+    return write_atomically(path, json.dumps(data, indent=indent, ensure_ascii=False, allow_nan=allow_nan) + "\n")
 
 
 def save_safetensors_atomically(tensors: dict, path: str | Path, metadata: dict[str, str] | None = None) -> Path:
@@ -39,8 +79,7 @@ def save_safetensors_atomically(tensors: dict, path: str | Path, metadata: dict[
     from safetensors import SafetensorError
 
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with replacing(path) as tmp:
         try:
             safetensors.torch.save_file(tensors, str(tmp), metadata=metadata)
         except SafetensorError as e:
@@ -49,10 +88,6 @@ def save_safetensors_atomically(tensors: dict, path: str | Path, metadata: dict[
                 raise
             raise os_error from e
         os.chmod(tmp, 0o666 & ~current_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return path
 
 
@@ -76,3 +111,69 @@ def current_umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+# --- staged folders -----------------------------------------------------------------------------------------------
+def staging_path(destination: str | Path, tag: str) -> Path:
+    """A new hidden folder name beside `destination`: `.<name>.<tag>-<pid>-<random>` (a staging folder, or the old
+    folder a replacement moves aside)."""
+    destination = Path(destination)
+    return destination.parent / f".{destination.name}.{tag}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def staging_pattern(destination: Path, tag: str) -> str:
+    """The glob of `staging_path`'s names for `destination` and `tag`."""
+    return f".{glob.escape(destination.name)}.{tag}-*"
+
+
+def remove_stale_staging(destination: str | Path, tag: str) -> list[Path]:
+    """Removes the `tag` staging folders beside `destination` whose writer is gone (their lock is free); returns
+    them. Staging of a live writer is left alone."""
+    from hfpolicy.io import run_lock  # imported here: run_lock writes its holder file with this module
+
+    destination = Path(destination)
+    removed = []
+    for path in destination.parent.glob(staging_pattern(destination, tag)):
+        if not path.is_dir() or path.is_symlink():
+            continue
+        try:
+            lock = run_lock.RunLock(path).acquire()
+        except (run_lock.RunLockedError, OSError):  # a live writer's, or one we cannot even open: not ours to remove
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        lock.release()
+        removed.append(path)
+    return removed
+
+
+class Staging:
+    """A locked staging folder beside a destination; `publish` renames it into place, `discard` removes it."""
+
+    def __init__(self, path: Path, lock: "RunLock"):
+        self.path, self._lock = path, lock
+
+    @classmethod
+    def create(cls, destination: str | Path, tag: str) -> "Staging":
+        destination = Path(destination)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_staging(destination, tag)
+        path = staging_path(destination, tag)
+        from hfpolicy.io.run_lock import RunLock
+
+        return cls(path, RunLock(path).acquire())
+
+    def publish(self, destination: str | Path) -> Path:
+        """Renames the staging folder to `destination` (which must not exist, or be an empty folder): OSError if
+        something else appeared there meanwhile. The lock file does not travel with it."""
+        from hfpolicy.io.run_lock import LOCK_FILES
+
+        destination = Path(destination)
+        os.rename(self.path, destination)
+        for name in LOCK_FILES:  # safe while held: lockers never block, so none waits on it
+            (destination / name).unlink(missing_ok=True)
+        self._lock.release()
+        return destination
+
+    def discard(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+        self._lock.release()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from hfpolicy.io.atomic import write_atomically
+from hfpolicy.io.atomic import is_temporary, write_atomically
 
 LOCK_FILE = ".hfpolicy.lock"
 HOLDER_FILE = ".hfpolicy.lock.holder"
@@ -27,7 +27,7 @@ LOCK_FILES = (LOCK_FILE, HOLDER_FILE)  # what holding a folder leaves in it (the
 def is_lock_file(name: str) -> bool:
     """Whether a file name in a folder belongs to the run lock (the lock, its holder record, or that record's
     temporary file while it is written)."""
-    return name in LOCK_FILES or (name.startswith(f"{HOLDER_FILE}.") and name.endswith(".tmp"))
+    return name in LOCK_FILES or (name.startswith(f"{HOLDER_FILE}.") and is_temporary(name))
 
 
 class RunLockedError(RuntimeError):

@@ -8,7 +8,6 @@ else is refused when saving, so nothing is ever written that only pickle could r
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import numpy as np
 import safetensors.torch
 import torch
 
-from hfpolicy.io.atomic import save_safetensors_atomically
+from hfpolicy.io.atomic import save_safetensors_atomically, write_json_atomically
 
 _TENSOR, _ARRAY, _TUPLE, _DICT, _FLOAT = "__tensor__", "__ndarray__", "__tuple__", "__dict__", "__float__"
 
@@ -27,9 +26,7 @@ def save_tree(obj: Any, folder: str | Path, name: str) -> None:
     tensors: dict[str, torch.Tensor] = {}
     structure = _encode(obj, tensors, name)
     save_safetensors_atomically(tensors, folder / f"{name}.safetensors")
-    tmp = folder / f".{name}.json.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(structure, allow_nan=False))
-    os.replace(tmp, folder / f"{name}.json")
+    write_json_atomically(folder / f"{name}.json", structure, indent=None, allow_nan=False)
 
 
 def load_tree(folder: str | Path, name: str, device: str | torch.device = "cpu") -> Any:

@@ -1,4 +1,5 @@
-"""MP4 video files with PyAV: encoding (eval videos, dataset videos) and decoding (dataset frames, tests).
+"""MP4 video files with PyAV: encoding (eval videos, dataset videos), and the one decoder (`decode_frames`: dataset
+frames, the viewer, tests) with its probe.
 
 One pixel format everywhere: H.264 (libx264) in yuv420p with the moov atom up front (`+faststart`), which every browser
 plays and the Hub previews. yuv420p needs even width and height.
@@ -6,12 +7,15 @@ plays and the Hub previews. yuv420p needs even width and height.
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
 import av
 import numpy as np
+
+from hfpolicy.io.atomic import temporary_path
 
 EPISODE_VIDEO_PREFIX = "eval_episode_"  # evaluation films episode i as eval_episode_<i>.mp4
 VIDEO_CODEC = "libx264"  # the encoder; files are read back by FFmpeg's native "h264" decoder
@@ -43,7 +47,7 @@ class Mp4Writer:
         self.gop = gop
         self.preset = preset  # x264 speed/size trade-off: "fast" is ~2x faster than "medium" at small sizes
         self.n_frames = 0
-        self._tmp_path = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp.mp4")
+        self._tmp_path = temporary_path(self.path, ".mp4")  # PyAV picks the container by the extension
         self._container = None
         self._stream = None
 
@@ -126,30 +130,84 @@ def encode_video(frames: Iterable[np.ndarray], path: str | Path, fps: float, crf
     return Path(path)
 
 
+THREADED_DECODE_MIN_PIXELS = 320 * 240  # decode with frame threads from this frame size up
+
+
+class NoVideoStreamError(ValueError):
+    """The file opens, but holds no video stream."""
+
+
+def decode_frames(path: str | Path, start_s: float = 0.0, end_s: float | None = None) -> Iterator[tuple]:
+    """The one PyAV decoder: yields (time in s, av.VideoFrame) for the frames from the keyframe before `start_s` up
+    to the first past `end_s` (that one included, so a caller can tell the range ended), in order; frames without
+    a time are skipped. Only that segment is decoded (a seek). Frame threads are used for large frames only (they
+    cost more than they save on small ones). Raises NoVideoStreamError, or av's FFmpegError for a file that is no
+    decodable video."""
+    with av.open(str(path)) as container:
+        if not container.streams.video:
+            raise NoVideoStreamError(f"{path} holds no video stream")
+        stream = container.streams.video[0]
+        if stream.codec_context.width * stream.codec_context.height >= THREADED_DECODE_MIN_PIXELS:
+            stream.thread_type = "AUTO"
+        time_base = Fraction(stream.time_base)
+        if start_s > 0:
+            target = int(Fraction(start_s).limit_denominator(10**9) / time_base)
+            container.seek(target, stream=stream, backward=True, any_frame=False)
+        for frame in container.decode(stream):
+            if frame.pts is None:
+                continue
+            t = float(frame.pts * time_base)
+            yield t, frame
+            if end_s is not None and t > end_s:
+                return
+
+
 def read_video_frames(path: str | Path, start_s: float = 0.0, end_s: float | None = None) -> np.ndarray:
     """Decodes the frames whose timestamps lie in [start_s, end_s) (all frames by default) as (N, H, W, 3) uint8 RGB.
 
     Seeks to the keyframe before `start_s`, so reading one episode out of a long file does not decode the whole file.
     Timestamps are compared with a tolerance of a quarter frame.
     """
+    tolerance = 0.25 / probe_video(path).fps
     frames = []
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        stream.thread_type = "AUTO"
-        fps = float(stream.average_rate or stream.guessed_rate)
-        tolerance = 0.25 / fps
-        if start_s > 0:
-            container.seek(int(start_s / stream.time_base), stream=stream, backward=True, any_frame=False)
-        for frame in container.decode(stream):
-            t = float(frame.pts * stream.time_base)
-            if t < start_s - tolerance:
-                continue
-            if end_s is not None and t >= end_s - tolerance:
-                break
-            frames.append(frame.to_ndarray(format="rgb24"))
+    for t, frame in decode_frames(path, max(start_s - tolerance, 0.0), None if end_s is None else end_s - tolerance):
+        if t < start_s - tolerance:
+            continue
+        if end_s is not None and t >= end_s - tolerance:
+            break
+        frames.append(frame.to_ndarray(format="rgb24"))
     if not frames:
         return np.zeros((0, 0, 0, 3), dtype=np.uint8)
     return np.stack(frames)
+
+
+@dataclass(frozen=True)
+class VideoProbe:
+    """What a video file's first video stream says about itself."""
+
+    fps: float
+    width: int
+    height: int
+    codec: str
+    pix_fmt: str | None
+    has_audio: bool
+
+
+def probe_video(path: str | Path) -> VideoProbe:
+    """The frame rate, size, codec and pixel format of the file's video stream (and whether it has audio)."""
+    with av.open(str(path)) as container:
+        if not container.streams.video:
+            raise NoVideoStreamError(f"{path} holds no video stream")
+        stream = container.streams.video[0]
+        context = stream.codec_context
+        return VideoProbe(
+            fps=float(stream.average_rate or stream.guessed_rate),
+            width=context.width,
+            height=context.height,
+            codec=context.name,
+            pix_fmt=context.pix_fmt,
+            has_audio=len(container.streams.audio) > 0,
+        )
 
 
 def episode_video_path(videos_dir: str | Path, index: int) -> Path:

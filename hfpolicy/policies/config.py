@@ -38,9 +38,8 @@ class PolicyConfig(draccus.ChoiceRegistry):
     use_ema: bool = False  # keep an exponential moving average of the weights; evaluate and save with it
     ema_power: float = 0.75  # EMA warmup power: decay = 1 - (1 + step) ** -power
     ema_max_decay: float = 0.9999  # EMA decay never exceeds this
-    converted_from: str | None = (
-        None  # where the weights came from when converted (e.g. a LeRobot checkpoint); on the card
-    )
+    converted_from: str | None = None
+    """where the weights came from when converted (e.g. a LeRobot checkpoint); on the card"""
 
     # Fields a saved policy's config.json may change after training: they steer acting or training, not what the
     # weights mean (every other field must match the config recorded in model.safetensors; see Policy.from_pretrained).

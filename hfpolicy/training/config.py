@@ -18,8 +18,9 @@ from typing import Any
 import draccus
 
 from hfpolicy.cli.flags import parse_flags
-from hfpolicy.constants import DEFAULT_EVAL_START_SEED, TRAIN_CONFIG_FILE
+from hfpolicy.constants import TRAIN_CONFIG_FILE
 from hfpolicy.envs.configs import EnvConfig, PushTEnvConfig
+from hfpolicy.eval.config import TrainEvalConfig
 from hfpolicy.policies.config import PolicyConfig
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
 
@@ -41,19 +42,6 @@ class DatasetConfig:
     revision: str | None = None  # Hub branch, tag or commit of the dataset
     episodes: list[int] | None = None  # train on these episodes only (default: all)
     input_features: list[str] | None = None  # features the policy reads (default: every image and observation.* vector)
-
-
-@dataclass
-class TrainEvalConfig:
-    """Periodic evaluation in simulation during training (episodes split across processes)."""
-
-    freq: int = 20_000  # steps between evaluations (and one at the end); 0 disables evaluation
-    n_episodes: int = 50  # episodes per evaluation, over all processes
-    final_n_episodes: int | None = None  # episodes of the evaluation after the last step (None: n_episodes)
-    batch_size: int = 50  # envs stepped in lockstep by each process
-    parallel: bool = False  # one process per env (AsyncVectorEnv) instead of stepping them in the training process
-    n_videos: int = 4  # the first n episodes are filmed (kept with the eval results and pushed to the Hub)
-    start_seed: int = DEFAULT_EVAL_START_SEED  # episode i is seeded start_seed + i
 
 
 ONLINE_LABELS = ("expert", "recovery", "policy")
@@ -130,10 +118,7 @@ def validate_train_config(cfg: TrainConfig) -> None:
     for name in ("save_freq", "num_workers", "keep_last_checkpoints"):
         if getattr(cfg, name) < 0:
             problems.append(f"--{name} must be >= 0, got {getattr(cfg, name)}")
-    if cfg.eval.freq < 0 or cfg.eval.n_episodes < 1 or cfg.eval.batch_size < 1 or cfg.eval.n_videos < 0:
-        problems.append("--eval.freq and --eval.n_videos must be >= 0, --eval.n_episodes and --eval.batch_size >= 1")
-    if cfg.eval.final_n_episodes is not None and cfg.eval.final_n_episodes < 1:
-        problems.append(f"--eval.final_n_episodes must be >= 1 (or null), got {cfg.eval.final_n_episodes}")
+    problems += [problem.flags("eval.") for problem in cfg.eval.problems()]
     if cfg.dataset.scripted_episodes < 0:
         problems.append(f"--dataset.scripted_episodes must be >= 0, got {cfg.dataset.scripted_episodes}")
     problems += online_config_problems(cfg)

@@ -267,9 +267,9 @@ def reset_argument(state: np.ndarray) -> np.ndarray:
     """gym-pusht's reset_to_state argument for a pose read from the env (it sets the angle after the position)."""
     global _GEOMETRY
     if _GEOMETRY is None:
-        from hfpolicy.datasets.pusht_zarr import PushTGeometry
+        from hfpolicy.envs.pusht_scorer import PushTScorer
 
-        _GEOMETRY = PushTGeometry()
+        _GEOMETRY = PushTScorer()
     return _GEOMETRY.reset_state(state)
 
 

@@ -10,11 +10,11 @@
     eval/step_<n>/                 eval_info.json and videos of the evaluation after step n
 """
 
-import os
 import shutil
 from pathlib import Path
 
 from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, TRAIN_CONFIG_FILE, TRAINING_CURVE_FILE
+from hfpolicy.io.atomic import replacing
 from hfpolicy.io.run_lock import RunLock
 from hfpolicy.training.config import TrainConfigError
 from hfpolicy.training.metrics_log import truncate_metrics
@@ -93,10 +93,9 @@ class RunFolder:
 
     def point_last_link(self, checkpoint: Path) -> None:
         """Repoints checkpoints/last at `checkpoint` atomically (a new link renamed over the old one)."""
-        tmp_link = self.checkpoints_dir / f".{LAST_LINK}.tmp"
-        tmp_link.unlink(missing_ok=True)
-        tmp_link.symlink_to(checkpoint.name)
-        os.replace(tmp_link, self.checkpoints_dir / LAST_LINK)
+        with replacing(self.checkpoints_dir / LAST_LINK) as tmp_link:
+            tmp_link.unlink(missing_ok=True)  # a dead process's with this pid
+            tmp_link.symlink_to(checkpoint.name)
 
     def drop_old_checkpoints(self, keep_last: int) -> None:
         """Deletes all but the last `keep_last` checkpoints (0 keeps all)."""

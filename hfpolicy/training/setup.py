@@ -15,7 +15,7 @@ from accelerate import Accelerator
 from accelerate.utils import ProjectConfiguration, set_seed
 from diffusers.optimization import get_scheduler
 
-from hfpolicy.cli.flags import cli_message
+from hfpolicy.cli.flags import error_in_flags
 from hfpolicy.datasets import (
     DatasetMeta,
     EpisodeAwareSampler,
@@ -160,7 +160,7 @@ def configure_policy_features(
         )
         configured.validate_features()
     except ValueError as e:
-        problem = cli_message(str(e), type(policy_cfg), "policy.")
+        problem = error_in_flags(e, type(policy_cfg), "policy.")
         raise TrainConfigError(f"the {policy_cfg.type} policy cannot be built from this dataset: {problem}") from e
     return configured
 

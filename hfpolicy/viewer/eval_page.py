@@ -12,13 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import av
-
 from hfpolicy.constants import EVAL_INFO_FILE
 from hfpolicy.eval.cli import EPISODES_FILE
 from hfpolicy.eval.evaluation import summarize_episodes
 from hfpolicy.eval.rollouts import EpisodeRecord
-from hfpolicy.io.video import episode_index_of
+from hfpolicy.io.video import episode_index_of, probe_video
 from hfpolicy.viewer.page import rounded, rounded_list
 
 VIDEOS_DIR = "videos"
@@ -63,9 +61,7 @@ def find_eval_videos(eval_dir: Path, info: dict[str, Any]) -> dict[int, Path]:
 
 
 def video_fps(path: Path) -> float:
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        return float(stream.average_rate or stream.guessed_rate)
+    return probe_video(path).fps
 
 
 def failures_first(episodes: list[dict[str, Any]]) -> list[int]:

@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from hfpolicy.datasets.pusht_zarr import PushTGeometry
+from hfpolicy.envs.pusht_scorer import PushTScorer
 from hfpolicy.envs.pusht_tee import TeeGeometry
 from hfpolicy.policies.scripted import PushTExpert
 
@@ -36,7 +36,7 @@ def test_keypoints_and_coverage_are_the_envs_own(env):
 
 
 def test_the_converter_and_the_expert_share_one_t(env):
-    converter = PushTGeometry()
+    converter = PushTScorer()
     expert = PushTExpert()
     expert.reset(env)
     assert isinstance(converter.tee, TeeGeometry) and isinstance(expert.tee, TeeGeometry)

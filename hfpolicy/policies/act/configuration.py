@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
+from hfpolicy.field_errors import ConfigFieldError
 from hfpolicy.policies.config import NormMode, PolicyConfig
 
 VISION_BACKBONES = ("resnet18", "resnet34", "resnet50")
@@ -78,43 +79,43 @@ class ACTConfig(PolicyConfig):
         self.validate_settings()
 
     def validate_settings(self) -> None:
-        """Checks the fields that do not depend on the features; raises ValueError naming the field and the fix."""
+        """Checks the fields that do not depend on the features; raises ConfigFieldError naming the field and the fix."""
         if self.n_obs_steps != 1:
-            raise ValueError(
-                f"ACT conditions on the current observation only: n_obs_steps={self.n_obs_steps} must be 1"
-            )
+            raise ConfigFieldError(self, "ACT conditions on the current observation only: {n_obs_steps} must be 1")
         if self.chunk_size < 1:
-            raise ValueError(f"chunk_size={self.chunk_size} must be >= 1")
+            raise ConfigFieldError(self, "{chunk_size} must be >= 1")
         if not 1 <= self.n_action_steps <= self.chunk_size:
-            raise ValueError(
-                f"n_action_steps={self.n_action_steps} must be between 1 and chunk_size={self.chunk_size}: "
-                "the policy executes at most the actions of one predicted chunk"
+            raise ConfigFieldError(
+                self,
+                "{n_action_steps} must be between 1 and {chunk_size}: "
+                "the policy executes at most the actions of one predicted chunk",
             )
         if self.temporal_ensemble_coeff is not None and self.n_action_steps != 1:
-            raise ValueError(
-                f"temporal ensembling (temporal_ensemble_coeff={self.temporal_ensemble_coeff}) predicts a chunk at every "
-                f"step and executes one action of the ensemble: set n_action_steps=1 (got {self.n_action_steps})"
+            raise ConfigFieldError(
+                self,
+                "temporal ensembling ({temporal_ensemble_coeff}) predicts a chunk at every step and executes one "
+                "action of the ensemble: set {n_action_steps=1} (got {got})",
+                got=self.n_action_steps,
             )
         if self.vision_backbone not in VISION_BACKBONES:
-            raise ValueError(
-                f"vision_backbone={self.vision_backbone!r} is not supported; use one of {VISION_BACKBONES}"
+            raise ConfigFieldError(
+                self, "{vision_backbone} is not supported; use one of {known}", known=VISION_BACKBONES
             )
         if self.feedforward_activation not in FEEDFORWARD_ACTIVATIONS:
-            raise ValueError(
-                f"feedforward_activation={self.feedforward_activation!r} is not supported; "
-                f"use one of {FEEDFORWARD_ACTIVATIONS}"
+            raise ConfigFieldError(
+                self, "{feedforward_activation} is not supported; use one of {known}", known=FEEDFORWARD_ACTIVATIONS
             )
         if self.dim_model < 2 or self.dim_model % 2:
-            raise ValueError(f"dim_model={self.dim_model} must be even (2D positions use half of it per axis)")
+            raise ConfigFieldError(self, "{dim_model} must be even (2D positions use half of it per axis)")
         if self.n_heads < 1 or self.dim_model % self.n_heads:
-            raise ValueError(f"n_heads={self.n_heads} must divide dim_model={self.dim_model}")
+            raise ConfigFieldError(self, "{n_heads} must divide {dim_model}")
         for name in ("dim_feedforward", "n_encoder_layers", "n_decoder_layers", "latent_dim"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+                raise ConfigFieldError(self, f"{{{name}}} must be >= 1")
         if self.use_vae and self.n_vae_encoder_layers < 1:
-            raise ValueError(f"n_vae_encoder_layers={self.n_vae_encoder_layers} must be >= 1 with use_vae=True")
+            raise ConfigFieldError(self, "{n_vae_encoder_layers} must be >= 1 with {use_vae}")
         if not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
+            raise ConfigFieldError(self, "{dropout} must be in [0, 1)")
 
     def validate_features(self) -> None:
         super().validate_features()

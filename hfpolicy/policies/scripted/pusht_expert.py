@@ -394,16 +394,56 @@ class PushTExpert:
     def _plan_push(self) -> tuple[list[np.ndarray], int, list[np.ndarray]]:
         """Plan the next push: its per-step targets, the index of the first target of the push itself (the
         targets before it walk to the run-up), and the block pose predicted after each target."""
-        cfg, env, tee, cands, sim = self.config, self._env, self.tee, self.cands, self.sim
+        env = self._env
         pose = np.array([env.block.position[0], env.block.position[1], env.block.angle], dtype=np.float64)
         agent_state = (np.array(env.agent.position), np.array(env.agent.velocity))
         block_motion = (np.array(env.block.velocity), float(env.block.angular_velocity))
-        speed = cfg.max_step_px
         stay = [self._last_target.copy()], 0, [pose.copy()]
 
         # The walk starts at the last target (block frame). After a push it sits against the block, inside the
         # walking margin: the walk then first steps straight away from the block, out of the margin.
         origin = to_local(self._last_target, pose)
+        escape, walk_len, how = self._walks_to_candidates(origin)
+        touch_l, dir_l, start_l, run_up, walk_len, how = self._candidates(origin, walk_len, how)
+        n_fixed = len(self.cands.touch)
+
+        # Feasible: reachable, with the run-up start inside the arena.
+        touch_w, start_w = to_world(touch_l, pose), to_world(start_l, pose)
+        dir_w = rotate(dir_l, float(pose[2]))
+        idx = np.flatnonzero(np.isfinite(walk_len) & np.all((start_w > 2.0) & (start_w < 510.0), axis=1))
+        if len(idx) == 0:
+            return stay
+        error_now = float(self.tee.pose_error(pose[None], self.goal, self.config.px_per_rad)[0])
+        to_go_now = float(self._to_go(pose[None])[0][0])
+        lead_in = walk_len[idx] + run_up[idx]  # the walk to each candidate's run-up and the run-up itself
+        exact_len, score = self._screen(pose, error_now, to_go_now, touch_w[idx], dir_w[idx], lead_in)
+
+        # Verification: replay the best few exactly, as they would be executed (more of them near the goal, where
+        # the coarse screening is least reliable).
+        context = (pose, agent_state, block_motion, origin, escape, to_go_now)
+        tried = []
+        for row, length in self._best_rows(score, exact_len, error_now):
+            c = idx[row]
+            walk = self._walk_path(origin, escape, start_l[c], how[c], pose) if c < n_fixed else origin[None]
+            if walk is not None:
+                tried.append(self._replay(context, walk, touch_l[c], dir_l[c], length))
+        if not tried:
+            return stay
+        # Near misses: a few pixels more or less push may pass the threshold.
+        near_misses = sorted((t for t in tried if not t["success"] and t["coverage"] > 0.9), key=lambda t: t["key"])
+        for miss in near_misses[: self.config.n_refine]:
+            for delta in self.config.refine_px:
+                if miss["length"] + delta > 0:
+                    tried.append(
+                        self._replay(context, miss["walk"], miss["touch"], miss["direction"], miss["length"] + delta)
+                    )
+        best = min(tried, key=lambda t: t["key"])
+        return best["targets"], best["push_start"], list(best["poses"])
+
+    def _walks_to_candidates(self, origin: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+        """(the step out of the walking margin, if the walk starts inside it; the walk length to each fixed
+        candidate's run-up start; how each walk goes, as self.walk.lengths says)."""
+        tee, cands = self.tee, self.cands
         escape = tee.escape(origin, self.clearance) if tee.distance(origin) < self.clearance - 1e-6 else None
         walk_from = origin if escape is None else escape
         direct_ok = tee.segments_clear(
@@ -413,13 +453,15 @@ class PushTExpert:
         walk_len, how = self.walk.lengths(
             self.walk.ends(walk_from[None], leaving=True), self._cand_ends, direct_len, direct_ok
         )
-        walk_len = walk_len + float(np.linalg.norm(walk_from - origin))
+        return escape, walk_len + float(np.linalg.norm(walk_from - origin)), how
 
-        # Candidates: the fixed layout, plus pushes that carry on from where the agent is if it touches the block.
+    def _candidates(self, origin: np.ndarray, walk_len: np.ndarray, how: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(touch, direction, start, run_up, walk_len, how) of the candidate pushes (block frame): the fixed layout,
+        plus pushes that carry on from where the agent is if it touches the block."""
+        cfg, cands = self.config, self.cands
         touch_l, dir_l, start_l, run_up = cands.touch, cands.direction, cands.start, cands.run_up
-        n_fixed = len(touch_l)
-        if tee.distance(origin) < self.radius + cfg.contact_px:
-            normal = tee.outward_normal(origin)
+        if self.tee.distance(origin) < self.radius + cfg.contact_px:
+            normal = self.tee.outward_normal(origin)
             angles = np.radians(np.linspace(-cfg.carry_on_deg, cfg.carry_on_deg, cfg.carry_on_count))
             more = np.stack([rotate(-normal, float(a)) for a in angles])
             same = np.repeat(origin[None], len(more), axis=0)
@@ -428,76 +470,62 @@ class PushTExpert:
             run_up = np.concatenate([run_up, np.zeros(len(more))])
             walk_len = np.concatenate([walk_len, np.zeros(len(more))])
             how = np.concatenate([how, np.zeros(len(more), dtype=int)])
+        return touch_l, dir_l, start_l, run_up, walk_len, how
 
-        # Feasible: reachable, with the run-up start inside the arena.
-        touch_w, start_w = to_world(touch_l, pose), to_world(start_l, pose)
-        dir_w = rotate(dir_l, float(pose[2]))
-        idx = np.flatnonzero(np.isfinite(walk_len) & np.all((start_w > 2.0) & (start_w < 510.0), axis=1))
-        if len(idx) == 0:
-            return stay
-
-        # Screening: push every feasible candidate at constant speed from just before the touch.
-        error_now = float(tee.pose_error(pose[None], self.goal, cfg.px_per_rad)[0])
+    def _screen(self, pose, error_now, to_go_now, touch_w, dir_w, lead_in) -> tuple[np.ndarray, np.ndarray]:
+        """Screening: push every feasible candidate (world frame) at constant speed from just before the touch.
+        (push length per candidate and screened length, score per step saved: lower is better, inf if infeasible)."""
+        cfg, sim = self.config, self.sim
+        speed = cfg.max_step_px
         max_push = min(cfg.max_push_px, 2.0 * error_now + 40.0)
-        step_px = speed * cfg.screen_dt / (self.sim.dt * self.sim.substeps)  # agent travel per screening substep
+        step_px = speed * cfg.screen_dt / (sim.dt * sim.substeps)  # agent travel per screening substep
         n_sub = max(int(math.ceil((max_push + 1.0) / step_px)), 1)
-        screen = np.empty((len(idx), n_sub, 3))
-        for row, c in enumerate(idx):
-            sim.load(touch_w[c] - dir_w[c], (0.0, 0.0), pose)
-            screen[row] = sim.slide(dir_w[c] * (step_px / cfg.screen_dt), n_sub, cfg.screen_dt)
+        n = len(touch_w)
+        screen = np.empty((n, n_sub, 3))
+        for row in range(n):
+            sim.load(touch_w[row] - dir_w[row], (0.0, 0.0), pose)
+            screen[row] = sim.slide(dir_w[row] * (step_px / cfg.screen_dt), n_sub, cfg.screen_dt)
         push_len = np.arange(1, n_sub + 1) * step_px - 1.0  # (n_sub,) agent travel past the touch point
-        ends = touch_w[idx][:, None, :] + push_len[None, :, None] * dir_w[idx][:, None, :]
+        ends = touch_w[:, None, :] + push_len[None, :, None] * dir_w[:, None, :]
         end_ok = np.all((ends > 2.0) & (ends < 510.0), axis=-1)
-
-        to_go_now = float(self._to_go(pose[None])[0][0])
         to_go, done, cov = self._to_go(screen.reshape(-1, 3))
-        to_go, done, cov = (x.reshape(len(idx), n_sub) for x in (to_go, done, cov))
-        # The coverage peaks between screened lengths too: a parabola through the best three finds pushes that
-        # pass the threshold between them (the exact replay checks them).
-        exact_len = np.repeat(push_len[None], len(idx), axis=0)
+        to_go, done, cov = (x.reshape(n, n_sub) for x in (to_go, done, cov))
+        exact_len = np.repeat(push_len[None], n, axis=0)
+        self._refine_peaks(cov, done, to_go, exact_len, push_len, step_px)
+        # steps: walk, run-up and push, plus about two steps of holding still after a push that does not succeed
+        steps = (lead_in[:, None] + exact_len) / speed + np.where(done, 0.0, 2.0)
+        return exact_len, np.where(end_ok, -(to_go_now - to_go) / steps, np.inf)
+
+    def _refine_peaks(self, cov, done, to_go, exact_len, push_len, step_px) -> None:
+        """The coverage peaks between screened lengths too: a parabola through the best three finds pushes that
+        pass the threshold between them (the exact replay checks them). Marks them in done, to_go and exact_len."""
+        n_sub = cov.shape[1]
         k = np.argmax(cov, axis=1)
         rows = np.flatnonzero((k > 0) & (k < n_sub - 1) & (cov.max(axis=1) > 0.8) & ~done.any(axis=1))
-        if len(rows):
-            c0, c1, c2 = cov[rows, k[rows] - 1], cov[rows, k[rows]], cov[rows, k[rows] + 1]
-            curve = c0 - 2 * c1 + c2
-            with np.errstate(divide="ignore", invalid="ignore"):
-                offset = np.clip(np.where(curve < 0, (c0 - c2) / (2 * curve), 0.0), -0.5, 0.5)
-            peak = c1 - (c0 - c2) * offset / 4
-            hit = peak > self.success_threshold + 0.005
-            done[rows[hit], k[rows[hit]]] = True
-            exact_len[rows[hit], k[rows[hit]]] = push_len[k[rows[hit]]] + offset[hit] * step_px
-            to_go[rows[hit], k[rows[hit]]] = 0.0
-        # steps: walk, run-up and push, plus about two steps of holding still after a push that does not succeed
-        steps = (walk_len[idx, None] + run_up[idx, None] + exact_len) / speed + np.where(done, 0.0, 2.0)
-        score = np.where(end_ok, -(to_go_now - to_go) / steps, np.inf)
+        if not len(rows):
+            return
+        c0, c1, c2 = cov[rows, k[rows] - 1], cov[rows, k[rows]], cov[rows, k[rows] + 1]
+        curve = c0 - 2 * c1 + c2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            offset = np.clip(np.where(curve < 0, (c0 - c2) / (2 * curve), 0.0), -0.5, 0.5)
+        peak = c1 - (c0 - c2) * offset / 4
+        hit = peak > self.success_threshold + 0.005
+        done[rows[hit], k[rows[hit]]] = True
+        exact_len[rows[hit], k[rows[hit]]] = push_len[k[rows[hit]]] + offset[hit] * step_px
+        to_go[rows[hit], k[rows[hit]]] = 0.0
 
-        # Verification: replay the best few exactly, as they would be executed (more of them near the goal, where
-        # the coarse screening is least reliable).
+    def _best_rows(self, score: np.ndarray, exact_len: np.ndarray, error_now: float) -> list[tuple[int, float]]:
+        """(candidate row, push length) of the best-scored few, best first: those the exact replay verifies."""
+        cfg = self.config
         best_len = np.argmin(score, axis=1)
-        best_score = score[np.arange(len(idx)), best_len]
+        best_score = score[np.arange(len(score)), best_len]
         n_verify = cfg.n_verify if error_now >= cfg.coverage_check_px else cfg.n_verify_near
-        context = (pose, agent_state, block_motion, origin, escape, to_go_now)
-        tried = []
+        rows = []
         for row in np.argsort(best_score, kind="stable")[:n_verify]:
             if not np.isfinite(best_score[row]):
                 break
-            c = idx[row]
-            walk = self._walk_path(origin, escape, start_l[c], how[c], pose) if c < n_fixed else origin[None]
-            if walk is not None:
-                length = float(exact_len[row, best_len[row]])
-                tried.append(self._replay(context, walk, touch_l[c], dir_l[c], length))
-        if not tried:
-            return stay
-        # Near misses: a few pixels more or less push may pass the threshold.
-        near_misses = sorted((t for t in tried if not t["success"] and t["coverage"] > 0.9), key=lambda t: t["key"])
-        for miss in near_misses[: cfg.n_refine]:
-            for delta in cfg.refine_px:
-                if miss["length"] + delta > 0:
-                    tried.append(
-                        self._replay(context, miss["walk"], miss["touch"], miss["direction"], miss["length"] + delta)
-                    )
-        best = min(tried, key=lambda t: t["key"])
-        return best["targets"], best["push_start"], list(best["poses"])
+            rows.append((row, float(exact_len[row, best_len[row]])))
+        return rows
 
     def _replay(self, context, walk, touch, direction, length) -> dict:
         """Replay one push exactly as it would be executed, from the env's true state; score it."""
