@@ -156,3 +156,29 @@ def test_push_publishes_the_online_data_beside_the_model(pusht_state_dataset, tm
     card = ModelCard.load("user/online-model").text
     assert "every 2 steps, 2 episodes of the policy (labelled by the scripted expert (DAgger))" in card
     assert "it trained on 4 online episodes" in card and "(https://huggingface.co/datasets/user/online-data)" in card
+
+
+@pytest.mark.slow
+def test_a_small_online_run_beats_the_same_run_offline(tmp_path, monkeypatch):
+    """The whole loop earns its keep: a tiny state ACT trained 600 steps on 4 scripted demos, offline and then with
+    three rounds of recovery demos, ends clearly better with them on the same 16 evaluation seeds. Every part is
+    seeded (training, online seeds, per-episode eval seeds), so the margin is no luck of sampling. Measured under
+    load 12: avg max reward 0.208 offline against 0.347 online (with --seed=1: 0.216 against 0.288; DAgger labels
+    instead of recovery demos gave 0.192 at 3x the rollout time at this scale)."""
+    from hfpolicy.training import parse_train_config, train
+
+    monkeypatch.setenv("HFPOLICY_CACHE", str(tmp_path / "cache"))  # the 4 demos are recorded once, for both runs
+    flags = [
+        "--dataset.scripted_episodes=4", f"--dataset.input_features=[{OBS_STATE},{OBS_ENV_STATE}]",
+        "--policy.type=act", "--policy.dim_model=64", "--policy.dim_feedforward=128", "--policy.n_encoder_layers=2",
+        "--policy.chunk_size=16", "--policy.n_action_steps=8", "--policy.use_vae=false", "--policy.optimizer_lr=1e-3",
+        "--batch_size=64", "--steps=600", "--eval.freq=600", "--eval.n_episodes=16", "--eval.batch_size=16",
+        "--eval.n_videos=0", "--env.episode_length=80", "--tracker=none", "--progress=false", "--num_threads=1",
+    ]  # fmt: skip
+    online_flags = ["--online.every=150", "--online.n_episodes=8", "--online.labels=recovery", "--online.ratio=0.5"]
+    offline = train(parse_train_config([*flags, f"--output_dir={tmp_path / 'offline'}"]))
+    online = train(parse_train_config([*flags, *online_flags, f"--output_dir={tmp_path / 'online'}"]))
+    before, after = offline.eval_summary["avg_max_reward"], online.eval_summary["avg_max_reward"]
+    assert after > before + 0.06 and after > 1.25 * before, f"avg max reward offline {before:.3f}, online {after:.3f}"
+    meta = json.loads((tmp_path / "online" / ONLINE_DATA_DIR / "meta" / "hfpolicy_online.json").read_text())
+    assert [r["step"] for r in meta["rounds"]] == [150, 300, 450]  # none after the last step
