@@ -55,26 +55,36 @@ class RenderBackendError(RuntimeError):
     """MuJoCo has no working OpenGL backend, so camera frames cannot be rendered."""
 
 
-def _backend_advice() -> str:
+# (backend, error) of a GL backend that could not be loaded, once rendering was disabled to run the physics
+_RENDER_FAILURE: list[tuple[str, str]] = []
+
+
+def _backend_advice(error: str) -> str:
     backend = os.environ.get("MUJOCO_GL", "egl")
+    if _RENDER_FAILURE:
+        backend, error = _RENDER_FAILURE[0]
     return (
-        f"MuJoCo could not render with MUJOCO_GL={backend}. Headless machines render with MUJOCO_GL=egl (Mesa's EGL, "
-        "apt install libegl1 libgl1-mesa-dri) or MUJOCO_GL=osmesa (software, apt install libosmesa6; slower); a "
-        "desktop with a display can use MUJOCO_GL=glfw. Set it before starting. State-only observations need no "
-        "rendering: --env.obs_type=environment_state_agent_pos (and no videos, --eval.n_videos=0)"
+        f"MuJoCo cannot render: MUJOCO_GL={backend} did not work ({error}). Headless machines render with "
+        "MUJOCO_GL=egl (Mesa's EGL: apt install libegl1 libgl1-mesa-dri) or MUJOCO_GL=osmesa (software: apt install "
+        "libosmesa6; slower); a desktop with a display can use MUJOCO_GL=glfw. Set it before starting. State-only "
+        "observations need no rendering: --env.obs_type=environment_state_agent_pos, and no videos (--eval.n_videos=0)"
     )
 
 
 def load_dm_control(need_rendering: bool):
     """dm_control's `mujoco` module with a GL backend (MUJOCO_GL, default egl). When the backend cannot be loaded,
     RenderBackendError naming the alternatives, unless `need_rendering` is False: then rendering is disabled
-    (MUJOCO_GL=disable) and the physics still works."""
+    (MUJOCO_GL=disable) for this process and the physics still works."""
+    if _RENDER_FAILURE and need_rendering:
+        raise RenderBackendError(_backend_advice(""))
     os.environ.setdefault("MUJOCO_GL", "egl")
     try:
         from dm_control import mujoco
-    except Exception as e:  # a missing library shows as ImportError, AttributeError or OSError from PyOpenGL
+    except Exception as e:  # a missing library shows as ImportError, AttributeError, OSError or RuntimeError
+        error = f"{type(e).__name__}: {e}"
         if need_rendering:
-            raise RenderBackendError(f"{_backend_advice()} ({type(e).__name__}: {e})") from e
+            raise RenderBackendError(_backend_advice(error)) from e
+        _RENDER_FAILURE.append((os.environ["MUJOCO_GL"], error))
         for name in [m for m in sys.modules if m.startswith("dm_control")]:
             del sys.modules[name]
         os.environ["MUJOCO_GL"] = "disable"
@@ -266,12 +276,8 @@ class AlohaEnv(gym.Env):
     def _render(self, size: tuple[int, int]) -> np.ndarray:
         try:
             return self.physics.render(height=size[0], width=size[1], camera_id=CAMERA)
-        except RenderBackendError:
-            raise
-        except Exception as e:  # no GL context could be made (the backend loaded but found no display/device)
-            if "render" not in str(e).lower() and "gl" not in str(e).lower() and "context" not in str(e).lower():
-                raise
-            raise RenderBackendError(f"{_backend_advice()} ({type(e).__name__}: {e})") from e
+        except (RuntimeError, ImportError, AttributeError, OSError) as e:  # no GL context could be made
+            raise RenderBackendError(_backend_advice(f"{type(e).__name__}: {e}")) from e
 
     def render(self):
         return self._render(self.visualization_size)
