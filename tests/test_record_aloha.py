@@ -7,11 +7,12 @@ import av
 import numpy as np
 import pytest
 
-from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_STATE
+from hfpolicy.constants import ACTION, DONE, EVAL_INFO_FILE, OBS_ENV_STATE, OBS_STATE
 from hfpolicy.datasets import PolicyDataset
 from hfpolicy.envs import AlohaEnvConfig
 from hfpolicy.envs.aloha import TASK_DESCRIPTIONS
 from hfpolicy.record import main
+from hfpolicy.training import main as train_main
 
 # The features of the Hub's lerobot/aloha_sim_transfer_cube_scripted and lerobot/aloha_sim_insertion_scripted.
 HUB_FEATURES = {
@@ -90,3 +91,22 @@ def test_recorded_video_dataset_has_the_hub_features(tmp_path):
     dataset = PolicyDataset("local/cube", root=root)
     assert dataset[0]["task"] == TASK_DESCRIPTIONS["AlohaTransferCube-v0"]
     assert tuple(dataset[0]["observation.images.top"].shape) == (3, 480, 640)
+
+
+def test_a_few_training_steps_on_a_recorded_aloha_dataset_evaluate_with_a_video(recorded_insertion, tmp_path):
+    """Record -> train (tiny ACT on joints + object poses, 3 steps) -> evaluate in the ALOHA env with a video."""
+    out = tmp_path / "run"
+    flags = [f"--dataset.root={recorded_insertion}", f"--output_dir={out}", "--policy.type=act"]
+    flags += [f"--dataset.input_features=[{OBS_STATE},{OBS_ENV_STATE}]", "--policy.dim_model=32", "--policy.n_heads=2"]
+    flags += ["--policy.dim_feedforward=64", "--policy.n_encoder_layers=1", "--policy.n_vae_encoder_layers=1"]
+    flags += ["--policy.latent_dim=4", "--policy.chunk_size=10", "--policy.n_action_steps=5", "--batch_size=8"]
+    flags += ["--tracker=none", "--progress=false", "--steps=3", "--log_freq=1", "--eval.freq=3"]
+    flags += ["--eval.n_episodes=1", "--eval.batch_size=1", "--eval.n_videos=1"]
+    flags += ["--env.type=aloha", "--env.task=AlohaInsertion-v0", "--env.episode_length=4", "--env.shadows=false"]
+    assert train_main(flags) == 0
+    evaluation = out / "eval" / "step_000003"
+    info = json.loads((evaluation / EVAL_INFO_FILE).read_text())
+    assert info["aggregated"]["n_episodes"] == 1 and info["per_episode"][0]["length"] == 4
+    with av.open(str(evaluation / "videos" / "eval_episode_0.mp4")) as container:
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    assert len(frames) == 5 and frames[0].shape == (480, 640, 3)  # the first frame and one per step

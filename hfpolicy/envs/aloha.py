@@ -22,6 +22,7 @@ set already. `shadows=False` turns the one shadow-casting light off (about 3x fa
 then differ slightly from gym-aloha's).
 """
 
+import importlib.util
 import os
 import sys
 from typing import Any
@@ -78,6 +79,7 @@ def load_dm_control(need_rendering: bool):
     if _RENDER_FAILURE and need_rendering:
         raise RenderBackendError(_backend_advice(""))
     os.environ.setdefault("MUJOCO_GL", "egl")
+    _load_triton_first()
     try:
         from dm_control import mujoco
     except Exception as e:  # a missing library shows as ImportError, AttributeError, OSError or RuntimeError
@@ -90,6 +92,15 @@ def load_dm_control(need_rendering: bool):
         os.environ["MUJOCO_GL"] = "disable"
         from dm_control import mujoco
     return mujoco
+
+
+def _load_triton_first() -> None:
+    """Loads triton (when installed) before the GL backend. Mesa's EGL/OSMesa drivers load their LLVM into the process
+    when dm_control opens its display; triton, which torch imports for dynamo (diffusers, accelerate do), brings its
+    own LLVM, and loading it after Mesa's crashes the process (a segfault in triton's import). In this order both
+    work."""
+    if "triton" not in sys.modules and importlib.util.find_spec("triton") is not None:
+        import triton  # noqa: F401
 
 
 def sample_object_pose(task: str, seed: int) -> np.ndarray:

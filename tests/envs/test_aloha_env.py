@@ -167,3 +167,20 @@ def test_without_a_gl_backend_state_works_and_pixels_say_what_to_do():
         assert "MUJOCO_GL=egl did not work" in error and "MUJOCO_GL=osmesa" in error
         assert "--env.obs_type=environment_state_agent_pos" in error
     assert issubclass(RenderBackendError, RuntimeError)
+
+
+def test_torch_dynamo_imports_after_rendering():
+    """Mesa's LLVM (loaded with the EGL display) and triton's (imported by torch dynamo, which diffusers imports)
+    crash the process when triton comes second; the env loads triton first."""
+    script = textwrap.dedent(
+        """
+        from hfpolicy.envs.aloha import AlohaEnv
+        env = AlohaEnv(obs_type="pixels_agent_pos", shadows=False)
+        observation, _ = env.reset(seed=0)
+        assert observation["pixels"]["top"].max() > 0
+        import torch._dynamo  # noqa: F401
+        print("IMPORTED")
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0 and "IMPORTED" in out.stdout, (out.returncode, out.stderr[-2000:])
