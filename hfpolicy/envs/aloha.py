@@ -285,9 +285,11 @@ class AlohaEnv(gym.Env):
         return self.physics.data.qpos[16:].copy()
 
     def _render(self, size: tuple[int, int]) -> np.ndarray:
+        from mujoco import FatalError  # MUJOCO_GL=glfw without a display
+
         try:
             return self.physics.render(height=size[0], width=size[1], camera_id=CAMERA)
-        except (RuntimeError, ImportError, AttributeError, OSError) as e:  # no GL context could be made
+        except (RuntimeError, ImportError, AttributeError, OSError, FatalError) as e:  # no GL context could be made
             raise RenderBackendError(_backend_advice(f"{type(e).__name__}: {e}")) from e
 
     def render(self):
