@@ -55,8 +55,8 @@ class RecordConfig:
     progress: bool = True  # show a progress bar
 
 
-def record(cfg: RecordConfig) -> Path:
-    """Records `cfg.n_episodes` expert episodes into a new dataset at `cfg.output_dir`; returns its root."""
+def checked_record_config(cfg: RecordConfig) -> RecordConfig:
+    """`cfg` checked, with --max_steps resolved (default: the env's episode length); ValueError naming the flag."""
     if cfg.policy.type not in DEMONSTRATORS:
         raise ValueError(f"unknown demonstrator --policy.type={cfg.policy.type!r}; valid: {', '.join(DEMONSTRATORS)}")
     if not isinstance(cfg.env, PushTEnvConfig | AlohaEnvConfig):
@@ -67,6 +67,12 @@ def record(cfg: RecordConfig) -> Path:
         cfg = dataclasses.replace(cfg, max_steps=cfg.env.max_episode_steps)
     if cfg.n_episodes < 1 or cfg.max_steps < 1:
         raise ValueError("--n_episodes and --max_steps must be >= 1")
+    return cfg
+
+
+def record(cfg: RecordConfig) -> Path:
+    """Records `cfg.n_episodes` expert episodes into a new dataset at `cfg.output_dir`; returns its root."""
+    cfg = checked_record_config(cfg)
     if isinstance(cfg.env, AlohaEnvConfig):
         from hfpolicy.record_aloha import record_aloha
 
