@@ -9,6 +9,14 @@ episode length <= 120 steps; <= 1.5 s of planning per episode on one core; the c
 step; no jitter. Planning time is measured inside the expert (`time.process_time` for CPU, `time.perf_counter` for
 wall), excluding the env's own stepping; on a loaded machine wall time exceeds CPU time.
 
+ALOHA (issue 21): `--env.type=aloha --env.task=AlohaTransferCube-v0|AlohaInsertion-v0` runs the scripted bimanual
+expert (hfpolicy.policies.scripted.aloha_expert) state-only for 400 steps per seed and reports success (gym-aloha's
+reward 4, LeRobot's rule), the step of the first success, and seconds per episode (planning in the mocap scene plus
+the joint-space episode, which ends at its first success as in LeRobot's evaluation). `--images` renders the top camera
+at every step (480x640) of full 400-step episodes, as `hfpolicy record` does: seconds per episode and per step are
+then the recording speed (encoding aside). Targets: transfer cube >= 98%, insertion
+>= 90% over 200 seeds.
+
 Jitter (see `target_motion_stats`): a reversal is a move of the target that turns more than 120 degrees from the
 previous move (moves under 2 px skipped); jitter counts the reversals that are not at a phase change (a newly planned
 push) plus those that follow another reversal within two moves. Prints a table; the LAST line is one JSON object.
@@ -55,14 +63,90 @@ def run_seed(seed: int, max_steps: int) -> dict:
     }
 
 
+def run_aloha_seed(seed: int, task: str, images: bool, shadows: bool) -> dict:
+    from hfpolicy.envs.aloha import AlohaEnv
+    from hfpolicy.policies.scripted.aloha_expert import AlohaExpert, run_aloha_expert_episode
+
+    key = (task, images, shadows)
+    if _WORKER.get("aloha") != key:
+        obs_type = "pixels_agent_pos" if images else "environment_state_agent_pos"
+        # With images: full 400-step episodes, as `hfpolicy record` makes them (the recording speed); state-only:
+        # episodes end at their first success, as in LeRobot's evaluation (the success rate is the same).
+        env = AlohaEnv(task, obs_type, shadows=shadows, terminate_on_success=not images)
+        _WORKER.update(aloha=key, env=env, expert=AlohaExpert())
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    episode = run_aloha_expert_episode(_WORKER["env"], _WORKER["expert"], seed, stop_at_success=False)
+    return {
+        "seed": seed,
+        "success": episode.success,
+        "first_success_step": episode.first_success_step,
+        "max_reward": float(episode.rewards.max()),
+        "length": episode.n_steps,
+        "episode_wall_s": time.perf_counter() - wall0,
+        "episode_cpu_s": time.process_time() - cpu0,
+    }
+
+
+def aloha_main(args) -> int:
+    seeds = list(range(args.first_seed, args.first_seed + args.episodes))
+    started = time.perf_counter()
+    work = [seeds, [args.task] * len(seeds), [args.images] * len(seeds), [args.shadows] * len(seeds)]
+    if args.workers > 1:
+        with ProcessPoolExecutor(args.workers) as pool:
+            rows = list(pool.map(run_aloha_seed, *work))
+    else:
+        rows = []
+        for i, seed in enumerate(seeds):
+            rows.append(run_aloha_seed(seed, args.task, args.images, args.shadows))
+            if (i + 1) % 10 == 0 or i + 1 == len(seeds):
+                done = sum(r["success"] for r in rows)
+                print(f"  {i + 1}/{len(seeds)} episodes, {done} successes", file=sys.stderr, flush=True)
+    success = np.array([r["success"] for r in rows])
+    firsts = [r["first_success_step"] for r in rows if r["success"]]
+    wall = float(np.mean([r["episode_wall_s"] for r in rows]))
+    target = {"AlohaTransferCube-v0": 0.98, "AlohaInsertion-v0": 0.90}[args.task]
+    result = {
+        "task": args.task,
+        "episodes": len(rows),
+        "success_rate": float(success.mean()),
+        "target": target,
+        "median_first_success_step": float(np.median(firsts)) if firsts else None,
+        "mean_max_reward": float(np.mean([r["max_reward"] for r in rows])),
+        "mean_episode_steps": float(np.mean([r["length"] for r in rows])),
+        "episode_wall_s": wall,
+        "episode_cpu_s": float(np.mean([r["episode_cpu_s"] for r in rows])),
+        "images": args.images,
+        "shadows": args.shadows,
+        "s_per_step": float(np.sum([r["episode_wall_s"] for r in rows]) / np.sum([r["length"] for r in rows])),
+        "failed_seeds": [r["seed"] for r in rows if not r["success"]],
+        "workers": args.workers,
+        "total_wall_s": time.perf_counter() - started,
+    }
+    print(f"scripted ALOHA expert, {args.task}, seeds {seeds[0]}..{seeds[-1]} ({len(rows)} episodes)")
+    mark = "ok" if result["success_rate"] >= target else "MISSED"
+    print(f"{'success rate':<28} {result['success_rate']:>10.3f} {'>= ' + str(target):>8}  {mark}")
+    print(f"{'median first success step':<28} {result['median_first_success_step']!s:>10}")
+    print(f"{'s/episode (wall)':<28} {wall:>10.2f}   ({'with' if args.images else 'without'} images)")
+    if result["failed_seeds"]:
+        print(f"failed seeds: {result['failed_seeds']}")
+    print(json.dumps(result))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env.type", dest="env_type", default="pusht", choices=["pusht", "aloha"], help="the env")
+    parser.add_argument("--env.task", dest="task", default="AlohaTransferCube-v0", help="ALOHA task")
+    parser.add_argument("--images", action="store_true", help="ALOHA: render the top camera every step")
+    parser.add_argument("--no-shadows", dest="shadows", action="store_false", help="ALOHA: render without shadows")
     parser.add_argument("--episodes", type=int, default=500, help="run seeds first_seed .. first_seed+episodes-1")
     parser.add_argument("--first-seed", type=int, default=0, help="first env seed")
     parser.add_argument("--max-steps", type=int, default=300, help="step limit per episode (gym-pusht's is 300)")
     parser.add_argument("--workers", type=int, default=1, help="processes (times stay per episode, per process)")
     parser.add_argument("--per-episode", action="store_true", help="also print one row per episode")
     args = parser.parse_args(argv)
+    if args.env_type == "aloha":
+        return aloha_main(args)
 
     seeds = list(range(args.first_seed, args.first_seed + args.episodes))
     started = time.perf_counter()

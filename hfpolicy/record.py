@@ -2,6 +2,7 @@
 
     hfpolicy record --env.type=pusht --policy.type=scripted --n_episodes=200 --output_dir=data/pusht_scripted \\
         [--push_to=user/pusht_scripted]
+    hfpolicy record --env.type=aloha --env.task=AlohaInsertion-v0 --policy.type=scripted ...  (hfpolicy.record_aloha)
 
 The dataset has the features of the converted lerobot/pusht (observation.image as a 96x96 video, observation.state =
 agent x, y, action = target agent x, y, next.reward / next.success / next.done), optionally the block keypoints as
@@ -10,6 +11,7 @@ is seeded start_seed + i. Frame t holds the observation before action t and the 
 action t produced, as in lerobot/pusht.
 """
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +23,7 @@ from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE
 from hfpolicy.datasets import DatasetWriter, push_dataset_to_hub
 from hfpolicy.datasets.pusht_zarr import PUSHT_TASK, pusht_features
 from hfpolicy.datasets.writer import check_dataset_destination
-from hfpolicy.envs import SUCCESS_INFO_KEY, EnvConfig, PushTEnvConfig
+from hfpolicy.envs import SUCCESS_INFO_KEY, AlohaEnvConfig, EnvConfig, PushTEnvConfig
 from hfpolicy.envs.pusht_scorer import PushTScorer
 from hfpolicy.io.termination import stop_on_sigterm
 
@@ -33,7 +35,7 @@ class DemonstratorConfig:
     """Who acts while recording."""
 
     type: str = "scripted"
-    """"scripted": the PushT expert planning on the simulator's state (hfpolicy.policies.scripted)"""
+    """"scripted": the env's expert planning on the simulator's state (PushT, ALOHA)"""
 
 
 @dataclass
@@ -44,27 +46,39 @@ class RecordConfig:
     policy: DemonstratorConfig = field(default_factory=DemonstratorConfig)  # the demonstrator (--policy.type=scripted)
     n_episodes: int = 50  # episodes to record
     start_seed: int = 0  # episode i is seeded start_seed + i
-    max_steps: int = 300  # steps after which an episode is cut (gym-pusht's time limit)
+    max_steps: int | None = None  # steps after which an episode is cut (default: the env's, PushT 300, ALOHA 400)
     output_dir: str | None = None  # where the dataset is written (must not exist, unless --overwrite=true); required
     overwrite: bool = False  # replace the dataset at output_dir, once the new one is complete (a re-run of a recipe)
     repo_id: str | None = None  # the dataset's name in its metadata (default: local/<output_dir name>)
     push_to: str | None = None  # Hub dataset repo id to upload the finished dataset to
-    environment_state: bool = False  # also record observation.environment_state (the block's 8 keypoints)
-    images: bool = True  # record observation.image (96x96 video); false: state-only, ~3x faster to record
+    environment_state: bool = False  # also record observation.environment_state (PushT: block keypoints; ALOHA: poses)
+    images: bool = True  # record the camera (PushT 96x96, ALOHA 480x640 video); false: state-only, faster to record
     discard_failures: bool = False  # leave out episodes that did not succeed within max_steps
     progress: bool = True  # show a progress bar
 
 
-def record(cfg: RecordConfig) -> Path:
-    """Records `cfg.n_episodes` expert episodes into a new dataset at `cfg.output_dir`; returns its root."""
+def checked_record_config(cfg: RecordConfig) -> RecordConfig:
+    """`cfg` checked, with --max_steps resolved (default: the env's episode length); ValueError naming the flag."""
     if cfg.policy.type not in DEMONSTRATORS:
         raise ValueError(f"unknown demonstrator --policy.type={cfg.policy.type!r}; valid: {', '.join(DEMONSTRATORS)}")
-    if not isinstance(cfg.env, PushTEnvConfig):
-        raise ValueError(f"the scripted expert plays PushT only; got --env.type={cfg.env.type}")
+    if not isinstance(cfg.env, PushTEnvConfig | AlohaEnvConfig):
+        raise ValueError(f"scripted experts play PushT and ALOHA only; got --env.type={cfg.env.type}")
     if cfg.output_dir is None:
         raise ValueError("--output_dir is required: the folder the dataset is written to")
+    if cfg.max_steps is None:
+        cfg = dataclasses.replace(cfg, max_steps=cfg.env.max_episode_steps)
     if cfg.n_episodes < 1 or cfg.max_steps < 1:
         raise ValueError("--n_episodes and --max_steps must be >= 1")
+    return cfg
+
+
+def record(cfg: RecordConfig) -> Path:
+    """Records `cfg.n_episodes` expert episodes into a new dataset at `cfg.output_dir`; returns its root."""
+    cfg = checked_record_config(cfg)
+    if isinstance(cfg.env, AlohaEnvConfig):
+        from hfpolicy.record_aloha import record_aloha
+
+        return record_aloha(cfg)
     output_dir = Path(cfg.output_dir)
     check_dataset_destination(output_dir, cfg.overwrite, cli=True)  # before the env starts; again once held
     from hfpolicy.policies.scripted import PushTExpert

@@ -9,6 +9,7 @@ import pytest
 from hfpolicy.cli import SUBCOMMANDS, main
 from hfpolicy.cli.flags import cli_message
 from hfpolicy.datasets.convert import PushTZarrConfig
+from hfpolicy.envs import EnvConfig
 from hfpolicy.eval.cli import EvalPipelineConfig
 from hfpolicy.hub.export import ExportConfig
 from hfpolicy.hub.push import PushConfig
@@ -133,6 +134,8 @@ def test_every_flag_is_listed_once_with_its_type_default_and_what_it_does(argv, 
     listed = set(rows)
     if more == "other policy types":  # every registered type (tests may register more, e.g. "toy")
         more = [["train", f"--policy.type={name}"] for name in PolicyConfig.get_known_choices() if name != "diffusion"]
+    if hasattr(config, "env"):  # and every other registered env type's flags
+        more = [*more, *([*argv, f"--env.type={name}"] for name in EnvConfig.get_known_choices() if name != "pusht")]
     for other in more:  # the other policy types' flags, each with its own help too
         other_rows = help_rows(other, capsys)
         assert all(doc and not doc.startswith("-") for _, doc in other_rows.values()), other

@@ -7,6 +7,7 @@ observation, info = env.reset(seed=[100_000 + i for i in range(8)])
 batch = observations_to_batch(observation, "cpu")  # {"observation.image": (8, 3, 96, 96), "observation.state": ...}
 """
 
+from hfpolicy.envs.aloha_config import AlohaEnvConfig  # noqa: E402 (registers --env.type=aloha)
 from hfpolicy.envs.configs import EnvConfig, PushTEnvConfig, known_env_types, make_env, make_env_config
 from hfpolicy.envs.vector import PARK_OPTION, LockstepEnv, episode_step_limit, make_vector_env
 
@@ -14,6 +15,7 @@ SUCCESS_INFO_KEY = "is_success"  # the step info entry that says an episode succ
 
 __all__ = [
     "PARK_OPTION",
+    "AlohaEnvConfig",
     "SUCCESS_INFO_KEY",
     "EnvConfig",
     "LockstepEnv",

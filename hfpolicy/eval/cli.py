@@ -160,6 +160,7 @@ def open_episodes_dataset(config: EvalPipelineConfig, policy: Policy, env) -> tu
     task = f"{config.env.type} evaluation"
     if config.env.type == "pusht":
         from hfpolicy.datasets.pusht_zarr import PUSHT_TASK as task
+    task = getattr(config.env, "description", task)  # ALOHA: the task sentence of LeRobot's datasets
     return writer, EpisodeCollector(features, on_episode_end=lambda episode: write_episode(writer, episode, task))
 
 

@@ -120,7 +120,7 @@ def test_observations_to_batch_copies_and_filters():
 
 
 def test_unknown_env_name_obs_type_and_option_list_the_valid_ones():
-    with pytest.raises(ValueError, match="unknown env 'pushT'; valid envs: pusht"):
+    with pytest.raises(ValueError, match="unknown env 'pushT'; valid envs: aloha, pusht"):
         make_env("pushT", 1)
     with pytest.raises(ValueError, match="unknown obs_type='state'.*pixels_agent_pos, environment_state_agent_pos"):
         make_env("pusht", 1, obs_type="state")
