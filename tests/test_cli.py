@@ -218,3 +218,24 @@ def test_train_dataset_root_without_info_json_names_the_flag_and_the_subfolder(t
     err = capsys.readouterr().err
     assert f"--dataset.root={tmp_path / 'data'} has no meta/info.json" in err and err.count("\n") == 1
     assert f"its subfolder is one: --dataset.root={tmp_path / 'data' / 'mine'}" in err and "root=None" not in err
+
+
+def test_python_dash_m_hfpolicy_runs_the_command():
+    result = subprocess.run([sys.executable, "-m", "hfpolicy", "--help"], capture_output=True, text=True, check=True)
+    assert "usage: hfpolicy" in result.stdout
+
+
+def test_version_says_what_it_is_and_the_libraries_it_runs_on(capsys):
+    import importlib.metadata
+
+    import torch
+
+    import hfpolicy
+
+    for argv in (["--version"], ["info"]):
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"hfpolicy {hfpolicy.__version__} (")
+        assert f"torch {torch.__version__} (" in out
+        for name in ("accelerate", "huggingface_hub", "diffusers", "gym-pusht"):
+            assert f"{name} {importlib.metadata.version(name)}" in out
