@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from shared_data import LEROBOT_FIXTURES
 
 from hfpolicy.cli import main as cli_main
 from hfpolicy.constants import ACTION, EVAL_INFO_FILE, OBS_ENV_STATE, OBS_STATE
@@ -15,7 +16,7 @@ from hfpolicy.policies import FeatureType, Policy, PolicyFeature
 from hfpolicy.policies.diffusion import DiffusionConfig
 from hfpolicy.policies.diffusion.modeling import DiffusionPolicy
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "lerobot-0.6.1"
+FIXTURES = LEROBOT_FIXTURES  # $HFPOLICY_SHARED_DIR/fixtures/lerobot-0.6.1 (default ../shared)
 
 
 def saved_policy(folder: Path, **overrides) -> DiffusionPolicy:
