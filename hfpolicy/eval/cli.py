@@ -32,6 +32,7 @@ from hfpolicy.eval.videos import VideoWriteError
 from hfpolicy.io.run_lock import RunLock
 from hfpolicy.io.termination import stop_on_sigterm
 from hfpolicy.policies.base import Policy, PolicyLoadError
+from hfpolicy.policies.device import check_device
 
 
 @dataclass
@@ -229,21 +230,6 @@ def load_policy_and_env_config(config: EvalPipelineConfig) -> tuple[Policy, EnvC
         raise
     env_config = config.env.for_policy(policy.config.input_features, policy.config.output_features)
     return policy, env_config
-
-
-def check_device(device: str) -> str:
-    """`device` if torch can run on it here, else a ValueError naming --policy.device and the way out."""
-    try:
-        kind = torch.device(device).type
-    except (RuntimeError, ValueError) as e:
-        raise ValueError(f"--policy.device={device} is not a torch device ({e}): use cpu, cuda, cuda:1 or mps") from e
-    available = {"cuda": torch.cuda.is_available, "mps": lambda: torch.backends.mps.is_available()}
-    if kind in available and not available[kind]():
-        raise ValueError(
-            f"--policy.device={device}, but torch finds no {kind} device on this machine: use --policy.device=cpu "
-            "(or leave it unset: cuda when available, else cpu)"
-        )
-    return device
 
 
 class EvalWriteError(RuntimeError):

@@ -1,6 +1,7 @@
 """`hfpolicy export --format=lerobot` and evaluating a LeRobot checkpoint with `hfpolicy eval`."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -48,6 +49,12 @@ def test_export_cli_writes_a_lerobot_checkpoint_that_loads_back(tmp_path, capsys
     assert json.loads((out / "config.json").read_text())["normalization_mapping"]["STATE"] == "MIN_MAX"
     card = (out / "README.md").read_text()
     assert f"Exported by hfpolicy from {tmp_path / 'policy'}" in card and "library_name: lerobot" in card
+    # LeRobot's way to load it first, hfpolicy's beside it, both naming the export where it is, with its files.
+    lerobot_load = card.index(f'DiffusionPolicy.from_pretrained("{out}")')
+    assert "from lerobot.policies.diffusion.modeling_diffusion import DiffusionPolicy" in card
+    for name in re.findall(r'config_filename="([^"]+)"', card):
+        assert (out / name).is_file(), name
+    assert lerobot_load < card.index(f'Policy.from_pretrained("{out}")')
     assert [p.name for p in out.parent.iterdir()] == ["lerobot"]  # no staging directory left behind
 
     loaded = Policy.from_pretrained(out)
