@@ -84,6 +84,7 @@ def test_train_and_eval_command_lines_with_act(pusht_state_dataset, tmp_path):
     assert train_main([*flags, "--env.episode_length=8"]) == 0
     entries = [json.loads(line) for line in (out / METRICS_FILE).read_text().splitlines()]
     assert [e["step"] for e in entries if "loss" in e] == [1, 2, 3, 4]
+    assert (out / "training_curve.png").stat().st_size > 1000  # drawn at the evaluation, without a push
     saved = out / "checkpoints" / "step_000004" / "pretrained_model"
     policy = Policy.from_pretrained(saved)
     assert type(policy) is ACTPolicy and (policy.config.chunk_size, policy.config.n_action_steps) == (10, 5)
