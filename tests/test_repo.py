@@ -23,15 +23,18 @@ def test_ci_installs_with_the_readme_setup_command():
     assert 'pip install -e ".[dev]"' in (ROOT / ".ci" / "run").read_text()
 
 
-def test_readme_python_tour_runs(tmp_path, monkeypatch):
-    """The tour records its own data, so it runs offline, and runs again in the same folder; it writes under ./tour
-    (here a temp dir)."""
+def test_readme_python_tour_runs(tmp_path, monkeypatch, capsys):
+    """The tour records its own data, so it runs offline, and runs again in the same folder, printing the same numbers
+    (it is seeded); it writes under ./tour (here a temp dir)."""
     tour = re.findall(r"```python\n(.*?)\n```", (ROOT / "README.md").read_text(), flags=re.S)
     assert len(tour) == 1
     monkeypatch.chdir(tmp_path)
+    printed = []
     for _ in range(2):  # re-runnable: the second run replaces the first one's recording and policy
         exec(compile(tour[0], "README.md", "exec"), {"__name__": "readme_tour"})
+        printed.append(capsys.readouterr().out)
     assert (tmp_path / "tour" / "policy" / "model.safetensors").is_file()
+    assert printed[0].strip() and printed[0] == printed[1]
 
 
 def test_readme_commands_name_real_files_and_flags():
