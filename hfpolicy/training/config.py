@@ -21,7 +21,6 @@ from hfpolicy.cli.flags import parse_flags
 from hfpolicy.constants import DEFAULT_EVAL_START_SEED, TRAIN_CONFIG_FILE
 from hfpolicy.envs.configs import EnvConfig, PushTEnvConfig
 from hfpolicy.policies.config import PolicyConfig
-from hfpolicy.policies.device import accelerator_device_options
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
 
 TRACKERS = ("tensorboard", "wandb", "none")
@@ -138,6 +137,8 @@ def validate_train_config(cfg: TrainConfig) -> None:
     if cfg.dataset.scripted_episodes < 0:
         problems.append(f"--dataset.scripted_episodes must be >= 0, got {cfg.dataset.scripted_episodes}")
     problems += online_config_problems(cfg)
+    from hfpolicy.policies.device import accelerator_device_options  # imports torch: not at `--help` time
+
     try:
         accelerator_device_options(cfg.policy.device)
     except ValueError as e:

@@ -13,9 +13,10 @@ but its checkpoint.
 import json
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hfpolicy.policies import Policy
-from hfpolicy.policies.registry import PolicyLoadError
+if TYPE_CHECKING:  # torch is imported when a policy is loaded, not for `hfpolicy train --help`
+    from hfpolicy.policies import Policy
 
 PATH_FLAG = "--policy.path"
 
@@ -31,6 +32,8 @@ def split_policy_path(argv: list[str]) -> tuple[str | None, list[str]]:
         else:
             rest.append(arg)
     if path is not None and not path:
+        from hfpolicy.policies.registry import PolicyLoadError
+
         raise PolicyLoadError(f"{PATH_FLAG} needs a value: a saved policy's directory or Hub repo id")
     return path, rest
 
@@ -38,6 +41,8 @@ def split_policy_path(argv: list[str]) -> tuple[str | None, list[str]]:
 def pretrained_config_file(source: str, folder: Path) -> Path:
     """A train config file in `folder` whose `policy` is the saved policy's config, with `pretrained_path=source`:
     the base that the flags override. Loading the policy here checks `source` before the run starts."""
+    from hfpolicy.policies import Policy
+
     policy = Policy.from_pretrained(source)
     config = policy.config.to_dict()
     config.update(pretrained_path=source, device=None, converted_from=None)  # a run setting; and not a conversion
@@ -52,9 +57,11 @@ def parse_with_pretrained_policy(parse, source: str, argv: list[str]):
         return parse(argv, pretrained_config_file(source, Path(folder)))
 
 
-def load_pretrained_weights(policy: Policy, source: str) -> None:
+def load_pretrained_weights(policy: "Policy", source: str) -> None:
     """Loads the weights and normalization stats of the policy saved at `source` into `policy` (built from the run's
     config), strictly; PolicyLoadError naming --policy.path and the mismatch otherwise."""
+    from hfpolicy.policies import Policy, PolicyLoadError
+
     pretrained = Policy.from_pretrained(source)
     if type(pretrained) is not type(policy):
         raise PolicyLoadError(
