@@ -30,25 +30,40 @@ os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-PUSHT_ZARR = SHARED_DATA / "pusht_cchi_v7_replay.zarr"
+from shared_data import PUSHT_ZARR  # noqa: E402 ($HFPOLICY_SHARED_DIR, default ../shared)
 
 
 @pytest.fixture(scope="session")
 def pusht_zarr_path() -> Path:
-    """The diffusion_policy PushT zarr in ../shared/data (read-only); tests that need it skip where it is absent."""
+    """The diffusion_policy PushT zarr in $HFPOLICY_SHARED_DIR/data (default ../shared/data; read-only); tests that
+    need it skip where it is absent."""
     if not PUSHT_ZARR.is_dir():
-        pytest.skip(f"{PUSHT_ZARR} is not present (it sits beside the clone on CI and dev machines)")
+        pytest.skip(
+            f"{PUSHT_ZARR} is not present (CI and the dev machines keep it in ../shared beside the clone; "
+            "HFPOLICY_SHARED_DIR=DIR points elsewhere)"
+        )
     return PUSHT_ZARR
 
 
 @pytest.fixture(scope="session")
-def pusht_state_dataset(pusht_zarr_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The first 5 zarr episodes converted to a v3.0 dataset with observation.environment_state (read-only): the
-    data of the state-only policies the training tests use (no vision encoder, fast enough for CPU tests)."""
-    from hfpolicy.datasets import convert_pusht_zarr
+def pusht_state_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """5 PushT episodes (418 frames) recorded now by the scripted expert, with the camera and
+    observation.environment_state (read-only): the data the training tests train on, made without shared data."""
+    from hfpolicy.record import RecordConfig, record
 
     root = tmp_path_factory.mktemp("pusht_state") / "pusht5"
+    return record(
+        RecordConfig(n_episodes=5, output_dir=str(root), environment_state=True, repo_id="local/pusht5", progress=False)
+    )
+
+
+@pytest.fixture(scope="session")
+def pusht_human_dataset(pusht_zarr_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 5 human demos of the zarr converted to a v3.0 dataset with observation.environment_state
+    (read-only): for the tests that learn from real human demonstrations."""
+    from hfpolicy.datasets import convert_pusht_zarr
+
+    root = tmp_path_factory.mktemp("pusht_human") / "pusht5"
     return convert_pusht_zarr(
         pusht_zarr_path, root, repo_id="local/pusht5", episodes=list(range(5)), environment_state=True, progress=False
     )

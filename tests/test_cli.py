@@ -289,3 +289,24 @@ def test_every_flag_of_every_command_has_its_doc():
 
     scripted = field_docs(DatasetConfig)["scripted_episodes"]
     assert scripted.startswith("> 0: train on this many PushT demos") and scripted.endswith("by later runs; no network")
+
+
+def test_python_dash_m_hfpolicy_runs_the_command():
+    result = subprocess.run([sys.executable, "-m", "hfpolicy", "--help"], capture_output=True, text=True, check=True)
+    assert "usage: hfpolicy" in result.stdout
+
+
+def test_version_says_what_it_is_and_the_libraries_it_runs_on(capsys):
+    import importlib.metadata
+
+    import torch
+
+    import hfpolicy
+
+    for argv in (["--version"], ["info"]):
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"hfpolicy {hfpolicy.__version__} (")
+        assert f"torch {torch.__version__} (" in out
+        for name in ("accelerate", "huggingface_hub", "diffusers", "gym-pusht"):
+            assert f"{name} {importlib.metadata.version(name)}" in out

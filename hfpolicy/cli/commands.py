@@ -85,6 +85,11 @@ COMMANDS: dict[str, Command] = {
         positional="path",
         help="write one HTML page (offline) to look at a dataset, an evaluation or a run",
     ),
+    "info": Command(
+        config="hfpolicy.cli.info:InfoConfig",
+        run="hfpolicy.cli.info:info_command",
+        help="versions of hfpolicy, Python, torch (and the GPU it finds) and the key libraries",
+    ),
 }
 SUBCOMMANDS = COMMANDS  # the name tests and older callers use
 
@@ -121,9 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         print(usage())
         return 0
     if argv[0] in ("-V", "--version"):
-        from hfpolicy import __version__
+        from hfpolicy.cli.info import environment_report
 
-        print(__version__)
+        print(environment_report())
         return 0
     name, rest = split_command(argv)
     if name is None:

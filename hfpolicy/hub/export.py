@@ -67,7 +67,8 @@ def export_policy(
         )
         if policy.config.converted_from and source:
             provenance += f" That policy was itself converted from {policy.config.converted_from}."
-        card = make_model_card(output_dir.name, policy, provenance=provenance, library_name="lerobot")
+        # The card loads the export from where it is written (the path as given: from where the command ran).
+        card = make_model_card(str(output_dir), policy, provenance=provenance, library_name="lerobot")
         card.save(staging / "README.md")
         try:
             staging_folder.publish(output_dir)  # fails rather than replace a directory created meanwhile

@@ -26,6 +26,8 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData, constants
 
 from hfpolicy.constants import EVAL_INFO_FILE, REPLAY_VIDEO_FILE, TRAIN_CONFIG_FILE, TRAINING_CURVE_FILE
 
+LEROBOT_VERSION = "0.6.1"  # the LeRobot release whose loading code a LeRobot-layout card shows (lerobot_format's)
+
 if TYPE_CHECKING:
     from hfpolicy.policies.base import Policy
 
@@ -65,6 +67,11 @@ CARD_METRICS = (  # (eval_info key, model-index metric name)
     ("n_episodes", "Episodes"),
 )
 
+LEROBOT_CLASSES = {  # policy type -> (LeRobot module, class) that loads an export
+    "diffusion": ("lerobot.policies.diffusion.modeling_diffusion", "DiffusionPolicy"),
+    "act": ("lerobot.policies.act.modeling_act", "ACTPolicy"),
+}
+
 CARD_TEMPLATE = """---
 {{ card_data }}
 ---
@@ -72,7 +79,8 @@ CARD_TEMPLATE = """---
 # {{ repo_id }}
 
 A **{{ policy_name }}** policy for **{{ env_name }}**, trained with [hfpolicy](https://github.com/hfpolicy/hfpolicy){% if dataset_repo_id %} on [{{ dataset_repo_id }}](https://huggingface.co/datasets/{{ dataset_repo_id }}){% elif local_dataset %} on a local dataset: {{ local_dataset }}{% endif %}.
-{% if recipe %}Recipe: `{{ recipe }}`{% if recipe_reason %} ({{ recipe_reason }}){% endif %}.
+{% if finetuned_from %}Fine-tuned from `{{ finetuned_from }}` (its weights and normalization stats were the start).
+{% endif %}{% if recipe %}Recipe: `{{ recipe }}`{% if recipe_reason %} ({{ recipe_reason }}){% endif %}.
 {% endif %}{% if online %}Online training: {{ online }}.
 {% endif %}It reads {{ inputs }} and outputs `action` {{ action_shape }}.
 {% if provenance %}
@@ -88,7 +96,26 @@ A **{{ policy_name }}** policy for **{{ env_name }}**, trained with [hfpolicy](h
 {% if has_eval_page %}Look at every episode (table, videos, reward curves) in [eval.html](eval.html): one offline page with its videos inside; download it and open it in a browser.
 {% endif %}
 {% endif %}## Use
+{% if lerobot_class %}
+With [LeRobot](https://github.com/huggingface/lerobot) {{ lerobot_version }} (this folder is in its checkpoint layout):
 
+```python
+from {{ lerobot_module }} import {{ lerobot_class }}
+from lerobot.processor import PolicyProcessorPipeline
+from lerobot.processor.converters import policy_action_to_transition, transition_to_policy_action
+
+policy = {{ lerobot_class }}.from_pretrained("{{ repo_id }}")
+preprocess = PolicyProcessorPipeline.from_pretrained("{{ repo_id }}", config_filename="policy_preprocessor.json")
+postprocess = PolicyProcessorPipeline.from_pretrained(
+    "{{ repo_id }}", config_filename="policy_postprocessor.json",
+    to_transition=policy_action_to_transition, to_output=transition_to_policy_action,
+)
+policy.reset()                                                # at every episode start
+action = postprocess(policy.select_action(preprocess(batch)))  # batch: {{ inputs }}
+```
+
+With hfpolicy, which reads LeRobot's layout as it is:
+{% endif %}
 ```python
 from hfpolicy.policies import Policy
 
@@ -105,16 +132,21 @@ hfpolicy eval --policy.path={{ repo_id }} --env.type={{ env_type }} --eval.n_epi
 {% if train_command %}
 ## Training
 
-Reproduce the training:
+Reproduce the training from this repository alone: its [train_config.json](train_config.json) holds every setting (the output folder left to choose){% if local_dataset and not scripted %}; the dataset is the local folder {{ local_dataset }}, which must exist where it runs{% endif %}.
+
+```bash
+hf download {{ repo_id }} train_config.json --local-dir={{ config_dir }}
+hfpolicy train --config_path={{ config_dir }}/train_config.json
+```
+
+The command that trained it:
 
 ```bash
 {{ train_command }}
 ```
-
-The full training configuration is in [train_config.json](train_config.json).{% if has_curve %}
-
-![training curve](training_curve.png){% endif %}
-{% endif %}"""
+{% if has_curve %}
+![training curve](training_curve.png)
+{% endif %}{% endif %}"""
 
 
 def make_model_card(
@@ -128,29 +160,65 @@ def make_model_card(
 ) -> ModelCard:
     """The model card: YAML metadata (with model-index eval results when `artifacts` has eval_info) and a body with
     the metrics table, the replay video, usage and the training command. With a train_config the card also says what
-    the run trained on when that was local data, and which recipe chose its settings.
+    the run trained on when that was local data, and which recipe chose its settings; a fine-tuned policy says what
+    it started from.
 
     `provenance` says where the weights came from; by default a policy converted from another library's checkpoint
-    (`config.converted_from`) says so. `library_name` is the Hub library ("lerobot" for exported LeRobot layouts)."""
+    (`config.converted_from`) says so. `library_name` is the Hub library: "lerobot" (an export in LeRobot's layout)
+    shows LeRobot's way to load it beside hfpolicy's."""
     artifacts = artifacts or PolicyArtifacts()
     info = artifacts.eval_info_dict()
     eval_summary = info["aggregated"] if info is not None else None
-    dataset_repo_id, train_command, n_videos = artifacts.dataset_repo_id, artifacts.train_command, len(artifacts.videos)
-    train_config = artifacts.train_config or {}
-    dataset_cfg = train_config.get("dataset") or {}
-    local_dataset = None
-    if dataset_cfg.get("root"):
-        local_dataset = f"`{dataset_cfg['root']}`"
-        if dataset_cfg.get("scripted_episodes"):
-            local_dataset += (
-                f", {dataset_cfg['scripted_episodes']} demonstrations recorded by hfpolicy's scripted expert"
-            )
-    config = policy.config
+    config, train_config = policy.config, artifacts.train_config or {}
+    env_type = artifacts.env_type or "pusht"
+    if provenance is None and config.converted_from:
+        provenance = f"converted by hfpolicy from {config.converted_from}, with the same weights and normalization."
+    lerobot_module, lerobot_class = LEROBOT_CLASSES.get(config.type, (None, None))
+    if library_name != "lerobot":
+        lerobot_module, lerobot_class = None, None
+    return ModelCard.from_template(
+        card_metadata(repo_id, config, artifacts, eval_summary, license=license, library_name=library_name),
+        template_str=CARD_TEMPLATE,
+        repo_id=repo_id,
+        policy_name=POLICY_TAGS.get(config.type, config.type).replace("-", " ").title(),
+        env_name=ENV_NAMES.get(env_type, env_type),
+        env_type=env_type,
+        dataset_repo_id=artifacts.dataset_repo_id,
+        inputs=", ".join(f"`{key}` {tuple(f.shape)}" for key, f in config.input_features.items()),
+        action_shape=tuple(config.action_feature.shape),
+        metrics_table=_metrics_table(eval_summary) if eval_summary else None,
+        video_url=f"{constants.ENDPOINT}/{repo_id}/resolve/main/{REPLAY_VIDEO_FILE}" if artifacts.videos else None,
+        n_videos=len(artifacts.videos),
+        has_eval_page=artifacts.eval_page is not None,
+        train_command=artifacts.train_command,
+        config_dir=repo_id.split("/")[-1],
+        has_curve=artifacts.training_curve is not None,
+        local_dataset=_local_dataset(train_config.get("dataset") or {}),
+        scripted=bool((train_config.get("dataset") or {}).get("scripted_episodes")),
+        finetuned_from=config.pretrained_path,
+        recipe=train_config.get("recipe"),
+        recipe_reason=train_config.get("recipe_reason"),
+        online=_online_summary(train_config.get("online") or {}, artifacts),
+        provenance=provenance,
+        lerobot_module=lerobot_module,
+        lerobot_class=lerobot_class,
+        lerobot_version=LEROBOT_VERSION,
+    )
+
+
+def card_metadata(
+    repo_id: str,
+    config: Any,
+    artifacts: PolicyArtifacts,
+    eval_summary: dict[str, Any] | None,
+    *,
+    license: str,
+    library_name: str,
+) -> ModelCardData:
+    """The card's YAML: library, licence, tags, the dataset trained on, and the eval results as model-index."""
     env_type = artifacts.env_type or "pusht"
     env_name = ENV_NAMES.get(env_type, env_type)
     tags = ["robotics", "hfpolicy", POLICY_TAGS.get(config.type, config.type), env_type]
-    if provenance is None and config.converted_from:
-        provenance = f"converted by hfpolicy from {config.converted_from}, with the same weights and normalization."
     if library_name == "lerobot" or (config.converted_from or "").startswith("LeRobot"):
         tags.append("lerobot")
     eval_results = None
@@ -167,38 +235,38 @@ def make_model_card(
             )
             for key, name in CARD_METRICS
         ]
-    card_data = ModelCardData(
+    return ModelCardData(
         library_name=library_name,
         license=license,
         pipeline_tag="robotics",
         tags=tags,
-        datasets=[dataset_repo_id] if dataset_repo_id else None,
+        datasets=[artifacts.dataset_repo_id] if artifacts.dataset_repo_id else None,
         model_name=repo_id,
         eval_results=eval_results,
     )
-    video_url = f"{constants.ENDPOINT}/{repo_id}/resolve/main/{REPLAY_VIDEO_FILE}" if n_videos else None
-    return ModelCard.from_template(
-        card_data,
-        template_str=CARD_TEMPLATE,
-        repo_id=repo_id,
-        policy_name=POLICY_TAGS.get(config.type, config.type).replace("-", " ").title(),
-        env_name=env_name,
-        env_type=env_type,
-        dataset_repo_id=dataset_repo_id,
-        inputs=", ".join(f"`{key}` {tuple(f.shape)}" for key, f in config.input_features.items()),
-        action_shape=tuple(config.action_feature.shape),
-        metrics_table=_metrics_table(eval_summary) if eval_summary else None,
-        video_url=video_url,
-        n_videos=n_videos,
-        has_eval_page=artifacts.eval_page is not None,
-        train_command=train_command,
-        has_curve=artifacts.training_curve is not None,
-        local_dataset=local_dataset,
-        recipe=train_config.get("recipe"),
-        recipe_reason=train_config.get("recipe_reason"),
-        online=_online_summary(train_config.get("online") or {}, artifacts),
-        provenance=provenance,
-    )
+
+
+def _local_dataset(dataset_cfg: dict[str, Any]) -> str | None:
+    """train_config.json's local dataset, as the card names it (None: a Hub dataset)."""
+    if not dataset_cfg.get("root"):
+        return None
+    text = f"`{dataset_cfg['root']}`"
+    if dataset_cfg.get("scripted_episodes"):
+        text += f", {dataset_cfg['scripted_episodes']} demonstrations recorded by hfpolicy's scripted expert"
+    return text
+
+
+def portable_train_config(train_config: dict[str, Any]) -> dict[str, Any]:
+    """train_config.json as it travels with the model: `hfpolicy train --config_path=` runs it anywhere. The run's
+    own folder, its resume and its push target are left out (a new run chooses them), and so is the folder of a
+    scripted recording (recorded again on the machine that runs it)."""
+    portable = json.loads(json.dumps(train_config))
+    portable.update(output_dir=None, resume=False)
+    portable["hub"] = {**(portable.get("hub") or {}), "repo_id": None, "online_data_repo_id": None}
+    dataset = portable.get("dataset") or {}
+    if dataset.get("scripted_episodes"):
+        portable["dataset"] = {**dataset, "root": None}
+    return portable
 
 
 def _online_summary(online: dict[str, Any], artifacts: PolicyArtifacts) -> str | None:
@@ -253,7 +321,7 @@ def stage_policy_repo(
     if info is not None:
         (folder / EVAL_INFO_FILE).write_text(json.dumps(info, indent=2))
     if artifacts.train_config is not None:
-        (folder / TRAIN_CONFIG_FILE).write_text(json.dumps(artifacts.train_config, indent=2))
+        (folder / TRAIN_CONFIG_FILE).write_text(json.dumps(portable_train_config(artifacts.train_config), indent=2))
     for i, video in enumerate(videos):
         if i == 0:
             shutil.copyfile(video, folder / REPLAY_VIDEO_FILE)

@@ -40,6 +40,10 @@ class PolicyConfig(draccus.ChoiceRegistry):
     ema_max_decay: float = 0.9999  # EMA decay never exceeds this
     converted_from: str | None = None
     """where the weights came from when converted (e.g. a LeRobot checkpoint); on the card"""
+    pretrained_path: str | None = None
+    """training starts from this saved policy's weights and stats (a directory or Hub repo id, hfpolicy's or
+    LeRobot's; `--policy.path=...` sets it and takes its config as the base)"""
+    device: str | None = None  # torch device to train on (cpu, cuda, mps); default: what accelerate chooses
 
     # Fields a saved policy's config.json may change after training: they steer acting or training, not what the
     # weights mean (every other field must match the config recorded in model.safetensors; see Policy.from_pretrained).
@@ -56,6 +60,8 @@ class PolicyConfig(draccus.ChoiceRegistry):
             "use_ema",
             "ema_power",
             "ema_max_decay",
+            "pretrained_path",
+            "device",
         }
     )
 

@@ -59,6 +59,7 @@ from torch import Tensor
 from hfpolicy.constants import ACTION, CONFIG_FILE, OBS_ENV_STATE, OBS_STATE, WEIGHTS_FILE
 from hfpolicy.io.atomic import save_safetensors_atomically, write_json_atomically
 from hfpolicy.policies.base import Policy, PolicyLoadError, get_policy_class
+from hfpolicy.policies.card import LEROBOT_VERSION as CARD_LEROBOT_VERSION
 from hfpolicy.policies.config import FeatureType, NormMode, PolicyConfig, PolicyFeature, feature_norm_mode
 from hfpolicy.policies.loading import check_weights_finite
 from hfpolicy.policies.normalization import EPS, STAT_NAMES
@@ -82,7 +83,7 @@ FEATURE_TYPES_FROM_LEROBOT = {
 NORM_MODES_FROM_LEROBOT = {"MEAN_STD": NormMode.MEAN_STD, "MIN_MAX": NormMode.MIN_MAX, "IDENTITY": NormMode.IDENTITY}
 NORM_MODES_TO_LEROBOT = {mode: name for name, mode in NORM_MODES_FROM_LEROBOT.items()}
 HFPOLICY_TYPE_OF_LEROBOT_TYPE = {"VISUAL": "image", "STATE": "state", "ACTION": "action"}  # ENV: per feature key
-LEROBOT_VERSION = "0.6.1"  # the LeRobot release whose layout export writes (and that tests check against)
+LEROBOT_VERSION = CARD_LEROBOT_VERSION  # the LeRobot release whose layout export writes (and that tests check against)
 
 
 class LeRobotConversionError(PolicyLoadError):

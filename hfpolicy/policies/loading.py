@@ -5,6 +5,7 @@ Only JSON and safetensors are ever read. `Policy.from_pretrained` calls `load_po
 
 import functools
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ def load_policy(
 ) -> Policy:
     """The policy saved at `source` (see `Policy.from_pretrained`), of class `cls` or a subclass; `hub_options`
     (revision, force_download, token, cache_dir, local_files_only) go to hf_hub_download."""
+    source = saved_policy_folder(source)
     resolve = functools.partial(resolve_file, source, **hub_options)
     config_path = resolve(CONFIG_FILE)
     config_data = read_config_json(config_path)
@@ -62,6 +64,33 @@ def load_policy(
         raise PolicyLoadError(f"{config_path}: {e}") from e
     policy.load_strict(state_dict, source=str(weights_path))
     return policy.to(map_location).eval()
+
+
+# A training run's folder (hfpolicy.training.run_folder): <run>/checkpoints/last -> step_N/pretrained_model/.
+RUN_CHECKPOINT_POLICY = ("checkpoints", "last", "pretrained_model")
+
+
+def saved_policy_folder(source: str | Path) -> str | Path:
+    """`source`, or, when it is a training run's folder (or one of its checkpoints) rather than a saved policy, the
+    policy of its last checkpoint, saying so on stderr; PolicyLoadError for a run without a checkpoint yet."""
+    local = Path(source)
+    if not local.is_dir() or (local / CONFIG_FILE).is_file():
+        return source
+    candidates = [
+        local.joinpath(*RUN_CHECKPOINT_POLICY),
+        local / "last" / "pretrained_model",
+        local / "pretrained_model",
+    ]
+    found = next((path for path in candidates if (path / CONFIG_FILE).is_file()), None)
+    if found is not None:
+        print(f"{source} is a training run's folder: loading its last checkpoint's policy, {found}", file=sys.stderr)
+        return found
+    if (local / "train_config.json").is_file() or (local / "checkpoints").is_dir():
+        raise PolicyLoadError(
+            f"{source} is a training run's folder without a checkpoint yet (a saved policy is in "
+            f"{local.joinpath(*RUN_CHECKPOINT_POLICY)} once the run saves one): let it reach --save_freq, or resume it"
+        )
+    return source
 
 
 def resolve_file(

@@ -315,6 +315,12 @@ def save_shareable_policy(
 ) -> None:
     """save_pretrained with the EMA weights (when EMA is on) and the train_config.json beside them."""
     model = accelerator.unwrap_model(policy)
+    card = {"repo_id": str(published_path(folder))}  # the card loads it from where it ends up, not the staging folder
     with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
-        model.save_pretrained(folder)
+        model.save_pretrained(folder, model_card_kwargs=card)
     write_json_atomically(folder / TRAIN_CONFIG_FILE, train_config_to_dict(cfg))
+
+
+def published_path(path: Path) -> Path:
+    """Where `path`, inside a checkpoint being assembled (.tmp_step_N/...), will be once it is renamed into place."""
+    return Path(*(part.removeprefix(_STAGING_PREFIX) for part in Path(path).parts))

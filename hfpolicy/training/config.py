@@ -122,6 +122,12 @@ def validate_train_config(cfg: TrainConfig) -> None:
     if cfg.dataset.scripted_episodes < 0:
         problems.append(f"--dataset.scripted_episodes must be >= 0, got {cfg.dataset.scripted_episodes}")
     problems += online_config_problems(cfg)
+    from hfpolicy.policies.device import accelerator_device_options  # imports torch: not at `--help` time
+
+    try:
+        accelerator_device_options(cfg.policy.device)
+    except ValueError as e:
+        problems.append(str(e))
     if cfg.tracker not in TRACKERS:
         problems.append(f"--tracker={cfg.tracker!r} is not one of {', '.join(TRACKERS)}")
     if problems:
@@ -194,8 +200,17 @@ def parse_train_config(
     argv: list[str], config_class: type[TrainConfig] = TrainConfig, prog: str = "hfpolicy train"
 ) -> TrainConfig:
     """Flags → config (FlagError for a bad flag). With --resume=true and an --output_dir holding a run, its
-    train_config.json is the base and the flags override it (e.g. --steps to train longer)."""
-    cfg = parse_flags(config_class, argv, prog)
+    train_config.json is the base and the flags override it (e.g. --steps to train longer); with --policy.path
+    (hfpolicy.training.finetune) the saved policy's config is the base of the --policy.* flags."""
+    from hfpolicy.training.finetune import parse_with_pretrained_policy, split_policy_path
+
+    pretrained, argv = split_policy_path(argv)  # --policy.path=SOURCE: fine-tune the saved policy (its config first)
+    if pretrained is None:
+        cfg = parse_flags(config_class, argv, prog)
+    else:
+        cfg = parse_with_pretrained_policy(
+            lambda flags, base: parse_flags(config_class, flags, prog, config_path=base), pretrained, argv
+        )
     if cfg.resume and cfg.output_dir and (Path(cfg.output_dir) / TRAIN_CONFIG_FILE).is_file():
         saved = Path(cfg.output_dir) / TRAIN_CONFIG_FILE
         with draccus.config_type("json"):

@@ -1,5 +1,5 @@
 """The training curve of a run: loss over steps (log scale) and, when evaluated, eval success over steps, drawn from
-its metrics.jsonl into a PNG that the model card shows."""
+its metrics.jsonl into a PNG: redrawn into the run folder after every evaluation, and shown by the model card."""
 
 import io
 from pathlib import Path
@@ -27,9 +27,10 @@ def draw_training_curve(metrics_path: Path, png_path: Path) -> Path | None:
     loss_ax.set_ylabel("loss", color="tab:blue")
     if evals:
         success_ax = loss_ax.twinx()
-        success_ax.plot(*zip(*evals, strict=True), "o-", color="tab:green", label="eval success")
+        success_ax.plot(*zip(*evals, strict=True), "o-", color="tab:green", label="eval success", clip_on=False)
         success_ax.set_ylabel("eval success (%)", color="tab:green")
-        success_ax.set_ylim(0, 100)
+        success_ax.set_ylim(-5, 105)  # a margin: markers at 0% and 100% are drawn whole, not cut by the frame
+        success_ax.set_yticks(range(0, 101, 20))
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")

@@ -15,6 +15,7 @@ write into one folder. A NaN or inf loss stops the run before anything computed 
 """
 
 import dataclasses
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,16 @@ from hfpolicy.hub.push import PushError, check_push_access, push_trained_policy
 from hfpolicy.policies import Policy
 from hfpolicy.training.checkpoints import save_checkpoint, save_shareable_policy
 from hfpolicy.training.config import TrainConfig, TrainConfigError, validate_train_config
-from hfpolicy.training.progress import NonFiniteLossGuard, RunningMeans, TrainingClock, log_entry
+from hfpolicy.training.curve import draw_training_curve
+from hfpolicy.training.progress import (
+    COMPILING_NOTE,
+    NonFiniteLossGuard,
+    RunningMeans,
+    TrainingClock,
+    log_entry,
+    timed_eval_episode_s,
+    warnings_above_the_bar,
+)
 from hfpolicy.training.run_folder import RunFolder
 from hfpolicy.training.setup import (
     Training,
@@ -62,7 +72,8 @@ def train(cfg: TrainConfig) -> TrainResult:
         run.lock()
     try:
         run.check_for(resume=cfg.resume)
-        return run_loop(build_training(cfg, run))
+        with warnings_above_the_bar(lambda line: tqdm.write(line, file=sys.stderr)):  # not spliced into the bar
+            return run_loop(build_training(cfg, run))
     finally:
         if holds_lock:
             run.unlock()
@@ -84,6 +95,11 @@ def run_loop(t: Training) -> TrainResult:
         disable=not (is_main and cfg.progress),
         bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",  # our ETA (with evals), not tqdm's
     )
+    if is_main and t.eval_plan:  # the first estimate counts the evaluations too (a guess until one is timed)
+        episode_length = getattr(t.env_cfg, "episode_length", 300)
+        clock.estimate_eval(timed_eval_episode_s(accelerator.unwrap_model(policy), episode_length, accelerator.device))
+    if cfg.compile and t.start_step < cfg.steps:
+        bar.set_postfix_str(COMPILING_NOTE)  # the first step compiles: say so while the bar sits at its start
     policy.train()
     eval_summary, hub_commit = None, None
     window = RunningMeans()  # losses and timings since the last log entry
@@ -115,6 +131,7 @@ def run_loop(t: Training) -> TrainResult:
         step_s = time.perf_counter() - step_start
         window.add(loss=loss_sum / cfg.gradient_accumulation_steps, grad_norm=grad_norm, step_s=step_s, data_s=data_s)
         clock.add_step(step_s)
+        clock.note_current(loss_sum / cfg.gradient_accumulation_steps, t.lr_scheduler.get_last_lr()[0])
         bar.set_postfix_str(clock.postfix(step), refresh=False)
         bar.update(1)
         if is_main and step == t.start_step + TrainingClock.ANNOUNCE_AFTER_STEPS:
@@ -131,7 +148,6 @@ def run_loop(t: Training) -> TrainResult:
             entry = window.pop(accelerator)  # averages the loss over processes (one collective per log entry)
             entry.update(lr=t.lr_scheduler.get_last_lr()[0], samples_per_s=t.samples_per_step / entry["step_s"])
             log_entry(accelerator, run, step, entry)
-            clock.last_log = f"loss={entry['loss']:.4f}, lr={entry['lr']:.2e}"
 
         if evaluated:
             eval_start = time.perf_counter()
@@ -144,6 +160,7 @@ def run_loop(t: Training) -> TrainResult:
                 log_entry(
                     accelerator, run, step, {f"eval/{k}": v for k, v in eval_summary.items() if k != "pc_success_ci95"}
                 )
+                draw_training_curve(run.metrics_file, run.curve_file)  # the run folder's curve, up to date
                 bar.write(
                     f"step {step}: eval success {eval_summary['pc_success']:.1f}%, "
                     f"avg max reward {eval_summary['avg_max_reward']:.3f} ({eval_summary['n_episodes']} episodes)"

@@ -1,7 +1,13 @@
 """A run's progress as it trains: the running means of a log entry, the guard that stops a run whose loss turns NaN
-or inf, the clock that estimates the time left (evaluations included), and the log entry written to the trackers
-and metrics.jsonl."""
+or inf, the clock that estimates the time left (evaluations included: guessed from a timed policy call until the
+first one is timed) and gives the bar its current loss and lr, the bar's "compiling" note and the warnings kept off
+its line, and the log entry written to the trackers and metrics.jsonl."""
 
+import contextlib
+import math
+import time
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -95,12 +101,23 @@ class TrainingClock:
     ANNOUNCE_AFTER_STEPS = 10  # steps after which the run's estimated total time is printed once
     WARN_ABOVE_S = 24 * 3600  # estimates above this get a warning line
 
+    CURRENT_EVERY_S = 0.5  # the bar's loss and lr are read this often (reading a GPU loss waits for the GPU)
+
     def __init__(self, total_steps: int, eval_plan: dict[int, int]):
         self.total_steps, self.eval_plan = total_steps, eval_plan
         self.step_times: list[float] = []
         self.n_steps_seen = 0
         self.eval_s_per_episode: float | None = None
-        self.last_log = ""
+        self.eval_estimated = False  # eval_s_per_episode is a first guess, not yet a timed evaluation
+        self.last_log = ""  # the bar's loss and lr: the current step's, refreshed every CURRENT_EVERY_S
+        self._current_read_at = -math.inf
+
+    def note_current(self, loss: torch.Tensor | float, lr: float) -> None:
+        """The current step's loss and learning rate for the bar (read at most every CURRENT_EVERY_S seconds)."""
+        now = time.monotonic()
+        if now - self._current_read_at >= self.CURRENT_EVERY_S:
+            self._current_read_at = now
+            self.last_log = f"loss={float(loss):.4f}, lr={lr:.2e}"
 
     def add_step(self, seconds: float) -> None:
         self.n_steps_seen += 1
@@ -109,6 +126,12 @@ class TrainingClock:
 
     def add_eval(self, n_episodes: int, seconds: float) -> None:
         self.eval_s_per_episode = seconds / max(n_episodes, 1)
+        self.eval_estimated = False
+
+    def estimate_eval(self, seconds_per_episode: float) -> None:
+        """A first guess of an evaluation episode's seconds (`timed_eval_episode_s`), until an evaluation is timed."""
+        if self.eval_s_per_episode is None:
+            self.eval_s_per_episode, self.eval_estimated = seconds_per_episode, True
 
     def remaining_s(self, step: int) -> tuple[float | None, bool]:
         """(seconds left after `step`, whether the evaluations are included); None before a step was timed."""
@@ -128,13 +151,62 @@ class TrainingClock:
     def announcement(self, step: int, device: torch.device) -> str:
         left, with_evals = self.remaining_s(step)
         total = format_duration(left or 0.0) + ("" if with_evals else " plus evaluations")
-        line = f"estimated time left: {total} ({self.total_steps - step} steps on {device})"
+        episodes = sum(n for s, n in self.eval_plan.items() if s > step)
+        evals = f" and {episodes} evaluation episodes" if with_evals and episodes else ""
+        guess = " (evaluation time from a timed policy call)" if evals and self.eval_estimated else ""
+        line = f"estimated time left: {total} ({self.total_steps - step} steps on {device}{evals}{guess})"
         if left is not None and left > self.WARN_ABOVE_S:
             line += (
                 f"; that is {left / 86400:.1f} days: fewer --steps, a smaller policy, a GPU, or (examples/train_pusht.py) "
                 "--recipe=cpu finish sooner"
             )
         return line
+
+
+ENV_STEP_S = 1 / 500  # seconds of one simulator step with rendering (gym-pusht: ~590 steps/s with 96x96 pixels)
+PROBE_BATCH = 4  # rows of the timed policy call
+
+
+@torch.no_grad()
+def timed_eval_episode_s(policy: Any, episode_length: int, device: torch.device) -> float:
+    """A first estimate of the seconds one evaluation episode takes, before any evaluation ran: one timed
+    action-chunk prediction for PROBE_BATCH rows of zero observations, per row, times the chunks an episode of
+    `episode_length` steps needs, plus its simulator steps. The policy's mode and every RNG are left as they were
+    (its noise comes from a generator of its own), so an exact resume stays exact."""
+    config = policy.config
+    observation = {
+        key: torch.zeros(PROBE_BATCH, config.n_obs_steps, *feature.shape, device=device)
+        for key, feature in config.input_features.items()
+    }
+    was_training = policy.training
+    policy.eval()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            start = time.perf_counter()
+            policy.predict_action_chunk(observation, generator=torch.Generator(device=device).manual_seed(0))
+            chunk_s = (time.perf_counter() - start) / PROBE_BATCH
+    finally:
+        policy.train(was_training)
+    return math.ceil(episode_length / config.n_action_steps) * chunk_s + episode_length * ENV_STEP_S
+
+
+COMPILING_NOTE = "compiling the training step (torch.compile: a minute or more on a CPU, once)"
+
+
+@contextlib.contextmanager
+def warnings_above_the_bar(write) -> Iterator[None]:
+    """Warnings printed while a progress bar is drawn go through `write` (tqdm.write: a line of their own above the
+    bar), not into the middle of the bar's line."""
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        write(warnings.formatwarning(message, category, filename, lineno, line).rstrip("\n"))
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
 
 
 def format_duration(seconds: float) -> str:

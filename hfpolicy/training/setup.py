@@ -27,6 +27,7 @@ from hfpolicy.datasets.format import INFO_PATH
 from hfpolicy.envs import EnvConfig
 from hfpolicy.io.atomic import write_json_atomically
 from hfpolicy.policies import Policy, PolicyConfig, make_policy
+from hfpolicy.policies.device import accelerator_device_options
 from hfpolicy.policies.ema import EMA
 from hfpolicy.training.checkpoints import checkpoint_extra_state, load_checkpoint
 from hfpolicy.training.config import (
@@ -37,6 +38,7 @@ from hfpolicy.training.config import (
     flat_hparams,
     train_config_to_dict,
 )
+from hfpolicy.training.finetune import load_pretrained_weights
 from hfpolicy.training.progress import planned_evaluations
 from hfpolicy.training.run_folder import RunFolder
 
@@ -245,12 +247,15 @@ def build_training(cfg: TrainConfig, run: RunFolder) -> Training:
         mixed_precision=cfg.mixed_precision,
         log_with=None if cfg.tracker == "none" else cfg.tracker,
         project_config=ProjectConfiguration(project_dir=str(run.root), logging_dir=str(run.root / "logs")),
+        **accelerator_device_options(cfg.policy.device),  # --policy.device=cpu trains on the CPU beside a GPU
     )
     threads = choose_cpu_threads(cfg.num_threads, accelerator.num_processes)
     set_seed(cfg.seed, device_specific=True)  # seed + rank: different crops and noise on each process
     cfg, data = load_training_data(cfg, accelerator)
     online = make_online_training(cfg, run.root, data.dataset) if cfg.online.every > 0 else None
     policy = make_policy(cfg.policy, dataset_stats=data.dataset.stats)
+    if cfg.policy.pretrained_path and not cfg.resume:  # fine-tuning: the saved weights and stats (a resume: its own)
+        load_pretrained_weights(policy, cfg.policy.pretrained_path)
     if cfg.compile:
         policy.compile()  # in place: forward (training) is compiled; acting and the state dict stay as they are
     optimizer = make_optimizer(policy, accelerator.device)

@@ -3,6 +3,7 @@
 import functools
 import json
 import math
+import os
 import time
 
 import gymnasium as gym
@@ -435,3 +436,16 @@ def test_an_unwritable_videos_dir_is_named(tmp_path):
     recorder.finish(blocker / "b.mp4")
     with pytest.raises(VideoWriteError, match=rf"cannot write the video {blocker}/b.mp4"):
         recorder.close()
+
+
+def test_default_threads_leave_a_loaded_machine_one_thread():
+    from hfpolicy.eval.cli import default_eval_threads, set_torch_threads
+
+    assert default_eval_threads(cores=2, load=11.0) == 1  # measured: 2 threads 637 s, 1 thread 40-68 s (load 11)
+    assert default_eval_threads(cores=2, load=0.1) == 2  # an idle machine: every core
+    assert default_eval_threads(cores=16, load=4.2) == 12
+    threads = torch.get_num_threads()
+    try:
+        assert set_torch_threads(None) == default_eval_threads(len(os.sched_getaffinity(0)), os.getloadavg()[0])
+    finally:
+        torch.set_num_threads(threads)

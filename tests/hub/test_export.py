@@ -1,11 +1,13 @@
 """`hfpolicy export --format=lerobot` and evaluating a LeRobot checkpoint with `hfpolicy eval`."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from shared_data import LEROBOT_FIXTURES
 
 from hfpolicy.cli import main as cli_main
 from hfpolicy.constants import ACTION, EVAL_INFO_FILE, OBS_ENV_STATE, OBS_STATE
@@ -15,7 +17,7 @@ from hfpolicy.policies import FeatureType, Policy, PolicyFeature
 from hfpolicy.policies.diffusion import DiffusionConfig
 from hfpolicy.policies.diffusion.modeling import DiffusionPolicy
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "lerobot-0.6.1"
+FIXTURES = LEROBOT_FIXTURES  # $HFPOLICY_SHARED_DIR/fixtures/lerobot-0.6.1 (default ../shared)
 
 
 def saved_policy(folder: Path, **overrides) -> DiffusionPolicy:
@@ -47,6 +49,12 @@ def test_export_cli_writes_a_lerobot_checkpoint_that_loads_back(tmp_path, capsys
     assert json.loads((out / "config.json").read_text())["normalization_mapping"]["STATE"] == "MIN_MAX"
     card = (out / "README.md").read_text()
     assert f"Exported by hfpolicy from {tmp_path / 'policy'}" in card and "library_name: lerobot" in card
+    # LeRobot's way to load it first, hfpolicy's beside it, both naming the export where it is, with its files.
+    lerobot_load = card.index(f'DiffusionPolicy.from_pretrained("{out}")')
+    assert "from lerobot.policies.diffusion.modeling_diffusion import DiffusionPolicy" in card
+    for name in re.findall(r'config_filename="([^"]+)"', card):
+        assert (out / name).is_file(), name
+    assert lerobot_load < card.index(f'Policy.from_pretrained("{out}")')
     assert [p.name for p in out.parent.iterdir()] == ["lerobot"]  # no staging directory left behind
 
     loaded = Policy.from_pretrained(out)

@@ -323,3 +323,20 @@ def test_a_policy_written_to_the_documented_contract_acts(monkeypatch):
     assert policy.generate_calls == 2
     with pytest.raises(TypeError, match="takes no `noise`: add a `noise"):
         policy.predict_action_chunk({OBS_STATE: torch.randn(3, 2, 2)}, noise=torch.zeros(3, 16, 2))
+
+
+def test_a_training_run_folder_loads_its_last_checkpoint_and_says_so(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "train_config.json").parent.mkdir()
+    (run / "train_config.json").write_text("{}")
+    with pytest.raises(PolicyLoadError, match=re.escape(str(run / "checkpoints" / "last" / "pretrained_model"))):
+        Policy.from_pretrained(run)  # no checkpoint yet: the message names where the policy will be
+    older, newer = make_toy_policy(high=100.0), make_toy_policy(high=300.0)
+    older.save_pretrained(run / "checkpoints" / "step_000002" / "pretrained_model")
+    newer.save_pretrained(run / "checkpoints" / "step_000004" / "pretrained_model")
+    (run / "checkpoints" / "last").symlink_to("step_000004")
+    capsys.readouterr()
+    for source in (run, run / "checkpoints", run / "checkpoints" / "step_000004"):
+        loaded = Policy.from_pretrained(source)
+        assert torch.equal(loaded.state_dict()["normalizer.stats.observation_state.max"], torch.full((2,), 300.0))
+        assert "training run's folder: loading its last checkpoint's policy" in capsys.readouterr().err

@@ -12,6 +12,7 @@ import pytest
 import torch
 from policies.reference_tolerance import assert_matches_reference, reference_tolerance
 from safetensors.torch import load_file, save_file
+from shared_data import LEROBOT_FIXTURES
 
 from hfpolicy.constants import ACTION, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE
 from hfpolicy.hub import make_model_card
@@ -26,7 +27,7 @@ from hfpolicy.policies.lerobot_format import (
     write_lerobot_checkpoint,
 )
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "lerobot-0.6.1"
+FIXTURES = LEROBOT_FIXTURES  # $HFPOLICY_SHARED_DIR/fixtures/lerobot-0.6.1 (default ../shared)
 needs_fixtures = pytest.mark.skipif(
     not FIXTURES.is_dir(), reason=f"LeRobot 0.6.1 fixtures not found at {FIXTURES} (../shared beside the repo)"
 )

@@ -5,6 +5,8 @@ The runs use the state-only Diffusion Policy (no vision encoder) with tiny U-Net
 
 import json
 import os
+import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -155,7 +157,7 @@ def test_resume_after_kill_continues_with_identical_losses(pusht_state_dataset, 
 
 
 @pytest.mark.slow
-def test_push_to_hub_then_load_and_evaluate_by_repo_id(pusht_state_dataset, tmp_path, hub_server):
+def test_push_to_hub_then_load_and_evaluate_by_repo_id(pusht_state_dataset, tmp_path, hub_server, monkeypatch):
     repo_id = "user/train-push-diffusion"
     cfg = parse_train_config(
         [
@@ -223,6 +225,20 @@ def test_push_to_hub_then_load_and_evaluate_by_repo_id(pusht_state_dataset, tmp_
         == 0
     )
     assert json.loads((eval_out / EVAL_INFO_FILE).read_text())["aggregated"]["n_episodes"] == 2
+
+    # The card's "reproduce" commands work from the Hub repo alone, in another folder: no path of this run's disk.
+    block = re.search(r"```bash\n(hf download .*?)\n```", card.text, flags=re.S).group(1)
+    download, reproduce = (shlex.split(line) for line in block.splitlines())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    hf_cli = str(Path(sys.executable).parent / "hf")
+    subprocess.run([hf_cli, *download[1:]], cwd=elsewhere, check=True, capture_output=True, env=os.environ.copy())
+    portable = json.loads((elsewhere / download[-1].split("=", 1)[1] / "train_config.json").read_text())
+    assert portable["output_dir"] is None and portable["hub"]["repo_id"] is None and not portable["resume"]
+    monkeypatch.chdir(elsewhere)
+    assert reproduce[:2] == ["hfpolicy", "train"] and main(reproduce[2:]) == 0
+    reproduced = next((elsewhere / "outputs" / "train").iterdir())
+    assert losses(reproduced) == losses(result.output_dir)  # the same run, step for step
 
 
 def test_unknown_policy_type_fails_before_training(pusht_state_dataset, tmp_path, capsys):
@@ -293,3 +309,55 @@ def test_output_dir_of_another_run_needs_resume(pusht_state_dataset, tmp_path, c
     empty = tmp_path / "empty"
     assert main([f"--dataset.root={pusht_state_dataset}", f"--output_dir={empty}", "--resume=true", *TINY_POLICY]) == 2
     assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_policy_device_cuda_without_a_gpu_is_one_line_before_anything_is_created(pusht_state_dataset, tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    out = tmp_path / "run"
+    assert (
+        main([f"--dataset.root={pusht_state_dataset}", f"--output_dir={out}", *TINY_POLICY, "--policy.device=cuda"])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--policy.device=cuda, but torch finds no cuda device" in err
+    assert "--policy.device=cpu" in err and not out.exists()
+
+
+def test_fine_tuning_starts_from_the_saved_weights_and_resumes_exactly(pusht_state_dataset, tmp_path, capsys):
+    from hfpolicy.training.run_folder import RunFolder
+    from hfpolicy.training.setup import build_training
+
+    data = [f"--dataset.root={pusht_state_dataset}", "--log_freq=1", "--eval.freq=0", "--save_freq=2"]
+    assert main([*data, *TINY_POLICY, f"--output_dir={tmp_path / 'base'}", "--steps=2"]) == 0
+    source = str(tmp_path / "base" / "checkpoints" / "last" / "pretrained_model")
+    pretrained = Policy.from_pretrained(source)
+    # --policy.path: the saved config is the base (its tiny U-Net dims without repeating them), flags override it.
+    tune = [*data, f"--policy.path={source}", "--policy.optimizer_lr=3e-4", "--tracker=none", "--progress=false"]
+    tune += ["--num_threads=1", "--batch_size=8"]
+    cfg = parse_train_config([*tune, f"--output_dir={tmp_path / 'probe'}", "--steps=4"])
+    assert cfg.policy.pretrained_path == source and list(cfg.policy.down_dims) == [16, 32]
+    assert cfg.policy.optimizer_lr == 3e-4
+    run = RunFolder(tmp_path / "probe")
+    run.check_for(resume=False)
+    training = build_training(cfg, run)  # step 0 of the fine-tuning run
+    started = training.accelerator.unwrap_model(training.policy).state_dict()
+    for name, tensor in pretrained.state_dict().items():  # the weights and the normalization stats
+        assert torch.equal(started[name], tensor), name
+
+    assert main([*tune, f"--output_dir={tmp_path / 'straight'}", "--steps=4"]) == 0
+    assert main([*tune, f"--output_dir={tmp_path / 'resumed'}", "--steps=2"]) == 0
+    assert main([f"--output_dir={tmp_path / 'resumed'}", "--resume=true", "--steps=4"]) == 0
+    assert losses(tmp_path / "resumed") == losses(tmp_path / "straight")
+    final = "checkpoints/step_000004/pretrained_model/model.safetensors"
+    straight, resumed = load_file(tmp_path / "straight" / final), load_file(tmp_path / "resumed" / final)
+    assert all(torch.equal(straight[name], resumed[name]) for name in straight)
+    saved = json.loads((tmp_path / "resumed" / "train_config.json").read_text())
+    assert saved["policy"]["pretrained_path"] == source  # where the fine-tuning started, kept
+    checkpoint = tmp_path / "straight" / "checkpoints" / "step_000004" / "pretrained_model"
+    card = (checkpoint / "README.md").read_text()
+    assert f"Fine-tuned from `{source}`" in card
+    # The card names the checkpoint where it is, not the staging folder it was written in, and its lines load it.
+    assert ".tmp_" not in card and f"# {checkpoint}\n" in card and f"--policy.path={checkpoint} " in card
+    loaded = Policy.from_pretrained(re.search(r'Policy.from_pretrained\("([^"]+)"\)', card).group(1))
+    assert loaded.config.pretrained_path == source

@@ -11,6 +11,7 @@ import torch
 from act_setup import image_config, observation, pusht_stats
 from policies.reference_tolerance import reference_tolerance
 from safetensors.torch import load_file
+from shared_data import LEROBOT_FIXTURES
 
 from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
 from hfpolicy.policies import NormMode, Policy
@@ -24,7 +25,7 @@ from hfpolicy.policies.act.lerobot import (
 )
 from hfpolicy.policies.lerobot_format import LeRobotConversionError, write_lerobot_checkpoint
 
-FIXTURES = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "lerobot-0.6.1"
+FIXTURES = LEROBOT_FIXTURES  # $HFPOLICY_SHARED_DIR/fixtures/lerobot-0.6.1 (default ../shared)
 STATE_FIXTURE = FIXTURES / "lerobot_act_state"
 IMAGE_FIXTURE_ENV = "HFPOLICY_ACT_IMAGE_FIXTURE"
 

@@ -35,15 +35,15 @@ TINY_ACT = [
 
 
 @pytest.mark.shared_data
-def test_acting_error_falls_4x_on_a_fixed_batch_of_real_pusht_windows(pusht_state_dataset):
-    meta = PolicyDataset("local/pusht5", root=pusht_state_dataset, download_videos=False)
+def test_acting_error_falls_4x_on_a_fixed_batch_of_real_pusht_windows(pusht_human_dataset):
+    meta = PolicyDataset("local/pusht5", root=pusht_human_dataset, download_videos=False)
     inputs, outputs = dataset_to_policy_features(meta.features)
     config = state_config(
         input_features={key: inputs[key] for key in (OBS_STATE, OBS_ENV_STATE)}, output_features=outputs, dropout=0.0
     )
     dataset = PolicyDataset(
         "local/pusht5",
-        root=pusht_state_dataset,
+        root=pusht_human_dataset,
         delta_timestamps=config.delta_timestamps(meta.fps),
         download_videos=False,
     )
@@ -77,7 +77,6 @@ def test_acting_error_falls_4x_on_a_fixed_batch_of_real_pusht_windows(pusht_stat
     assert after < before / 4, f"acting L1 {before:.3f} -> {after:.3f}"
 
 
-@pytest.mark.shared_data
 def test_train_and_eval_command_lines_with_act(pusht_state_dataset, tmp_path):
     out = tmp_path / "run"
     flags = [f"--dataset.root={pusht_state_dataset}", f"--output_dir={out}", *TINY_ACT, "--steps=4", "--log_freq=1"]
@@ -85,6 +84,7 @@ def test_train_and_eval_command_lines_with_act(pusht_state_dataset, tmp_path):
     assert train_main([*flags, "--env.episode_length=8"]) == 0
     entries = [json.loads(line) for line in (out / METRICS_FILE).read_text().splitlines()]
     assert [e["step"] for e in entries if "loss" in e] == [1, 2, 3, 4]
+    assert (out / "training_curve.png").stat().st_size > 1000  # drawn at the evaluation, without a push
     saved = out / "checkpoints" / "step_000004" / "pretrained_model"
     policy = Policy.from_pretrained(saved)
     assert type(policy) is ACTPolicy and (policy.config.chunk_size, policy.config.n_action_steps) == (10, 5)
