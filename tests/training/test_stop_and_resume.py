@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, TRAIN_CONFIG_FILE
 from hfpolicy.io.run_lock import LOCK_FILE, RunLock, RunLockedError
 from hfpolicy.training import main
@@ -130,7 +132,8 @@ def test_save_every_minutes_checkpoints_by_wall_time(pusht_state_dataset, tmp_pa
 
 
 # --- Ctrl-C and SIGTERM ------------------------------------------------------------------------------------------
-def test_ctrl_c_saves_the_current_step_says_how_to_resume_and_exits_130(pusht_state_dataset, tmp_path):
+@pytest.mark.slow
+def test_ctrl_c_saves_the_current_step_says_how_to_resume_and_exits_130(pusht_state_dataset, tmp_path, capsys):
     out = tmp_path / "run"
     command = [sys.executable, "-m", "hfpolicy.cli", "train", *flags(pusht_state_dataset, out)]
     process = subprocess.Popen(
@@ -150,18 +153,12 @@ def test_ctrl_c_saves_the_current_step_says_how_to_resume_and_exits_130(pusht_st
     with RunLock(out):  # the lock was released
         pass
 
-    resumed = subprocess.run(
-        [sys.executable, "-m", "hfpolicy.cli", *resume.split()[1:], f"--steps={stopped_at[0] + 1}"],
-        env=run_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resuming at step {stopped_at[0]}" in resumed.stdout
+    assert main([*resume.split()[2:], f"--steps={stopped_at[0] + 1}"]) == 0  # the command it gave, one step more
+    assert f"resuming at step {stopped_at[0]}" in capsys.readouterr().out
     assert logged_steps(out) == list(range(1, stopped_at[0] + 2))
 
 
+@pytest.mark.slow
 def test_sigterm_to_accelerate_launch_stops_its_trainer_with_a_checkpoint(pusht_state_dataset, tmp_path):
     out = tmp_path / "run"
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1"]
@@ -188,3 +185,27 @@ def test_sigterm_to_accelerate_launch_stops_its_trainer_with_a_checkpoint(pusht_
         -3000:
     ]
     assert len(list_checkpoints(out)) == 1
+
+
+# --- the example's launch path -------------------------------------------------------------------------------------
+def example(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(ROOT / "examples" / "train_pusht.py"), *args]
+    return subprocess.run(command, env=run_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_launch_path_checks_flags_before_launching_anything(pusht_state_dataset, tmp_path):
+    out = tmp_path / "run"
+    result = example("--num_processes=2", *flags(pusht_state_dataset, out, "--stepz=3"))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("train_pusht.py: error: unrecognized")
+    assert "accelerate" not in result.stdout + result.stderr and not out.exists()  # nothing was launched
+
+
+@pytest.mark.slow
+def test_a_launched_run_that_fails_to_start_ends_with_its_own_line_and_status(pusht_state_dataset, tmp_path):
+    out = tmp_path / "run"
+    result = example("--num_processes=2", *flags(pusht_state_dataset, out, "--steps=2", "--batch_size=100000"))
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2, result.stderr[-3000:]  # the training's status (bad input), not accelerate's 1
+    assert last.startswith("train_pusht.py: error: dataset") and "batch_size=100000" in last  # after torchrun's report
+    assert not out.exists()  # the failed start left nothing (before: a folder holding only .hfpolicy.lock)
