@@ -10,7 +10,10 @@ accumulation and clipping), the EMA update, and every N steps logging, evaluatio
 crops and noise, the optimizer, LR schedule and EMA all continue as if the run had never stopped.
 
 The run's main process holds the run folder's lock from before the first check to the end, so two trainings never
-write into one folder. A NaN or inf loss stops the run before anything computed from it is logged, evaluated or saved
+write into one folder; a start that fails leaves nothing in a folder it created. Ctrl-C and SIGTERM end the run after
+the current step with its checkpoint and the command that continues it (hfpolicy.training.stopping); each step's
+checkpoint comes before its evaluation. On a resume, flags that would change the run are refused and the others
+recorded (hfpolicy.training.resume_flags). A NaN or inf loss stops the run before anything computed from it is logged, evaluated or saved
 (hfpolicy.training.progress).
 """
 
