@@ -77,7 +77,9 @@ class StopControl:
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
-        previous = {s: signal.signal(s, self._handle) for s in SIGNAL_NAMES}
+        # a SIGINT this process was started ignoring (a background job of a script) stays ignored, as Python does
+        handled = [s for s in SIGNAL_NAMES if not (s == signal.SIGINT and signal.getsignal(s) == signal.SIG_IGN)]
+        previous = {s: signal.signal(s, self._handle) for s in handled}
         stop_when_launcher_dies()
         try:
             yield self

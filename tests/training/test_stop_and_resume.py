@@ -122,6 +122,21 @@ def test_the_final_checkpoint_comes_before_the_final_evaluation(pusht_state_data
     assert checkpoint.stat().st_mtime_ns < (out / "eval" / "step_000002" / EVAL_INFO_FILE).stat().st_mtime_ns
 
 
+def test_a_resume_is_exact_across_an_evaluation_that_came_after_its_checkpoint(pusht_state_dataset, tmp_path):
+    """The checkpoint of step 2 now comes before step 2's evaluation: the evaluation must not touch what the training
+    continues from (RNG states, weights), or the resumed run would differ from the uninterrupted one."""
+    run = ["--eval.freq=2", "--eval.n_episodes=2", "--eval.batch_size=2", "--eval.n_videos=0", "--env.episode_length=8"]
+    run += ["--save_freq=2", "--policy.scheduler_name=constant"]  # the LR of a step does not depend on --steps
+    assert main(flags(pusht_state_dataset, tmp_path / "reference", "--steps=4", *run)) == 0
+    assert main(flags(pusht_state_dataset, tmp_path / "resumed", "--steps=2", *run)) == 0
+    assert main([f"--output_dir={tmp_path / 'resumed'}", "--resume=true", "--steps=4"]) == 0
+    losses = [
+        [e["loss"] for e in map(json.loads, (tmp_path / name / METRICS_FILE).open()) if "loss" in e]
+        for name in ("reference", "resumed")
+    ]
+    assert len(losses[0]) == 4 and losses[0] == losses[1]
+
+
 def test_save_every_minutes_checkpoints_by_wall_time(pusht_state_dataset, tmp_path):
     out = tmp_path / "run"
     timer = ["--save_freq=0", "--save_every_minutes=0.000001", "--keep_last_checkpoints=0"]  # due after every step
@@ -156,6 +171,28 @@ def test_ctrl_c_saves_the_current_step_says_how_to_resume_and_exits_130(pusht_st
     assert main([*resume.split()[2:], f"--steps={stopped_at[0] + 1}"]) == 0  # the command it gave, one step more
     assert f"resuming at step {stopped_at[0]}" in capsys.readouterr().out
     assert logged_steps(out) == list(range(1, stopped_at[0] + 2))
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_an_evaluation_keeps_the_step_it_evaluated(pusht_state_dataset, tmp_path):
+    """Issue 18: a Ctrl-C during an evaluation lost everything since the last checkpoint. Now the evaluation ends at
+    once, its partial folder goes, and the step it evaluated is saved (here no checkpoint was due at it)."""
+    out = tmp_path / "run"
+    long_eval = ["--eval.freq=2", "--eval.n_episodes=200", "--eval.batch_size=10", "--env.episode_length=300"]
+    command = [sys.executable, "-m", "hfpolicy.cli", "train", *flags(pusht_state_dataset, out, "--steps=4")]
+    process = subprocess.Popen(
+        [*command, *long_eval, "--save_freq=0", "--save_every_minutes=0"],
+        env=run_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for_steps(process, out, 1)  # step 2 is logged (the line after it is the evaluation's)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130 and "Traceback" not in err, err[-3000:]
+    assert [c.name for c in list_checkpoints(out)] == ["step_000002"] and not (out / "eval" / "step_000002").exists()
+    assert err.strip().splitlines()[-1].startswith("stopped by Ctrl-C (SIGINT): after step 2, saved the checkpoint")
 
 
 @pytest.mark.slow
