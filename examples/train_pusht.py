@@ -4,6 +4,8 @@
     accelerate launch examples/train_pusht.py --recipe=paper   # Diffusion Policy's image setup on lerobot/pusht
     accelerate launch examples/train_pusht.py --recipe=cpu     # agent position + block keypoints from scripted demos
     accelerate launch examples/train_pusht.py --recipe=cpu --hub.repo_id=user/pusht-diffusion
+    python examples/train_pusht.py ...                          # one process without a launcher: errors end with
+    python examples/train_pusht.py --num_processes=2 ...        # their one line and exit status (see below)
 
 `paper` is the diffusion_policy paper's PushT image setup: 206 human demonstrations (lerobot/pusht from the Hub),
 ResNet18 + U-Net (263 M parameters), 200k steps at batch 64; about a day on one GPU, weeks on a CPU.
@@ -15,6 +17,12 @@ A recipe is a typed preset (a TrainConfig, and per policy type its policy config
 your flags as `hfpolicy train` flags, so every flag you give overrides it (`--help` lists them), with a preset per
 policy type (`--recipe=cpu --policy.type=act` gets a small ACT); with `--resume=true`
 the run's own train_config.json is the base and no recipe flag is added.
+
+`python examples/train_pusht.py` trains in this process (one process needs no launcher), and with `--num_processes=N`
+checks the flags first, then starts N processes through `accelerate launch` (hfpolicy.training.launch). Either way an
+error ends the output as one line with the training's exit status (2: bad input), and Ctrl-C or SIGTERM stops the run
+with a checkpoint of its current step (130 / 143). Under a bare `accelerate launch`, accelerate adds its own
+traceback and exit status 1 after the training's line.
 """
 
 import argparse
@@ -31,6 +39,7 @@ from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
 from hfpolicy.policies import ACTConfig, DiffusionConfig, PolicyConfig
 from hfpolicy.training import describe_dataset, main
 from hfpolicy.training.config import DatasetConfig, TrainConfig, TrainEvalConfig
+from hfpolicy.training.launch import check_before_launch, launch, report_result
 
 RECIPE_CHOICES = ("auto", "paper", "cpu")
 
@@ -189,20 +198,40 @@ def state_inputs_missing(recipe: str, flags: list[str]) -> str | None:
     )
 
 
+def split_num_processes(argv: list[str]) -> tuple[int, list[str]]:
+    """(--num_processes, the other flags): `python examples/train_pusht.py --num_processes=2` launches 2 processes."""
+    parser = argparse.ArgumentParser(prog="train_pusht.py", add_help=False)
+    parser.add_argument("--num_processes", type=int, default=1)
+    known, rest = parser.parse_known_args(argv)
+    return known.num_processes, rest
+
+
 def run(argv: list[str] | None = None) -> int:
-    recipe, reason, flags = choose_recipe(sys.argv[1:] if argv is None else argv)
+    num_processes, argv = split_num_processes(sys.argv[1:] if argv is None else argv)
+    recipe, reason, flags = choose_recipe(argv)
     problem = state_inputs_missing(recipe, flags)
     if problem is not None:
         print(problem, file=sys.stderr)
         return 2
     if "--help" in flags or "-h" in flags:
+        print("--num_processes N: train on N processes (accelerate launch; default 1: this process, no launcher)")
         print(f"--recipe {{{','.join(RECIPE_CHOICES)}}}: defaults for the flags below (now {recipe}: {reason}):")
         print("  " + " ".join(recipe_flags(recipe, [])) + "\n")
-    return main(
-        # the reason is quoted: flag values are read as YAML, where "auto: ..." would be a mapping
-        [*recipe_flags(recipe, flags), f"--recipe={recipe}", f"--recipe_reason={json.dumps(reason)}", *flags],
-        announce=lambda cfg: f"recipe {recipe} ({reason}); data: {describe_dataset(cfg.dataset)}",
-        prog="train_pusht.py",
+    # the reason is quoted: flag values are read as YAML, where "auto: ..." would be a mapping
+    train_flags = [*recipe_flags(recipe, flags), f"--recipe={recipe}", f"--recipe_reason={json.dumps(reason)}", *flags]
+    if num_processes > 1:  # flags checked here, then the launch; it ends with the training's line and status
+        problem = check_before_launch(train_flags, prog="train_pusht.py")
+        if problem is not None:
+            print(problem, file=sys.stderr)
+            return 2
+        return launch(__file__, num_processes, argv)
+    return report_result(  # a launched process reports its status and last line to the launching one
+        "train_pusht.py",
+        lambda: main(
+            train_flags,
+            announce=lambda cfg: f"recipe {recipe} ({reason}); data: {describe_dataset(cfg.dataset)}",
+            prog="train_pusht.py",
+        ),
     )
 
 

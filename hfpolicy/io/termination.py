@@ -1,15 +1,20 @@
 """SIGTERM as an exception in the commands that write folders, so a scheduler's stop (or `kill`) runs their clean-up
-(staging removed, locks released) instead of ending the process where it stands, as Python's default handler does.
+(staging removed, locks released) instead of ending the process where it stands, as Python's default handler does;
+and, for a process started by `accelerate launch`, SIGTERM when that launcher dies.
 
     with stop_on_sigterm():
         ...                           # SIGTERM raises Terminated (a SystemExit with code 143) here
+    stop_when_launcher_dies()         # training: a killed launcher does not leave its trainer running
 """
 
 import contextlib
+import ctypes
+import os
 import signal
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 
 class Terminated(SystemExit):
@@ -60,3 +65,31 @@ def stop_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
         sys.unraisablehook = previous_hook
         _requested.clear()
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _is_accelerate_launcher(pid: int) -> bool:
+    """Whether process `pid` is `accelerate launch` (its command line, from /proc)."""
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return False
+    return any(Path(word).name == "accelerate" or "accelerate.commands.launch" in word for word in words[:3])
+
+
+def stop_when_launcher_dies() -> bool:
+    """When this process was started by `accelerate launch`, asks the kernel for SIGTERM when the launcher dies
+    (PR_SET_PDEATHSIG): a scheduler's SIGTERM to the launcher ends it at once without forwarding the signal, and its
+    trainer would otherwise train on, holding the run folder. The trainer then stops as a SIGTERM to it would. Whether
+    it was set up (Linux only; a process with another parent is left alone: its shell's exit must not stop it)."""
+    parent = os.getppid()
+    if not sys.platform.startswith("linux") or not _is_accelerate_launcher(parent):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        return False
+    if os.getppid() != parent:  # the launcher died before the request: nothing will signal us
+        os.kill(os.getpid(), signal.SIGTERM)
+    return True

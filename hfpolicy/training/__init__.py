@@ -6,6 +6,9 @@
     config.py       TrainConfig and its parts, validation, train_config.json
     checkpoints.py  atomic, pickle-free checkpoints and exact resume
     run_folder.py   RunFolder: the run folder's layout and its lock
+    stopping.py     Ctrl-C / SIGTERM: a checkpoint of the current step; the --save_every_minutes timer
+    resume_flags.py which flags a resume may change (refused or recorded in resume_history.json)
+    launch.py       `--num_processes=N` of examples/train_pusht.py: flags checked, then accelerate launch
     metrics_log.py  metrics.jsonl;  curve.py: the training curve PNG
     cli.py          `hfpolicy train`
 

@@ -97,6 +97,8 @@ class TrainConfig:
     num_workers: int = 0  # DataLoader worker processes (frames are decoded once and cached, so 0 is usually enough)
     seed: int = 1000  # seeds data order, weights init, crops and noise (each process adds its rank)
     save_freq: int = 20_000  # steps between checkpoints (and one at the end); 0: only at the end
+    save_every_minutes: float = 10.0  # also a checkpoint once this much wall time passed since the last one, so a
+    # hard kill (SIGKILL, a power cut) loses at most that; 0: by --save_freq only (Ctrl-C and SIGTERM save anyway)
     keep_last_checkpoints: int = 3  # older checkpoints are deleted; 0 keeps all
     log_freq: int = 100  # steps between log entries (trackers, metrics.jsonl, progress bar)
     tracker: str = "tensorboard"  # experiment tracker: tensorboard, wandb or none
@@ -115,7 +117,7 @@ def validate_train_config(cfg: TrainConfig) -> None:
             problems.append(f"--{name} must be >= 1, got {getattr(cfg, name)}")
     if cfg.num_threads is not None and cfg.num_threads < 1:
         problems.append(f"--num_threads must be >= 1 (or null: the cores per process), got {cfg.num_threads}")
-    for name in ("save_freq", "num_workers", "keep_last_checkpoints"):
+    for name in ("save_freq", "save_every_minutes", "num_workers", "keep_last_checkpoints"):
         if getattr(cfg, name) < 0:
             problems.append(f"--{name} must be >= 0, got {getattr(cfg, name)}")
     problems += [problem.flags("eval.") for problem in cfg.eval.problems()]

@@ -10,11 +10,15 @@ accumulation and clipping), the EMA update, and every N steps logging, evaluatio
 crops and noise, the optimizer, LR schedule and EMA all continue as if the run had never stopped.
 
 The run's main process holds the run folder's lock from before the first check to the end, so two trainings never
-write into one folder. A NaN or inf loss stops the run before anything computed from it is logged, evaluated or saved
+write into one folder; a start that fails leaves nothing in a folder it created. Ctrl-C and SIGTERM end the run after
+the current step with its checkpoint and the command that continues it (hfpolicy.training.stopping); each step's
+checkpoint comes before its evaluation. On a resume, flags that would change the run are refused and the others
+recorded (hfpolicy.training.resume_flags). A NaN or inf loss stops the run before anything computed from it is logged, evaluated or saved
 (hfpolicy.training.progress).
 """
 
 import dataclasses
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -37,7 +41,8 @@ from hfpolicy.training.progress import (
     timed_eval_episode_s,
     warnings_above_the_bar,
 )
-from hfpolicy.training.run_folder import RunFolder
+from hfpolicy.training.resume_flags import check_resume_flags, record_resume
+from hfpolicy.training.run_folder import PRETRAINED_DIR, RunFolder
 from hfpolicy.training.setup import (
     Training,
     build_training,
@@ -45,6 +50,7 @@ from hfpolicy.training.setup import (
     is_launch_main_process,
     move_to_device,
 )
+from hfpolicy.training.stopping import Interrupted, RunStopped, StopControl, resume_command
 
 
 @dataclasses.dataclass
@@ -68,23 +74,58 @@ def train(cfg: TrainConfig) -> TrainResult:
         except PushError as e:
             raise TrainConfigError(str(e)) from e
     holds_lock = is_launch_main_process()  # asked before the Accelerator exists (see is_launch_main_process)
-    if holds_lock:
-        run.lock()
-    try:
-        run.check_for(resume=cfg.resume)
-        with warnings_above_the_bar(lambda line: tqdm.write(line, file=sys.stderr)):  # not spliced into the bar
-            return run_loop(build_training(cfg, run))
-    finally:
+    stops = StopControl(cfg.save_every_minutes)
+    with stops.installed():
         if holds_lock:
-            run.unlock()
+            run.lock()
+        try:
+            with warnings_above_the_bar(lambda line: tqdm.write(line, file=sys.stderr)):  # not spliced into the bar
+                return run_loop(start_training(cfg, run, stops), stops)
+        except BaseException as e:
+            if holds_lock and not stops.trained_a_step:
+                run.undo_start()  # a failed or stopped start leaves nothing behind in a folder it created
+            if isinstance(e, Interrupted):
+                raise stops.stopped(interrupted_message(e, run, cfg.resume, stops), show=holds_lock) from None
+            raise
+        finally:
+            if holds_lock:
+                run.unlock()
 
 
-def run_loop(t: Training) -> TrainResult:
+def start_training(cfg: TrainConfig, run: RunFolder, stops: StopControl) -> Training:
+    """The checked and built run (hfpolicy.training.setup), its changed flags refused or recorded on a resume."""
+    run.check_for(resume=cfg.resume)
+    changes = check_resume_flags(cfg, run.config_file) if cfg.resume else {}
+    t = build_training(cfg, run)
+    if t.accelerator.is_main_process and cfg.resume:
+        record_resume(t, run.resume_history_file, changes)
+    stops.training(t.accelerator)
+    return t
+
+
+def interrupted_message(e: Interrupted, run: RunFolder, resume: bool, stops: StopControl) -> str:
+    """What a stop that ended the run at once kept, and how to continue."""
+    command = f"continue with `{resume_command(run.root)}`"
+    if e.again:
+        return (
+            f"at once (a second Ctrl-C), without a checkpoint of the current step; the latest checkpoint is "
+            f"{run.latest_checkpoint()}: {command}"
+        )
+    if resume:
+        return f"before the first step; the run's checkpoints are as they were: {command}"
+    return "before the first step; nothing was trained, nothing is kept"
+
+
+def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
     """The steps from `t.start_step + 1` to `cfg.steps`, then the result. Each step: the gradient steps, the EMA
     update, the loss guard and the progress bar; then, at their frequencies, a log entry, an evaluation, a
     checkpoint and a push. An online round (--online.every) runs right after the optimizer and EMA step, before the
-    loss guard, and its data is mixed into the batches from then on."""
+    loss guard, and its data is mixed into the batches from then on. A stop request (`stops`) ends the run after
+    the step it arrived in, with a checkpoint of that step (hfpolicy.training.stopping)."""
     cfg, accelerator, policy, run = t.cfg, t.accelerator, t.policy, t.run
+    if stops is None:  # no signal handlers: the timer alone
+        stops = StopControl(cfg.save_every_minutes)
+        stops.training(accelerator)
     is_main = accelerator.is_main_process
     clock = TrainingClock(cfg.steps, t.eval_plan)
     bar = tqdm(
@@ -138,9 +179,10 @@ def run_loop(t: Training) -> TrainResult:
             bar.write(clock.announcement(step, accelerator.device))
 
         is_last = step == cfg.steps
-        logged = step % cfg.log_freq == 0 or is_last
-        evaluated = t.env_cfg is not None and (step % cfg.eval.freq == 0 or is_last)
-        saved = (cfg.save_freq > 0 and step % cfg.save_freq == 0) or is_last
+        stop, save_due = stops.poll(step)  # a stop signal (Ctrl-C, SIGTERM), the --save_every_minutes timer
+        logged = step % cfg.log_freq == 0 or is_last or stop
+        evaluated = t.env_cfg is not None and (step % cfg.eval.freq == 0 or is_last) and not stop
+        saved = (cfg.save_freq > 0 and step % cfg.save_freq == 0) or is_last or save_due or stop
         if logged or evaluated or saved:
             loss_guard.check(accelerator, run, step, policy if saved else None)  # before a NaN is logged/saved
 
@@ -149,11 +191,20 @@ def run_loop(t: Training) -> TrainResult:
             entry.update(lr=t.lr_scheduler.get_last_lr()[0], samples_per_s=t.samples_per_step / entry["step_s"])
             log_entry(accelerator, run, step, entry)
 
+        if saved:  # before the evaluation: a stop during it keeps this step
+            save_training_checkpoint(t, step)
+            stops.saved()
+
         if evaluated:
             eval_start = time.perf_counter()
-            result = evaluate_on_all_processes(
-                accelerator, policy, t.ema, t.env_cfg, cfg.eval, run.eval_dir(step), t.eval_plan[step]
-            )
+            try:
+                with stops.interruptible():  # nothing is lost by ending an evaluation at once
+                    result = evaluate_on_all_processes(
+                        accelerator, policy, t.ema, t.env_cfg, cfg.eval, run.eval_dir(step), t.eval_plan[step]
+                    )
+            except Interrupted:
+                bar.close()
+                raise stopped_during_evaluation(t, stops, step, saved, loss_guard) from None
             clock.add_eval(t.eval_plan[step], time.perf_counter() - eval_start)
             if is_main:
                 eval_summary = result.aggregated
@@ -166,16 +217,9 @@ def run_loop(t: Training) -> TrainResult:
                     f"avg max reward {eval_summary['avg_max_reward']:.3f} ({eval_summary['n_episodes']} episodes)"
                 )
 
-        if saved:
-            save_checkpoint(
-                accelerator,
-                run.root,
-                step,
-                save_policy=lambda folder: save_shareable_policy(accelerator, policy, t.ema, cfg, folder),
-                keep_last=cfg.keep_last_checkpoints,
-                extra_state=t.online.state() if t.online is not None else None,
-                **t.state,
-            )
+        if stop:
+            bar.close()
+            raise stopped_after(t, stops, step)
 
         if cfg.hub.repo_id and (is_last or (evaluated and cfg.hub.push_after_eval)) and is_main:
             hub_commit = push_trained_policy(accelerator, policy, t.ema, cfg, run.root, step)
@@ -205,3 +249,41 @@ def online_round(t: Training, step: int, bar: tqdm) -> None:
             f"step {step}: online round {online.round_index(step)}: success {100 * stats['online/round_success']:.0f}%, "
             f"{online.n_episodes} online episodes ({online.n_frames} frames), {stats['online/round_s']:.0f} s"
         )
+
+
+def save_training_checkpoint(t: Training, step: int) -> None:
+    """checkpoints/step_<step>: the shareable policy and the state an exact resume restores."""
+    accelerator = t.accelerator
+    save_checkpoint(
+        accelerator,
+        t.run.root,
+        step,
+        save_policy=lambda folder: save_shareable_policy(accelerator, t.policy, t.ema, t.cfg, folder),
+        keep_last=t.cfg.keep_last_checkpoints,
+        extra_state=t.online.state() if t.online is not None else None,
+        **t.state,
+    )
+
+
+def stopped_after(t: Training, stops: StopControl, step: int, note: str = "") -> RunStopped:
+    """The end of a run stopped after `step`, whose checkpoint is saved: trackers flushed, what was kept and the
+    command that continues the run said."""
+    t.accelerator.end_training()
+    return stops.stopped(
+        f"after step {step}, saved the checkpoint {t.run.checkpoint_dir(step)}{note}; continue with "
+        f"`{resume_command(t.run.root)}`"
+    )
+
+
+def stopped_during_evaluation(
+    t: Training, stops: StopControl, step: int, saved: bool, loss_guard: NonFiniteLossGuard
+) -> RunStopped:
+    """A stop signal during the evaluation after `step` (a one-process run): the evaluation's partial folder goes, the
+    step's checkpoint is kept (saved now if it was not due)."""
+    shutil.rmtree(t.run.eval_dir(step), ignore_errors=True)
+    if not saved:
+        loss_guard.check(t.accelerator, t.run, step, t.policy)
+        save_training_checkpoint(t, step)
+    policy_dir = t.run.checkpoint_dir(step) / PRETRAINED_DIR
+    final = f" (its final evaluation was stopped: `hfpolicy eval --policy.path={policy_dir}` runs it)"
+    return stopped_after(t, stops, step, final if step == t.cfg.steps else "")

@@ -2,7 +2,8 @@
 
 <output_dir>/
     .hfpolicy.lock(.holder)        held by the run's main process (hfpolicy.io.run_lock), and who holds it
-    train_config.json              the run's configuration
+    train_config.json              the run's configuration (as it is now: a resume may change some flags)
+    resume_history.json            each resume: the step it continued from and the flags it changed
     metrics.jsonl                  log entries and evaluation summaries (hfpolicy.training.metrics_log)
     training_curve.png             drawn for the model card (hfpolicy.training.curve)
     checkpoints/step_<n>/          pretrained_model/ + training_state/ (hfpolicy.training.checkpoints)
@@ -10,12 +11,13 @@
     eval/step_<n>/                 eval_info.json and videos of the evaluation after step n
 """
 
+import os
 import shutil
 from pathlib import Path
 
 from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, TRAIN_CONFIG_FILE, TRAINING_CURVE_FILE
 from hfpolicy.io.atomic import replacing
-from hfpolicy.io.run_lock import RunLock
+from hfpolicy.io.run_lock import LOCK_FILES, RunLock
 from hfpolicy.training.config import TrainConfigError
 from hfpolicy.training.metrics_log import truncate_metrics
 
@@ -23,6 +25,7 @@ CHECKPOINTS_DIR = "checkpoints"
 EVAL_DIR = "eval"
 LAST_LINK = "last"
 PRETRAINED_DIR = "pretrained_model"
+RESUME_HISTORY_FILE = "resume_history.json"
 _PREFIX = "step_"
 
 
@@ -50,11 +53,16 @@ class RunFolder:
     def __init__(self, root: str | Path):
         self.root = Path(root)
         self._lock: RunLock | None = None
+        self._found: list[str] | None = None  # what the folder held before `lock()` (None: it did not exist)
 
     # --- layout -------------------------------------------------------------------------------------------------
     @property
     def config_file(self) -> Path:
         return self.root / TRAIN_CONFIG_FILE
+
+    @property
+    def resume_history_file(self) -> Path:
+        return self.root / RESUME_HISTORY_FILE
 
     @property
     def metrics_file(self) -> Path:
@@ -106,6 +114,7 @@ class RunFolder:
     # --- the run's life -----------------------------------------------------------------------------------------
     def lock(self) -> None:
         """Takes the folder's exclusive lock (creating the folder); RunLockedError names the run holding it."""
+        self._found = sorted(os.listdir(self.root)) if self.root.is_dir() else None
         try:
             self._lock = RunLock(self.root).acquire()
         except OSError as e:  # RunLockedError is not an OSError: it passes through, naming the other run
@@ -115,6 +124,18 @@ class RunFolder:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+
+    def undo_start(self) -> None:
+        """After a failed or stopped start (before the first step; the lock held): removes the folder if `lock()`
+        created it, else the lock's files it added, so that nothing is left behind."""
+        if self._lock is None:
+            return
+        if self._found is None:
+            shutil.rmtree(self.root, ignore_errors=True)
+            return
+        for name in LOCK_FILES:
+            if name not in self._found:
+                (self.root / name).unlink(missing_ok=True)
 
     def check_for(self, resume: bool) -> None:
         """A new run needs a folder without checkpoints: a fresh one, or one whose run stopped before its first

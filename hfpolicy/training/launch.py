@@ -1,0 +1,109 @@
+"""Starting a training script on several processes so that it ends as a one-process run does: its flags are checked
+before anything is launched, and the last line printed is the training's own (its error, or how it stopped), with the
+training's exit status, not accelerate's CalledProcessError / torchrun's ChildFailedError traceback and exit 1.
+
+    python examples/train_pusht.py --num_processes=2 ...     # this module: check, launch, relay the result
+    python examples/train_pusht.py ...                       # one process: no launcher at all
+
+The script is started again through `accelerate launch` (its --quiet mode, with --multi_gpu); the main process of the
+launch writes its exit status and its last line into a file named by HFPOLICY_LAUNCH_RESULT (`report_result`). The
+launching process ignores Ctrl-C (the terminal sends it to every process of the job, and the trainers stop cleanly on
+it, hfpolicy.training.stopping) and passes SIGTERM on to the launcher, which passes it to the trainers.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+RESULT_ENV = "HFPOLICY_LAUNCH_RESULT"
+
+
+class _LastLine:
+    """A stderr that remembers the last line starting with one of `starts` (the error or stop line)."""
+
+    def __init__(self, stream, starts: tuple[str, ...]):
+        self.stream, self.starts, self.line = stream, starts, None
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line.startswith(self.starts):
+                self.line = line
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def report_result(prog: str, run: Callable[[], int]) -> int:
+    """`run()`'s exit status; in a launched process (HFPOLICY_LAUNCH_RESULT set, rank 0) that status and the last
+    error or stop line it printed are also written to that file, for the launching process."""
+    result_file = os.environ.get(RESULT_ENV)
+    if not result_file or int(os.environ.get("RANK", "0")) != 0:
+        return run()
+    stderr = sys.stderr = _LastLine(sys.stderr, (f"{prog}: error:", "stopped by "))
+    status = 1
+    try:
+        status = run()
+        return status
+    except SystemExit as e:  # RunStopped: 130 or 143
+        status = e.code if isinstance(e.code, int) else 1
+        raise
+    finally:
+        sys.stderr = stderr.stream
+        Path(result_file).write_text(json.dumps({"status": status, "line": stderr.line}))
+
+
+def check_before_launch(argv: list[str], prog: str) -> str | None:
+    """The one-line error for flags (or a run folder) that would fail in every launched process, or None: the
+    checks `hfpolicy train` makes before its set-up, made once here, before anything is launched."""
+    from hfpolicy.constants import TRAIN_CONFIG_FILE
+    from hfpolicy.training.config import parse_train_config, validate_train_config
+    from hfpolicy.training.resume_flags import check_resume_flags
+    from hfpolicy.training.run_folder import RunFolder
+
+    try:
+        cfg = parse_train_config(argv, prog=prog)
+        validate_train_config(cfg)
+        if cfg.output_dir:
+            RunFolder(cfg.output_dir).check_for(resume=cfg.resume)
+            if cfg.resume:
+                check_resume_flags(cfg, Path(cfg.output_dir) / TRAIN_CONFIG_FILE)
+    except ValueError as e:  # FlagError, TrainConfigError
+        return f"{prog}: error: {e}"
+    return None
+
+
+def launch(script: str, num_processes: int, argv: list[str]) -> int:
+    """Runs `script argv` on `num_processes` processes through `accelerate launch`; the main process's exit status,
+    after its last error or stop line (printed again: the launcher's own report comes after it)."""
+    import torch
+
+    env = dict(os.environ)
+    if not torch.cuda.is_available():
+        env["ACCELERATE_USE_CPU"] = "1"  # DDP over gloo on CPU processes
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--quiet", "--multi_gpu", "--num_machines", "1"]
+    command += ["--num_processes", str(num_processes), script, *argv]
+    with tempfile.TemporaryDirectory(prefix="hfpolicy-launch-") as folder:
+        env[RESULT_ENV] = str(Path(folder) / "result.json")
+        launcher = subprocess.Popen(command, env=env)
+        previous = {
+            signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
+            signal.SIGTERM: signal.signal(signal.SIGTERM, lambda *_: launcher.send_signal(signal.SIGTERM)),
+        }
+        try:
+            launcher_status = launcher.wait()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        result_file = Path(env[RESULT_ENV])
+        result = json.loads(result_file.read_text()) if result_file.is_file() else None
+    if result is None:  # the launch failed before the training reported (the launcher's error is above)
+        return launcher_status if launcher_status > 0 else 128 - launcher_status
+    if result["status"] != 0 and result["line"]:
+        print(result["line"], file=sys.stderr, flush=True)
+    return result["status"]

@@ -1,0 +1,113 @@
+"""Flags on `--resume=true`: which may change what the rest of a run does, which may not, and the record of what did.
+
+A resumed run continues exactly from its checkpoint: the data order, the crops and noise, the optimizer's state, the
+LR schedule and the EMA are functions of the run's settings. Flags that only say how long to train, how often to log,
+evaluate, save or push, or how fast to run may change; any other change (the policy, the data, the batch, the seed,
+the optimizer, the online rounds) would silently give a run that is neither the old one nor a new one (the optimizer
+state would keep the old learning rate, for one), so it is refused, naming each flag, its value in the run and the
+value given. What changed is printed and kept in resume_history.json: train_config.json holds the settings as they are
+now, the history says from which step they hold.
+
+    changes = check_resume_flags(cfg, run.config_file)   # TrainConfigError for a flag that must not change
+"""
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from hfpolicy.cli.flags import value_words
+from hfpolicy.io.atomic import write_json_atomically
+from hfpolicy.training.config import TrainConfig, TrainConfigError, train_config_to_dict
+
+# Flags that may change on resume (a name, or a prefix ending in "."): how long, how often, how fast, where to push.
+MAY_CHANGE = (
+    "steps",  # trains longer (or stops sooner); the LR schedule then spans the new --steps (resume_history.json)
+    "save_freq",
+    "save_every_minutes",
+    "keep_last_checkpoints",
+    "log_freq",
+    "tracker",
+    "progress",
+    "num_threads",
+    "num_workers",  # the batches are drawn by the sampler in the main process: the same with any number of workers
+    "compile",  # the same function, compiled or not
+    "eval.",  # how the policy is measured, not how it is trained
+    "hub.",
+    "policy.device",
+    "output_dir",  # the run's own folder, however it is written
+    "resume",
+)
+# Descriptive fields that keep the run's first value (examples/train_pusht.py passes its recipe again on a resume).
+KEPT = ("recipe", "recipe_reason")
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"policy": {"type": "act"}} -> {"policy.type": "act"} (lists stay values)."""
+    flat = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value and not key.endswith("features"):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def may_change(name: str) -> bool:
+    return any(name == allowed or (allowed.endswith(".") and name.startswith(allowed)) for allowed in MAY_CHANGE)
+
+
+def changed_fields(cfg: TrainConfig, saved_file: Path) -> dict[str, tuple[Any, Any]]:
+    """{flag name: (the run's value, the value given)} of every field that differs from the run's train_config.json."""
+    saved = flatten(json.loads(saved_file.read_text()))
+    now = flatten(json.loads(json.dumps(train_config_to_dict(cfg))))  # tuples as lists, as the saved JSON has them
+    missing = object()
+    return {
+        name: (saved.get(name), value)
+        for name, value in now.items()
+        if name not in KEPT and saved.get(name, missing) != value and not (name not in saved and value is None)
+    }
+
+
+def check_resume_flags(cfg: TrainConfig, saved_file: Path) -> dict[str, tuple[Any, Any]]:
+    """The changes a resume may make ({flag: (old, new)}); TrainConfigError naming every flag that must not change.
+    A run without train_config.json (none to compare) gives no changes."""
+    if not saved_file.is_file():
+        return {}
+    changes = changed_fields(cfg, saved_file)
+    refused = {name: values for name, values in changes.items() if not may_change(name)}
+    if refused:
+        listed = ", ".join(
+            f"--{name}={value_words(new)} (the run has {value_words(old)})" for name, (old, new) in refused.items()
+        )
+        raise TrainConfigError(
+            f"--resume=true continues the run in {saved_file.parent} exactly as it was set up, and these flags would "
+            f"change it: {listed}; drop them to resume (the run's train_config.json sets them), or train with them "
+            "as a new run in another --output_dir"
+        )
+    return {name: values for name, values in changes.items() if name not in ("output_dir", "resume")}
+
+
+def record_resume(t, history_file: Path, changes: dict[str, tuple[Any, Any]]) -> dict[str, Any]:
+    """Appends this resume to resume_history.json (the step, the time, the changed flags and, when --steps changed,
+    the learning rate the schedule now gives) and prints the changes; the entry."""
+    entry: dict[str, Any] = {
+        "step": t.start_step,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "changed": {name: {"was": old, "now": new} for name, (old, new) in changes.items()},
+    }
+    if "steps" in changes and hasattr(t.lr_scheduler, "lr_lambdas"):
+        scheduler = t.lr_scheduler
+        entry["lr"] = {
+            "was": scheduler.get_last_lr()[0],
+            "now": scheduler.base_lrs[0] * scheduler.lr_lambdas[0](t.start_step),
+            "note": f"the {t.cfg.policy.scheduler_name} LR schedule now spans --steps={t.cfg.steps}",
+        }
+    history = json.loads(history_file.read_text()) if history_file.is_file() else []
+    write_json_atomically(history_file, [*history, entry])
+    if changes:
+        said = ", ".join(
+            f"--{name}={value_words(new)} (was {value_words(old)})" for name, (old, new) in changes.items()
+        )
+        print(f"resuming at step {t.start_step} with {said} (kept in {history_file.name})", flush=True)
+    return entry

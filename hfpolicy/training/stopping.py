@@ -1,0 +1,133 @@
+"""Stopping a training run early without losing it: Ctrl-C (SIGINT) and SIGTERM (a scheduler's stop, or the death of
+the `accelerate launch` that started the trainer) end the run at the next step boundary with a checkpoint of that
+step, and a wall-clock timer asks for a checkpoint every `--save_every_minutes`, so that even a hard kill (SIGKILL,
+a power cut) keeps most of the work.
+
+    stops = StopControl(cfg.save_every_minutes)
+    with stops.installed():            # SIGINT/SIGTERM stop the set-up at once
+        stops.training(accelerator)    # ... and from here on are requests, answered at a step boundary
+        stop, save_due = stops.poll(step)      # the same answer on every process of a launch
+
+During set-up and the first step (nothing trained yet) and during an evaluation of a one-process run, a signal raises
+`Interrupted` at once: there is nothing to lose there (the loop saves the step's checkpoint before its evaluation). A second Ctrl-C
+also raises at once. The loop ends the run with `RunStopped`, a SystemExit with the shell's code (130 for SIGINT,
+143 for SIGTERM), after printing what it kept and the command that continues the run.
+"""
+
+import contextlib
+import shlex
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+
+from hfpolicy.io.termination import stop_when_launcher_dies
+
+SIGNAL_NAMES = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
+
+
+class Interrupted(BaseException):
+    """A stop signal that ends what runs now (set-up, an evaluation) at once. A BaseException, as KeyboardInterrupt
+    is: no `except Exception` on the way may take it for an error."""
+
+    def __init__(self, signum: int, again: bool = False):
+        super().__init__(signum)
+        self.signum, self.again = signum, again
+
+
+class RunStopped(SystemExit):
+    """The run stopped on a signal, after saying what it kept; the exit code is 128 + the signal's number."""
+
+
+def resume_command(root: Path) -> str:
+    return f"hfpolicy train --output_dir={shlex.quote(str(root))} --resume=true"
+
+
+class StopControl:
+    """The stop requests and the checkpoint timer of one run (see the module docstring)."""
+
+    SYNC_EVERY = 10  # steps between agreeing on a stop across the processes of a launch (one tiny all-reduce)
+
+    def __init__(self, save_every_minutes: float):
+        self.save_every_s = 60.0 * save_every_minutes
+        self.accelerator: Accelerator | None = None  # set when training starts
+        self.signum: int | None = None  # the first stop signal received
+        self.last_save = time.monotonic()
+        self._raise_now = True  # set-up and the first step: a signal ends them at once
+        self.trained_a_step = False
+        self._one_process = True
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.signum is not None:
+            if signum == signal.SIGINT:
+                raise Interrupted(signum, again=True)  # the user insists: stop now, without a checkpoint
+            return
+        self.signum = signum
+        if self._raise_now:
+            raise Interrupted(signum)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator["StopControl"]:
+        """SIGINT and SIGTERM handled as stop requests within the block (main thread only), restored after it."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        # a SIGINT this process was started ignoring (a background job of a script) stays ignored, as Python does
+        handled = [s for s in SIGNAL_NAMES if not (s == signal.SIGINT and signal.getsignal(s) == signal.SIG_IGN)]
+        previous = {s: signal.signal(s, self._handle) for s in handled}
+        stop_when_launcher_dies()
+        try:
+            yield self
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def training(self, accelerator: Accelerator) -> None:
+        """Training starts: the timer starts, and once the first step is done (it may compile for minutes, and
+        ending it loses nothing) a signal asks the loop to stop at the next step boundary."""
+        self.accelerator, self._one_process = accelerator, accelerator.num_processes == 1
+        self.last_save = time.monotonic()
+        if self.signum is not None:  # arrived as set-up ended
+            raise Interrupted(self.signum)
+
+    @contextlib.contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """A signal within the block raises Interrupted at once (a one-process run only: the processes of a launch
+        stop together, at a step they agreed on)."""
+        self._raise_now = self._one_process
+        try:
+            if self._raise_now and self.signum is not None:
+                raise Interrupted(self.signum)
+            yield
+        finally:
+            self._raise_now = False
+
+    def poll(self, step: int) -> tuple[bool, bool]:
+        """(stop now, a checkpoint is due by the timer) after `step`: the same on every process."""
+        self.trained_a_step, self._raise_now = True, False
+        stop = self.signum is not None
+        due = self.save_every_s > 0 and time.monotonic() - self.last_save >= self.save_every_s
+        if self._one_process:
+            return stop, due
+        if step % self.SYNC_EVERY:
+            return False, False
+        flags = torch.tensor([float(stop), float(due)], device=self.accelerator.device)
+        flags = self.accelerator.reduce(flags, reduction="sum")
+        return bool(flags[0] > 0), bool(flags[1] > 0)
+
+    def saved(self) -> None:
+        """A checkpoint was written: the timer starts again."""
+        self.last_save = time.monotonic()
+
+    def stopped(self, message: str, show: bool | None = None) -> RunStopped:
+        """The exception that ends the run, after `message` (what was kept, and how to continue) on stderr, printed
+        by the main process (`show`: whether this process prints it, before the accelerator exists)."""
+        signum = self.signum or signal.SIGINT
+        if show if show is not None else self.accelerator is None or self.accelerator.is_main_process:
+            print(f"stopped by {SIGNAL_NAMES[signum]}: {message}", flush=True, file=sys.stderr)
+        return RunStopped(128 + signum)

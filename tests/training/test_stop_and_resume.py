@@ -1,0 +1,248 @@
+"""Starting and stopping a run (issues 16 and 18): flags a resume may change (recorded) and may not (refused), Ctrl-C
+and SIGTERM keeping the current step, SIGTERM to `accelerate launch` stopping its trainer, the final checkpoint before
+the final evaluation, the wall-clock checkpoint timer, and failed starts that leave nothing behind.
+
+The runs are the tiny state-only Diffusion Policy of test_train_faults.py, for a few steps (~1 s in this process); the
+signal tests run real subprocesses (`hfpolicy train`, `accelerate launch examples/train_pusht.py`).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, TRAIN_CONFIG_FILE
+from hfpolicy.io.run_lock import LOCK_FILE, RunLock, RunLockedError
+from hfpolicy.training import main
+from hfpolicy.training.checkpoints import list_checkpoints
+from hfpolicy.training.run_folder import RESUME_HISTORY_FILE
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = [
+    "--dataset.input_features=[observation.state,observation.environment_state]",
+    "--policy.type=diffusion",
+    "--policy.down_dims=[16,32]",
+    "--policy.diffusion_step_embed_dim=16",
+    "--policy.noise_scheduler_type=DDIM",
+    "--policy.num_inference_steps=2",
+    "--policy.scheduler_warmup_steps=0",
+    "--batch_size=8",
+    "--tracker=none",
+    "--progress=false",
+    "--eval.freq=0",
+    "--log_freq=1",
+    "--num_threads=1",
+    "--compile=false",
+]
+
+
+def flags(dataset, out, *more: str) -> list[str]:
+    return [f"--dataset.root={dataset}", f"--output_dir={out}", *TINY, *more]
+
+
+def run_env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "1"}
+
+
+def logged_steps(out: Path, running: bool = False) -> list[int]:
+    """The steps in metrics.jsonl (of a run still `running`: the last line may be half-written)."""
+    if not (out / METRICS_FILE).is_file():
+        return []
+    lines = (out / METRICS_FILE).read_text().splitlines()
+    return [e["step"] for e in map(json.loads, lines[:-1] if running else lines) if "loss" in e]
+
+
+def wait_for_steps(process: subprocess.Popen, out: Path, n: int, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while len(logged_steps(out, running=True)) < n:
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "the run did not reach its first steps in time"
+        time.sleep(0.05)
+
+
+# --- resume with changed flags ------------------------------------------------------------------------------------
+def test_a_resume_refuses_flags_that_would_change_the_run_and_records_those_that_may(
+    pusht_state_dataset, tmp_path, capsys
+):
+    out = tmp_path / "run"
+    assert main(flags(pusht_state_dataset, out, "--steps=2", "--save_freq=2")) == 0
+    saved = (out / TRAIN_CONFIG_FILE).read_text()
+    capsys.readouterr()
+
+    refused = ["--batch_size=4", "--seed=3", "--policy.optimizer_lr=0.5", "--dataset.episodes=[0,1]"]
+    assert main([f"--output_dir={out}", "--resume=true", "--steps=4", *refused]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("hfpolicy train: error: --resume=true")
+    for named in (
+        "--batch_size=4 (the run has 8)",
+        "--seed=3 (the run has 1000)",
+        "--policy.optimizer_lr=0.5 (the run",
+    ):
+        assert named in err
+    assert "--dataset.episodes=[0,1] (the run has null)" in err and "--steps" not in err  # steps may change
+    assert "another --output_dir" in err
+    assert (out / TRAIN_CONFIG_FILE).read_text() == saved and [c.name for c in list_checkpoints(out)] == ["step_000002"]
+
+    assert main([f"--output_dir={out}", "--resume=true", "--steps=4", "--log_freq=2"]) == 0  # these may change
+    assert "resuming at step 2 with --steps=4 (was 2), --log_freq=2 (was 1)" in capsys.readouterr().out
+    history = json.loads((out / RESUME_HISTORY_FILE).read_text())
+    assert len(history) == 1 and history[0]["step"] == 2
+    assert history[0]["changed"] == {"steps": {"was": 2, "now": 4}, "log_freq": {"was": 1, "now": 2}}
+    assert history[0]["lr"]["was"] == 0.0 and history[0]["lr"]["now"] > 0  # the cosine schedule spans 4 steps now
+    assert json.loads((out / TRAIN_CONFIG_FILE).read_text())["steps"] == 4
+
+    assert main([f"--output_dir={out}", "--resume=true", "--steps=5"]) == 0  # a resume without changes is recorded
+    history = json.loads((out / RESUME_HISTORY_FILE).read_text())
+    assert [h["step"] for h in history] == [2, 4] and history[1]["changed"] == {"steps": {"was": 4, "now": 5}}
+
+
+# --- failed starts ------------------------------------------------------------------------------------------------
+def test_a_failed_start_leaves_nothing_behind(pusht_state_dataset, tmp_path, capsys):
+    new = tmp_path / "new" / "run"
+    assert main(flags(pusht_state_dataset, new, "--steps=2", "--dataset.input_features=[observation.velocity]")) == 2
+    assert not new.exists()  # before: a folder holding only .hfpolicy.lock(.holder)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(flags(pusht_state_dataset, empty, "--steps=2", "--batch_size=100000")) == 2
+    assert list(empty.iterdir()) == []  # the user's folder stays, as it was
+    assert main(flags(pusht_state_dataset, new, "--steps=1")) == 0 and (new / LOCK_FILE).exists()  # a run keeps it
+
+
+# --- checkpoints: before the final evaluation, and by wall time ----------------------------------------------------
+def test_the_final_checkpoint_comes_before_the_final_evaluation(pusht_state_dataset, tmp_path):
+    out = tmp_path / "run"
+    evaluation = ["--eval.freq=2", "--eval.n_episodes=1", "--eval.batch_size=1", "--eval.n_videos=0"]
+    assert main(flags(pusht_state_dataset, out, "--steps=2", *evaluation, "--env.episode_length=8")) == 0
+    checkpoint = out / "checkpoints" / "step_000002" / "training_state"
+    assert checkpoint.stat().st_mtime_ns < (out / "eval" / "step_000002" / EVAL_INFO_FILE).stat().st_mtime_ns
+
+
+def test_a_resume_is_exact_across_an_evaluation_that_came_after_its_checkpoint(pusht_state_dataset, tmp_path):
+    """The checkpoint of step 2 now comes before step 2's evaluation: the evaluation must not touch what the training
+    continues from (RNG states, weights), or the resumed run would differ from the uninterrupted one."""
+    run = ["--eval.freq=2", "--eval.n_episodes=2", "--eval.batch_size=2", "--eval.n_videos=0", "--env.episode_length=8"]
+    run += ["--save_freq=2", "--policy.scheduler_name=constant"]  # the LR of a step does not depend on --steps
+    assert main(flags(pusht_state_dataset, tmp_path / "reference", "--steps=4", *run)) == 0
+    assert main(flags(pusht_state_dataset, tmp_path / "resumed", "--steps=2", *run)) == 0
+    assert main([f"--output_dir={tmp_path / 'resumed'}", "--resume=true", "--steps=4"]) == 0
+    losses = [
+        [e["loss"] for e in map(json.loads, (tmp_path / name / METRICS_FILE).open()) if "loss" in e]
+        for name in ("reference", "resumed")
+    ]
+    assert len(losses[0]) == 4 and losses[0] == losses[1]
+
+
+def test_save_every_minutes_checkpoints_by_wall_time(pusht_state_dataset, tmp_path):
+    out = tmp_path / "run"
+    timer = ["--save_freq=0", "--save_every_minutes=0.000001", "--keep_last_checkpoints=0"]  # due after every step
+    assert main(flags(pusht_state_dataset, out, "--steps=3", *timer)) == 0
+    assert [c.name for c in list_checkpoints(out)] == ["step_000001", "step_000002", "step_000003"]
+    assert main(flags(pusht_state_dataset, tmp_path / "off", "--steps=3", "--save_freq=0")) == 0  # default: 10 min
+    assert [c.name for c in list_checkpoints(tmp_path / "off")] == ["step_000003"]
+
+
+# --- Ctrl-C and SIGTERM ------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_ctrl_c_saves_the_current_step_says_how_to_resume_and_exits_130(pusht_state_dataset, tmp_path, capsys):
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "hfpolicy.cli", "train", *flags(pusht_state_dataset, out)]
+    process = subprocess.Popen(
+        [*command, "--steps=100000", "--save_freq=0"], env=run_env(), stderr=subprocess.PIPE, text=True
+    )
+    wait_for_steps(process, out, 3)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130 and "Traceback" not in err, err[-3000:]
+    stopped_at = [int(c.name.removeprefix("step_")) for c in list_checkpoints(out)]
+    assert len(stopped_at) == 1 and stopped_at[0] >= 3
+    assert logged_steps(out) == list(range(1, stopped_at[0] + 1))  # the checkpoint is of the step it stopped after
+    last_line = err.strip().splitlines()[-1]
+    assert last_line.startswith(f"stopped by Ctrl-C (SIGINT): after step {stopped_at[0]}, saved the checkpoint")
+    resume = last_line.split("continue with `")[1].rstrip("`")
+    assert resume == f"hfpolicy train --output_dir={out} --resume=true"
+    with RunLock(out):  # the lock was released
+        pass
+
+    assert main([*resume.split()[2:], f"--steps={stopped_at[0] + 1}"]) == 0  # the command it gave, one step more
+    assert f"resuming at step {stopped_at[0]}" in capsys.readouterr().out
+    assert logged_steps(out) == list(range(1, stopped_at[0] + 2))
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_an_evaluation_keeps_the_step_it_evaluated(pusht_state_dataset, tmp_path):
+    """Issue 18: a Ctrl-C during an evaluation lost everything since the last checkpoint. Now the evaluation ends at
+    once, its partial folder goes, and the step it evaluated is saved (here no checkpoint was due at it)."""
+    out = tmp_path / "run"
+    long_eval = ["--eval.freq=2", "--eval.n_episodes=200", "--eval.batch_size=10", "--env.episode_length=300"]
+    command = [sys.executable, "-m", "hfpolicy.cli", "train", *flags(pusht_state_dataset, out, "--steps=4")]
+    process = subprocess.Popen(
+        [*command, *long_eval, "--save_freq=0", "--save_every_minutes=0"],
+        env=run_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for_steps(process, out, 1)  # step 2 is logged (the line after it is the evaluation's)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130 and "Traceback" not in err, err[-3000:]
+    assert [c.name for c in list_checkpoints(out)] == ["step_000002"] and not (out / "eval" / "step_000002").exists()
+    assert err.strip().splitlines()[-1].startswith("stopped by Ctrl-C (SIGINT): after step 2, saved the checkpoint")
+
+
+@pytest.mark.slow
+def test_sigterm_to_accelerate_launch_stops_its_trainer_with_a_checkpoint(pusht_state_dataset, tmp_path):
+    out = tmp_path / "run"
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1"]
+    launch += ["--mixed_precision", "no", "--dynamo_backend", "no", str(ROOT / "examples" / "train_pusht.py")]
+    process = subprocess.Popen(
+        [*launch, *flags(pusht_state_dataset, out, "--steps=100000", "--save_freq=0")],
+        env=run_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for_steps(process, out, 3)
+    process.send_signal(signal.SIGTERM)  # to the launcher only, as a scheduler's stop
+    _, err = process.communicate(timeout=120)  # returns once the trainer, which shares the pipe, has ended too
+    assert process.returncode == -signal.SIGTERM  # the launcher dies of it, without forwarding it
+    deadline = time.monotonic() + 60
+    while True:  # the trainer released the run folder: it stopped (before: it trained on, holding the lock)
+        try:
+            with RunLock(out):
+                break
+        except RunLockedError:
+            assert time.monotonic() < deadline, "the trainer still holds the run folder"
+            time.sleep(0.2)
+    assert "stopped by SIGTERM: after step" in err and "Traceback" not in err.split("stopped by SIGTERM")[1], err[
+        -3000:
+    ]
+    assert len(list_checkpoints(out)) == 1
+
+
+# --- the example's launch path -------------------------------------------------------------------------------------
+def example(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(ROOT / "examples" / "train_pusht.py"), *args]
+    return subprocess.run(command, env=run_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_launch_path_checks_flags_before_launching_anything(pusht_state_dataset, tmp_path):
+    out = tmp_path / "run"
+    result = example("--num_processes=2", *flags(pusht_state_dataset, out, "--stepz=3"))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("train_pusht.py: error: unrecognized")
+    assert "accelerate" not in result.stdout + result.stderr and not out.exists()  # nothing was launched
+
+
+@pytest.mark.slow
+def test_a_launched_run_that_fails_to_start_ends_with_its_own_line_and_status(pusht_state_dataset, tmp_path):
+    out = tmp_path / "run"
+    result = example("--num_processes=2", *flags(pusht_state_dataset, out, "--steps=2", "--batch_size=100000"))
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2, result.stderr[-3000:]  # the training's status (bad input), not accelerate's 1
+    assert last.startswith("train_pusht.py: error: dataset") and "batch_size=100000" in last  # after torchrun's report
+    assert not out.exists()  # the failed start left nothing (before: a folder holding only .hfpolicy.lock)
