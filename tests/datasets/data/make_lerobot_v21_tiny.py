@@ -2,11 +2,13 @@
 
 Run it in a side venv with a LeRobot release that writes v2.1 (0.3.3, the last one before v3.0), not in hfpolicy's:
 
-    python3.12 -m venv /tmp/lerobot21 && /tmp/lerobot21/bin/pip install lerobot==0.3.3
+    python3.12 -m venv /tmp/lerobot21 && /tmp/lerobot21/bin/pip install lerobot==0.3.3 av==15.1.0
     HF_HUB_OFFLINE=1 /tmp/lerobot21/bin/python tests/datasets/data/make_lerobot_v21_tiny.py
 
 Three episodes (lengths 12, 7, 15) at 10 fps with two tasks, a video camera (AV1, LeRobot's default codec), an image
 camera (PNG in the parquet), a 3-d state and a 2-d action whose values say which episode and frame they belong to.
+(LeRobot 0.3.3 fails with PyAV >= 16, whose stream rates are no longer numbers: hence av==15.1.0. The committed copy
+was made with lerobot 0.3.3, torch 2.7.1, datasets 3.6.0, av 15.1.0; its temporary images/ folder removed.)
 """
 
 import shutil
