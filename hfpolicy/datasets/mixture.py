@@ -1,14 +1,16 @@
 """Several datasets as one: `MixtureDataset` (their union, with pooled stats) and `MixtureSampler` (each dataset
 drawn at its sampling weight).
 
-Positions are concatenated: dataset d's frame i is position offsets[d] + i. Features are those every dataset has
+Positions are concatenated: dataset d's frame i is position offsets[d] + i. `renames` maps source feature keys to
+the mixture's (a camera called differently in one dataset). Features are those every dataset has
 with the same dtype and shape; a feature only some datasets have is left out (`dropped_features` names them, and
 asking for one is refused by the caller), a shared feature whose dtype or shape differs, or a different fps, is
 refused naming the datasets. Stats are pooled exactly from each dataset's count, mean and std (the variance of the
 union, not an average of stds), min of mins and max of maxes.
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -31,6 +33,35 @@ def parse_dataset_list(value: str | Sequence[str] | None) -> list[str] | None:
     if text.startswith("[") and text.endswith("]"):
         return [part.strip().strip("'\"") for part in text[1:-1].split(",") if part.strip()]
     return [text]
+
+
+def parse_renames(pairs: Sequence[str] | None) -> dict[str, str]:
+    """['old=new', ...] (--dataset.rename_features) -> {old: new}."""
+    renames = {}
+    for pair in pairs or []:
+        old, sep, new = pair.partition("=")
+        if not sep or not old.strip() or not new.strip():
+            raise ValueError(f"--dataset.rename_features entries are OLD=NEW feature names, got {pair!r}")
+        renames[old.strip()] = new.strip()
+    return renames
+
+
+def renamed_key(key: str, renames: Mapping[str, str]) -> str:
+    """A feature key, or a `{key}_is_pad` key, under `renames`."""
+    if key.endswith("_is_pad") and key[: -len("_is_pad")] in renames:
+        return renames[key[: -len("_is_pad")]] + "_is_pad"
+    return renames.get(key, key)
+
+
+def renamed_view(dataset: Any, renames: Mapping[str, str]) -> SimpleNamespace:
+    """A dataset's (or DatasetMeta's) features and fps under `renames`; two sources renamed to one key is refused."""
+    features = {}
+    for key, feature in dataset.features.items():
+        new = renames.get(key, key)
+        if new in features:
+            raise DatasetFormatError(f"renaming features makes two features {new!r} in {dataset.repo_id}")
+        features[new] = feature
+    return SimpleNamespace(features=features, fps=dataset.fps)
 
 
 def common_features(datasets: Sequence[Any], names: Sequence[str]) -> tuple[dict[str, dict], list[str]]:
@@ -78,15 +109,23 @@ class MixtureDataset(torch.utils.data.Dataset):
     `dataset_index` entry; `episode_bounds` are the episodes of all datasets in concatenated positions.
     """
 
-    def __init__(self, datasets: Sequence[PolicyDataset], names: Sequence[str] | None = None):
+    def __init__(
+        self,
+        datasets: Sequence[PolicyDataset],
+        names: Sequence[str] | None = None,
+        renames: Mapping[str, str] | None = None,
+    ):
         if len(datasets) < 1:
             raise ValueError("a mixture needs at least one dataset")
         self.datasets = list(datasets)
         self.names = list(names or [ds.repo_id for ds in datasets])
         self.repo_id = "[" + ",".join(self.names) + "]"
-        self.features, self.dropped_features = common_features(self.datasets, self.names)
+        self.renames = dict(renames or {})  # source feature key -> the mixture's, in every dataset that has it
+        views = [renamed_view(ds, self.renames) for ds in self.datasets]
+        self.features, self.dropped_features = common_features(views, self.names)
         self.fps = self.datasets[0].fps
-        self.camera_keys = [key for key in self.datasets[0].camera_keys if key in self.features]
+        self.camera_keys = [renamed_key(k, self.renames) for k in self.datasets[0].camera_keys]
+        self.camera_keys = [key for key in self.camera_keys if key in self.features]
         sizes = [ds.num_frames for ds in self.datasets]
         self.offsets = np.cumsum([0, *sizes[:-1]]).astype(np.int64)
         self.num_frames = int(sum(sizes))
@@ -94,7 +133,10 @@ class MixtureDataset(torch.utils.data.Dataset):
         self.episode_bounds = np.concatenate(
             [ds.episode_bounds + offset for ds, offset in zip(self.datasets, self.offsets, strict=True)]
         )
-        numpy_stats = [{k: {s: v.numpy() for s, v in st.items()} for k, st in ds.stats.items()} for ds in datasets]
+        numpy_stats = [
+            {renamed_key(k, self.renames): {s: v.numpy() for s, v in st.items()} for k, st in ds.stats.items()}
+            for ds in datasets
+        ]
         self.stats = stats_to_torch(pooled_stats(numpy_stats, self.names, set(self.features)))
         self.tasks = {i: t for ds in self.datasets for i, t in ds.tasks.items()}  # per dataset in items' `task`
 
@@ -119,7 +161,7 @@ class MixtureDataset(torch.utils.data.Dataset):
         parts = []
         for d in np.unique(which).tolist():
             local = idx[order][which[order] == d] - self.offsets[d]
-            part = self.datasets[d].get_batch(local)
+            part = {renamed_key(k, self.renames): v for k, v in self.datasets[d].get_batch(local).items()}
             part[DATASET_INDEX] = torch.full((len(local),), d, dtype=torch.int64)
             parts.append(part)
         keys = [key for key in parts[0] if all(key in part for part in parts) and _kept(key, self.features)]

@@ -8,7 +8,14 @@ import torch
 from accelerate import Accelerator
 
 from hfpolicy.datasets import DatasetMeta, PolicyDataset
-from hfpolicy.datasets.mixture import MixtureDataset, MixtureSampler, common_features, parse_dataset_list
+from hfpolicy.datasets.mixture import (
+    MixtureDataset,
+    MixtureSampler,
+    common_features,
+    parse_dataset_list,
+    parse_renames,
+    renamed_view,
+)
 from hfpolicy.datasets.sampler import EpochBatchSampler
 from hfpolicy.training.config import DatasetConfig, TrainConfig, TrainConfigError
 
@@ -17,8 +24,11 @@ def mixture_members(dataset: DatasetConfig) -> list[DatasetConfig] | None:
     """One DatasetConfig per dataset when --dataset.repo_id or --dataset.root lists several, else None."""
     repo_ids, roots = parse_dataset_list(dataset.repo_id) or [], parse_dataset_list(dataset.root) or []
     if len(repo_ids) <= 1 and len(roots) <= 1:
-        if dataset.weights is not None:
-            raise TrainConfigError("--dataset.weights needs several datasets: --dataset.repo_id='[a,b]' (or roots)")
+        if dataset.weights is not None or dataset.rename_features is not None:
+            raise TrainConfigError(
+                "--dataset.weights and --dataset.rename_features need several datasets: --dataset.repo_id='[a,b]' "
+                "(or --dataset.root='[dir_a,dir_b]')"
+            )
         return None
     if dataset.scripted_episodes > 0 or dataset.episodes is not None:
         raise TrainConfigError(
@@ -39,6 +49,23 @@ def mixture_members(dataset: DatasetConfig) -> list[DatasetConfig] | None:
     return members
 
 
+def open_members(roots, names, metas, renames: dict[str, str], policy_cfg) -> list[PolicyDataset]:
+    """Each dataset as a PolicyDataset, its windows asked for under its own feature names."""
+    deltas = policy_cfg.delta_timestamps(metas[0].fps)
+    parts = []
+    for root, name, meta in zip(roots, names, metas, strict=True):
+        source = {new: old for old, new in renames.items() if old in meta.features}
+        parts.append(
+            PolicyDataset(
+                name,
+                root=root,
+                delta_timestamps={source.get(key, key): offsets for key, offsets in deltas.items()},
+                download_videos=bool(policy_cfg.image_features),
+            )
+        )
+    return parts
+
+
 def load_mixture_data(cfg: TrainConfig, accelerator: Accelerator, members: list[DatasetConfig]):
     """(the config with the policy's features filled in, the TrainingData of the union)."""
     from hfpolicy.training.setup import (
@@ -55,8 +82,9 @@ def load_mixture_data(cfg: TrainConfig, accelerator: Accelerator, members: list[
         roots = [resolve_dataset_root(member, recipe=cfg.recipe, progress=progress) for member in members]
     names = [member.repo_id if member.root is None else str(member.root) for member in members]
     with dataset_errors_as_config_errors(cfg.dataset):
+        renames = parse_renames(cfg.dataset.rename_features)
         metas = [DatasetMeta.load(root, name) for root, name in zip(roots, names, strict=True)]
-        features, dropped = common_features(metas, names)
+        features, dropped = common_features([renamed_view(meta, renames) for meta in metas], names)
     asked = [key for key in cfg.dataset.input_features or [] if key in dropped]
     if asked:
         lacking = {key: [n for m, n in zip(metas, names, strict=True) if key not in m.features] for key in asked}
@@ -65,16 +93,8 @@ def load_mixture_data(cfg: TrainConfig, accelerator: Accelerator, members: list[
     with dataset_errors_as_config_errors(cfg.dataset):
         for meta in metas:
             policy_cfg.check_window_fits(meta.episodes["length"].tolist())
-        parts = [
-            PolicyDataset(
-                name,
-                root=root,
-                delta_timestamps=policy_cfg.delta_timestamps(metas[0].fps),
-                download_videos=bool(policy_cfg.image_features),
-            )
-            for root, name in zip(roots, names, strict=True)
-        ]
-        dataset = MixtureDataset(parts, names)
+        parts = open_members(roots, names, metas, renames, policy_cfg)
+        dataset = MixtureDataset(parts, names, renames)
         sampler = MixtureSampler(
             dataset,
             weights=cfg.dataset.weights,

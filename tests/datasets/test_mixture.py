@@ -152,3 +152,33 @@ def test_the_model_card_names_every_dataset():
         one.data.datasets == ["user/pusht"]
         and "on [user/pusht](https://huggingface.co/datasets/user/pusht)" in one.text
     )
+
+
+def test_a_feature_named_differently_is_mapped_by_renames(two, tmp_path):
+    from hfpolicy.datasets.mixture import parse_renames
+
+    (a, states_a), _ = two
+    other = tmp_path / "c"
+    rng = np.random.default_rng(9)
+    features = {"observation.pos": FEATURES["observation.state"], "action": FEATURES["action"]}
+    with DatasetWriter.create(other, "c", 10, features) as writer:
+        for _ in range(25):
+            writer.add_frame(
+                {"observation.pos": rng.normal(size=2).astype(np.float32), "action": np.zeros(2, np.float32)}, task="t"
+            )
+        writer.save_episode()
+    first = PolicyDataset("a", root=a, delta_timestamps={"observation.state": [-0.1, 0.0]})
+    second = PolicyDataset("c", root=other, delta_timestamps={"observation.pos": [-0.1, 0.0]})
+    plain = MixtureDataset([first, second])
+    assert "observation.state" not in plain.features and "observation.pos" in plain.dropped_features
+    renames = parse_renames(["observation.pos=observation.state"])
+    mixture = MixtureDataset([first, second], renames=renames)
+    assert "observation.state" in mixture.features and mixture.dropped_features == []
+    batch = mixture[[0, 60, 61]]
+    own = second.get_batch([0, 1])
+    assert torch.equal(batch["observation.state"][1:], own["observation.pos"])
+    assert torch.equal(batch["observation.state_is_pad"][1:], own["observation.pos_is_pad"])
+    union = np.concatenate([states_a, second.get_batch(range(25))["observation.pos"][:, 1].numpy()])
+    assert np.allclose(mixture.stats["observation.state"]["mean"].numpy(), union.mean(0), atol=1e-6)
+    with pytest.raises(ValueError, match="OLD=NEW"):
+        parse_renames(["observation.pos"])

@@ -60,10 +60,12 @@ def test_mixture_flags_are_checked_before_training(pusht_state_dataset, second_p
     out = tmp_path / "bad"
     assert main([roots, "--dataset.weights=[1.0]", f"--output_dir={out}", *TINY]) == 2
     assert "--dataset.weights has 1 numbers for 2 datasets" in capsys.readouterr().err
+    assert main([roots, "--dataset.rename_features=[observation.state]", f"--output_dir={out}", *TINY]) == 2
+    assert "--dataset.rename_features entries are OLD=NEW" in capsys.readouterr().err
     assert main([roots, "--dataset.episodes=[0]", f"--output_dir={out}", *TINY]) == 2
     assert "--dataset.episodes" in capsys.readouterr().err
     assert main([f"--dataset.root={pusht_state_dataset}", "--dataset.weights=[1,2]", f"--output_dir={out}", *TINY]) == 2
-    assert "--dataset.weights needs several datasets" in capsys.readouterr().err
+    assert "--dataset.weights and --dataset.rename_features need several datasets" in capsys.readouterr().err
 
 
 def test_repo_id_and_root_lists_make_one_member_per_dataset():
