@@ -57,6 +57,16 @@ def arrow_to_numpy(column: pa.ChunkedArray) -> np.ndarray:
     return values.reshape(len(column), *shape) if shape else values
 
 
+def png_column_to_chw(column: pa.ChunkedArray) -> np.ndarray:
+    """An image feature's {bytes, path} structs decoded with PIL: (N, C, H, W) uint8."""
+    import io
+
+    from PIL import Image
+
+    images = [np.asarray(Image.open(io.BytesIO(v["bytes"])).convert("RGB")) for v in column.to_pylist()]
+    return np.stack(images).transpose(0, 3, 1, 2)
+
+
 def read_parquet_frames(root: Path) -> pa.Table:
     files = sorted((root / "data").glob("*/*.parquet"))
     table = pa.concat_tables([pq.read_table(f) for f in files])
@@ -146,7 +156,9 @@ def check_frames(ds: LeRobotDataset, root: Path, table: pa.Table) -> tuple[int, 
     (mismatches, per-key mismatch counts, LeRobot items stacked per key)."""
     features = ds.features
     video_keys = [k for k, ft in features.items() if ft["dtype"] == "video"]
-    columns = {k: arrow_to_numpy(table.column(k)) for k in table.column_names}
+    image_keys = [k for k, ft in features.items() if ft["dtype"] == "image"]
+    columns = {k: arrow_to_numpy(table.column(k)) for k in table.column_names if k not in image_keys}
+    columns.update({k: png_column_to_chw(table.column(k)) for k in image_keys})  # vs round(255 * LeRobot's)
     tasks = {int(v): k for k, v in ds.meta.tasks["task_index"].items()}
     per_key = {k: 0 for k in [*columns, *video_keys, "task"]}
     items: dict[str, list] = {}
@@ -162,7 +174,10 @@ def check_frames(ds: LeRobotDataset, root: Path, table: pa.Table) -> tuple[int, 
             errors.append(f"ds[{i}]: an item beyond the {table.num_rows} parquet rows")
             continue
         for key, values in columns.items():
-            if not same(as_numpy(item[key]), values[i]):
+            got = as_numpy(item[key])
+            if key in image_keys:
+                got = np.round(got * 255).astype(np.uint8)
+            if not same(got, values[i]):
                 per_key[key] += 1
         if item["task"] != tasks[int(columns["task_index"][i])]:
             per_key["task"] += 1
@@ -284,7 +299,7 @@ def check_against_hfpolicy(ds_plain: LeRobotDataset, stacked: dict, npz_path: Pa
             bad += not record(f"{tag}: {key}", "absent in LeRobot item", "present", False)
             continue
         got = lr[key]
-        if key in ds.meta.video_keys:
+        if key in ds.meta.video_keys or ds.features.get(key, {}).get("dtype") == "image":
             got = np.round(got * 255).astype(np.uint8)
         n_rows = len(ref)
         if got.size != ref.size or got.dtype != ref.dtype:

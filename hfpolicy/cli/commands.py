@@ -61,6 +61,12 @@ COMMANDS: dict[str, Command] = {
         positional="zarr_path",
         help="convert the diffusion_policy PushT zarr to a LeRobot v3.0 dataset",
     ),
+    "convert lerobot-v2.1": Command(
+        config="hfpolicy.datasets.convert:LeRobotV21Config",
+        run="hfpolicy.datasets.convert:convert_lerobot_v21_command",
+        positional="source",
+        help="convert a LeRobot v2.1 dataset (folder or Hub repo) to a LeRobot v3.0 dataset",
+    ),
     "record": Command(
         config="hfpolicy.record:RecordConfig",
         run="hfpolicy.record:record_command",

@@ -1,6 +1,7 @@
 """`hfpolicy convert <format> ...`: convert other dataset formats to LeRobot v3.0.
 
 hfpolicy convert pusht-zarr ZARR_PATH --output_dir=DIR [--push_to=REPO_ID] [--episodes=[0,1,2]]
+hfpolicy convert lerobot-v2.1 REPO_OR_DIR --output_dir=DIR [--revision=REV] [--episodes=[0,1,2]]
 """
 
 import sys
@@ -62,6 +63,40 @@ def convert_pusht_zarr_command(config: PushTZarrConfig) -> str:
         ),
     )
     return f"pushed to {url}"
+
+
+@dataclass
+class LeRobotV21Config:
+    """Convert a LeRobot v2.1 dataset (one parquet and one mp4 per episode) into a LeRobot v3.0 dataset."""
+
+    source: str = ""  # a local v2.1 dataset folder (with meta/info.json) or a Hub repo id; also given positionally
+    output_dir: str = ""  # the v3.0 dataset folder to create (it must not exist, unless --overwrite=true)
+    repo_id: str | None = None  # the new dataset's name in its info and messages (default: the source's name)
+    revision: str | None = None  # with a Hub repo id: the branch, tag or commit to read (e.g. v2.1)
+    episodes: list[int] | None = None  # source episode indices to convert, e.g. [0,1,2] (default: all)
+    overwrite: bool = False  # replace output_dir if it exists
+    video_crf: int = 18  # H.264 quality of the re-encoded videos (lower: closer to the source and bigger)
+
+
+def convert_lerobot_v21_command(config: LeRobotV21Config) -> str:
+    from hfpolicy.datasets.v21_to_v30 import convert_lerobot_v21
+    from hfpolicy.datasets.writer import check_dataset_destination
+
+    if not config.source or not config.output_dir:
+        raise ValueError("give the v2.1 dataset (a folder or a Hub repo id) and --output_dir=DIR")
+    check_dataset_destination(config.output_dir, config.overwrite, cli=True)  # before reading the source
+    with stop_on_sigterm():  # a stopped conversion removes its staging folder
+        root = convert_lerobot_v21(
+            config.source,
+            config.output_dir,
+            repo_id=config.repo_id,
+            revision=config.revision,
+            episodes=config.episodes,
+            overwrite=config.overwrite,
+            video_crf=config.video_crf,
+        )
+    meta = DatasetMeta.load(root)
+    return f"wrote {root}: {meta.total_episodes} episodes, {meta.total_frames} frames (LeRobot v3.0)"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""`PolicyDataset`: a LeRobot v3.0 dataset (local or from the Hub) as a torch Dataset of training samples.
+"""`PolicyDataset`: a LeRobot v3.0 or v2.1 dataset (local or from the Hub) as a torch Dataset of training samples.
 
 Everything per item is index arithmetic on arrays built once: the non-video columns are read from the data parquet
 files through 🤗 datasets into numpy arrays, camera frames come from a uint8 frame cache filled one episode at a
@@ -108,6 +108,17 @@ class PolicyDataset(torch.utils.data.Dataset):
 
     def _load_columns(self) -> None:
         """Reads the non-video columns of the chosen episodes (through 🤗 datasets) into arrays in episode order."""
+        keys = [k for k, ft in self.features.items() if ft["dtype"] != VIDEO]
+        table = self._read_data_table(keys)
+        self._store_columns(table, keys)
+        self.num_frames = len(table)
+        self.num_episodes = len(self.episodes)
+        self._find_episode_bounds()
+        self._check_timestamps()
+        self._check_finite()
+
+    def _read_data_table(self, keys: list[str]) -> pa.Table:
+        """The `keys` columns of the chosen episodes' rows of the data files, as one arrow table."""
         files = sorted({self.meta.data_file(ep) for ep in self.episodes})
         missing = [f for f in files if not (self.root / f).is_file()]
         if missing:
@@ -115,7 +126,6 @@ class PolicyDataset(torch.utils.data.Dataset):
                 f"{self.root} lacks the data files {missing} that meta/episodes points to (an incomplete download or "
                 "copy?)"
             )
-        keys = [k for k, ft in self.features.items() if ft["dtype"] != VIDEO]
         stored = set(pq.read_schema(self.root / files[0]).names)
         absent = [k for k in keys if k not in stored]
         if absent:
@@ -138,12 +148,16 @@ class PolicyDataset(torch.utils.data.Dataset):
         for key in (INDEX, EPISODE_INDEX, FRAME_INDEX, TIMESTAMP, TASK_INDEX):
             if key not in table.column_names:
                 raise DatasetFormatError(f"the data files of {self.repo_id} have no {key!r} column")
+        return table
+
+    def _store_columns(self, table: pa.Table, keys: list[str]) -> None:
+        """Numeric columns as numpy arrays, strings as lists, image bytes as arrow arrays, sorted by (episode,
+        frame)."""
         episode_col = column_to_numpy(EPISODE_INDEX, self.features[EPISODE_INDEX], table.column(EPISODE_INDEX))
         frame_col = column_to_numpy(FRAME_INDEX, self.features[FRAME_INDEX], table.column(FRAME_INDEX))
         order = np.lexsort((frame_col, episode_col))
         if np.all(order == np.arange(len(order))):
             order = None
-
         self._columns: dict[str, np.ndarray] = {}
         self._strings: dict[str, list[str]] = {}
         self._image_bytes: dict[str, pa.Array] = {}
@@ -159,10 +173,9 @@ class PolicyDataset(torch.utils.data.Dataset):
             else:
                 values = column_to_numpy(key, feature, column)
                 self._columns[key] = values if order is None else values[order]
-        self.num_frames = len(table)
-        self.num_episodes = len(self.episodes)
 
-        # Episode boundaries in row positions.
+    def _find_episode_bounds(self) -> None:
+        """Each episode's [start, end) row positions, checked against the episode lengths of meta/."""
         episode_col = self._columns[EPISODE_INDEX]
         starts = np.flatnonzero(np.r_[True, episode_col[1:] != episode_col[:-1]])
         ends = np.r_[starts[1:], len(episode_col)]
@@ -179,8 +192,6 @@ class PolicyDataset(torch.utils.data.Dataset):
                 )
         self.episode_bounds = np.stack([starts, ends], axis=1).astype(np.int64)  # (E, 2): [start, end) positions
         self._row_episode = np.repeat(np.arange(len(starts)), ends - starts)  # row -> episode position
-        self._check_timestamps()
-        self._check_finite()
 
     def _check_stats_finite(self) -> None:
         """Stats with NaN/inf (meta/stats.json) would normalize every batch into NaN."""
@@ -314,6 +325,19 @@ class PolicyDataset(torch.utils.data.Dataset):
         todo = [(k, e) for k in self.camera_keys for e in range(self.num_episodes) if not self._caches[k].is_filled(e)]
         for key, episode_pos in tqdm(todo, desc=f"decoding {self.repo_id} frames", disable=not progress or not todo):
             self._fill_episode(key, episode_pos)
+
+    def episode_frames(self, episode_pos: int) -> dict[str, Any]:
+        """The stored frames of the `episode_pos`-th chosen episode, undecorated: every non-bookkeeping feature as
+        numpy (images uint8 (T, H, W, C), as a writer takes them; strings as lists) and `task` per frame."""
+        start, end = (int(v) for v in self.episode_bounds[episode_pos])
+        frames: dict[str, Any] = {key: values[start:end] for key, values in self._columns.items()}
+        frames.update({key: values[start:end] for key, values in self._strings.items()})
+        for key in self.camera_keys:
+            if not self._caches[key].is_filled(episode_pos):
+                self._fill_episode(key, episode_pos)
+            frames[key] = self._caches[key].array[start:end].transpose(0, 2, 3, 1)
+        frames[TASK] = [self.tasks.get(t, "") for t in self._columns[TASK_INDEX][start:end].tolist()]
+        return frames
 
     # --- items --------------------------------------------------------------------------------------------------
     def __len__(self) -> int:

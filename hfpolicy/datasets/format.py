@@ -78,7 +78,7 @@ class DatasetFormatError(ValueError):
 
 
 class UnsupportedVersionError(DatasetFormatError):
-    """The dataset's codebase_version is not v3.x."""
+    """The dataset's codebase_version is neither v3.x nor v2.1."""
 
 
 class TimestampError(DatasetFormatError):
@@ -102,27 +102,23 @@ def _version_tuple(version: str) -> tuple[int, int]:
 
 
 def check_codebase_version(version: str | None, where: str, repo_id: str | None = None) -> None:
-    """Raises UnsupportedVersionError, naming the version and the way to convert, unless `version` is v3.x."""
+    """Raises UnsupportedVersionError, naming the version and the way to convert, unless `version` is v3.x or v2.1."""
     if version is None:
         raise UnsupportedVersionError(
             f"{where} has no codebase_version: it predates LeRobot's v2 format, which hfpolicy cannot read. "
             "Convert it with LeRobot's conversion scripts to v3.0 first."
         )
-    major, _minor = _version_tuple(version)
-    if major == 3:
+    major, minor = _version_tuple(version)
+    if major == 3 or (major, minor) == (2, 1):  # v2.1 is read through legacy_v21.py
         return
     name = repo_id or "<repo_id>"
     if major < 3:
-        steps = ""
-        if _version_tuple(version) < (2, 1):
-            steps = f"`python -m lerobot.datasets.v21.convert_dataset_v20_to_v21 --repo-id={name}`, then "
         raise UnsupportedVersionError(
-            f"{where} is a LeRobot {version} dataset (one parquet and one mp4 per episode); hfpolicy reads only the "
-            f"{CODEBASE_VERSION} format (many episodes per file, meta/episodes/*.parquet). Convert it with LeRobot: "
-            f"`pip install lerobot` and run {steps}"
-            f"`python -m lerobot.datasets.v30.convert_dataset_v21_to_v30 --repo-id={name}` (it writes the "
-            f"{CODEBASE_VERSION} layout and pushes it to the Hub); or, if the Hub repo already has a v3.0 revision, "
-            "load it with revision='v3.0'."
+            f"{where} is a LeRobot {version} dataset; hfpolicy reads the {CODEBASE_VERSION} and v2.1 formats. "
+            f"Convert it to v2.1 with LeRobot 0.3.x (`pip install lerobot==0.3.3`, then `python -m "
+            f"lerobot.datasets.v21.convert_dataset_v20_to_v21 --repo-id={name}`); hfpolicy then reads it, and "
+            f"`hfpolicy convert lerobot-v2.1 {name} --output_dir=DIR` writes it as {CODEBASE_VERSION}. Or, if the "
+            "Hub repo already has a v3.0 revision, load it with revision='v3.0'."
         )
     raise UnsupportedVersionError(
         f"{where} is a LeRobot {version} dataset, newer than the {CODEBASE_VERSION} format this hfpolicy reads: "

@@ -1,4 +1,5 @@
-"""The meta/ folder of a v3.0 dataset, loaded: info.json, stats.json, tasks.parquet and the episode table."""
+"""The meta/ folder of a dataset, loaded: info.json, stats.json, tasks.parquet and the episode table (v3.0), or
+their v2.1 counterparts in the same shape (legacy_v21.py)."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,6 +10,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from hfpolicy.constants import EPISODE_INDEX, TASK, TASK_INDEX
+from hfpolicy.datasets import legacy_v21
 from hfpolicy.datasets.features import IMAGE, VIDEO, is_visual
 from hfpolicy.datasets.format import (
     EP_DATA_CHUNK,
@@ -43,13 +45,19 @@ class DatasetMeta:
     def load(cls, root: str | Path, repo_id: str | None = None) -> "DatasetMeta":
         root = Path(root)
         info = load_info(root, repo_id)
-        episodes = load_episode_table(root)
-        stats = load_stats_json(root / STATS_PATH)
-        if stats is None:
-            stats = stats_from_episode_table(root)
-        return cls(
-            root=root, repo_id=repo_id or root.name, info=info, stats=stats, tasks=load_tasks(root), episodes=episodes
-        )
+        if legacy_v21.is_v21(info):
+            episodes, tasks = legacy_v21.load_episode_table(root, info), legacy_v21.load_tasks(root)
+            stats = load_stats_json(root / STATS_PATH) or legacy_v21.load_stats(root)
+        else:
+            episodes, tasks = load_episode_table(root), load_tasks(root)
+            stats = load_stats_json(root / STATS_PATH)
+            if stats is None:
+                stats = stats_from_episode_table(root)
+        return cls(root=root, repo_id=repo_id or root.name, info=info, stats=stats, tasks=tasks, episodes=episodes)
+
+    @property
+    def codebase_version(self) -> str:
+        return str(self.info["codebase_version"])
 
     @property
     def fps(self) -> float:
@@ -84,17 +92,24 @@ class DatasetMeta:
 
     def data_file(self, episode_index: int) -> str:
         row = self.episode_row(episode_index)
-        return self.info["data_path"].format(chunk_index=int(row[EP_DATA_CHUNK]), file_index=int(row[EP_DATA_FILE]))
+        chunk, file = int(row[EP_DATA_CHUNK]), int(row[EP_DATA_FILE])
+        # v3.0 templates name chunk_index / file_index, v2.1 ones episode_chunk / episode_index
+        return self.info["data_path"].format(
+            chunk_index=chunk, file_index=file, episode_chunk=chunk, episode_index=episode_index
+        )
 
     def video_file(self, episode_index: int, video_key: str) -> str:
         row = self.episode_row(episode_index)
         template = self.info.get("video_path")
         if not template:
             raise DatasetFormatError(f"{INFO_PATH} has video feature {video_key!r} but no video_path template")
+        chunk = int(row[ep_video_column(video_key, "chunk_index")])
         return template.format(
             video_key=video_key,
-            chunk_index=int(row[ep_video_column(video_key, "chunk_index")]),
+            chunk_index=chunk,
             file_index=int(row[ep_video_column(video_key, "file_index")]),
+            episode_chunk=chunk,
+            episode_index=episode_index,
         )
 
     def files_for(self, episodes: list[int], with_videos: bool = True) -> list[str]:

@@ -78,7 +78,7 @@ CARD_TEMPLATE = """---
 
 # {{ repo_id }}
 
-A **{{ policy_name }}** policy for **{{ env_name }}**, trained with [hfpolicy](https://github.com/hfpolicy/hfpolicy){% if dataset_repo_id %} on [{{ dataset_repo_id }}](https://huggingface.co/datasets/{{ dataset_repo_id }}){% elif local_dataset %} on a local dataset: {{ local_dataset }}{% endif %}.
+A **{{ policy_name }}** policy for **{{ env_name }}**, trained with [hfpolicy](https://github.com/hfpolicy/hfpolicy){% if dataset_repo_ids %} on {% for d in dataset_repo_ids %}[{{ d }}](https://huggingface.co/datasets/{{ d }}){{ ", " if not loop.last }}{% endfor %}{% elif local_dataset %} on a local dataset: {{ local_dataset }}{% endif %}.
 {% if finetuned_from %}Fine-tuned from `{{ finetuned_from }}` (its weights and normalization stats were the start).
 {% endif %}{% if recipe %}Recipe: `{{ recipe }}`{% if recipe_reason %} ({{ recipe_reason }}){% endif %}.
 {% endif %}{% if online %}Online training: {{ online }}.
@@ -183,7 +183,7 @@ def make_model_card(
         policy_name=POLICY_TAGS.get(config.type, config.type).replace("-", " ").title(),
         env_name=ENV_NAMES.get(env_type, env_type),
         env_type=env_type,
-        dataset_repo_id=artifacts.dataset_repo_id,
+        dataset_repo_ids=_dataset_names(artifacts.dataset_repo_id),
         inputs=", ".join(f"`{key}` {tuple(f.shape)}" for key, f in config.input_features.items()),
         action_shape=tuple(config.action_feature.shape),
         metrics_table=_metrics_table(eval_summary) if eval_summary else None,
@@ -240,7 +240,7 @@ def card_metadata(
         license=license,
         pipeline_tag="robotics",
         tags=tags,
-        datasets=[artifacts.dataset_repo_id] if artifacts.dataset_repo_id else None,
+        datasets=_dataset_names(artifacts.dataset_repo_id) or None,  # '[a,b]': a run on several datasets
         model_name=repo_id,
         eval_results=eval_results,
     )
@@ -370,3 +370,8 @@ def upload_policy_repo(
                 raise
             raise PolicyPushError(cause) from e
     return str(commit)
+
+
+def _dataset_names(repo_id: str | None) -> list[str]:
+    """'user/a', or '[user/a,user/b]' (a run on several datasets) -> the Hub repo ids."""
+    return [part.strip() for part in (repo_id or "").strip().strip("[]").split(",") if part.strip()]

@@ -35,8 +35,12 @@ class TrainConfigError(ValueError):
 class DatasetConfig:
     """The LeRobot v3.0 dataset to train on."""
 
-    repo_id: str = "lerobot/pusht"  # Hub dataset repo id; ignored when `root` or `scripted_episodes` is set
-    root: str | None = None  # local dataset directory (meta/, data/, videos/); when set nothing is downloaded
+    repo_id: str = "lerobot/pusht"  # Hub dataset repo id; ignored when `root` or `scripted_episodes` is set;
+    # '[a,b]' trains on the union of several datasets
+    root: str | None = None  # local dataset directory (meta/, data/, videos/); when set nothing is downloaded;
+    # '[dir_a,dir_b]' trains on several (their names: a repo_id list of the same length, else the folders)
+    weights: list[float] | None = None  # several datasets: each one's share of the samples (default: its frames')
+    rename_features: list[str] | None = None  # several datasets: [OLD=NEW,...] renames a feature wherever it exists
     scripted_episodes: int = 0  # > 0: train on this many PushT demos of the scripted expert (state + block keypoints),
     # recorded once into `root` (default: <cache>/datasets/pusht_scripted_<n>) and reused by later runs; no network
     revision: str | None = None  # Hub branch, tag or commit of the dataset

@@ -304,8 +304,8 @@ class TrainingData:
     """The dataset a run reads and how: its name, the dataset, its sampler and the DataLoader over them."""
 
     name: str  # the Hub repo id, or the local folder: what the run really read
-    dataset: PolicyDataset
-    sampler: EpisodeAwareSampler
+    dataset: PolicyDataset  # or a MixtureDataset (several datasets)
+    sampler: EpisodeAwareSampler  # or a MixtureSampler
     batch_sampler: EpochBatchSampler
     dataloader: torch.utils.data.DataLoader
 
@@ -313,6 +313,11 @@ class TrainingData:
 def load_training_data(cfg: TrainConfig, accelerator: Accelerator) -> tuple[TrainConfig, TrainingData]:
     """(the config with the dataset's root and the policy's features filled in, the data); the frames are decoded
     now, once, not mid-epoch."""
+    from hfpolicy.training.mixture_data import load_mixture_data, mixture_members
+
+    members = mixture_members(cfg.dataset)
+    if members is not None:  # several datasets: their union, sampled at --dataset.weights
+        return load_mixture_data(cfg, accelerator, members)
     progress = accelerator.is_main_process and cfg.progress
     with accelerator.main_process_first():  # one process downloads or records, the others then read it
         dataset_root = resolve_dataset_root(cfg.dataset, recipe=cfg.recipe, progress=progress)

@@ -24,17 +24,18 @@ def test_a_dataset_one_folder_up_is_pointed_at(tiny_dataset):
         PolicyDataset("user/x", root=tiny_dataset.root.parent)
 
 
-def test_codebase_version_v21_says_how_to_convert(tmp_path, tiny_dataset):
+def test_codebase_version_v20_says_how_to_convert(tmp_path, tiny_dataset):
     root = tmp_path / "old"
     shutil.copytree(tiny_dataset.root, root)
     info = json.loads((root / "meta/info.json").read_text())
-    info["codebase_version"] = "v2.1"
+    info["codebase_version"] = "v2.0"
     (root / "meta/info.json").write_text(json.dumps(info))
     with pytest.raises(UnsupportedVersionError) as error:
         PolicyDataset("user/old", root=root)
     message = str(error.value)
-    assert "LeRobot v2.1 dataset" in message and "reads only the v3.0 format" in message
-    assert "python -m lerobot.datasets.v30.convert_dataset_v21_to_v30 --repo-id=user/old" in message
+    assert "LeRobot v2.0 dataset" in message and "reads the v3.0 and v2.1 formats" in message
+    assert "python -m lerobot.datasets.v21.convert_dataset_v20_to_v21 --repo-id=user/old" in message
+    assert "hfpolicy convert lerobot-v2.1 user/old --output_dir=DIR" in message
 
     info["codebase_version"] = "v4.0"
     (root / "meta/info.json").write_text(json.dumps(info))

@@ -1,0 +1,75 @@
+"""Convert a LeRobot v2.1 dataset (a local root or a Hub repo) into a v3.0 one, through `DatasetWriter`.
+
+Each episode is read by `PolicyDataset` (which reads v2.1 directly, see legacy_v21.py) and written again: numbers and
+strings unchanged, image features as PNG (lossless, so identical), video features decoded and encoded again as H.264
+(within the codec's tolerance of the source frames). Episodes are numbered 0.. in their source order; the tasks,
+robot_type, fps and feature names carry over; stats are computed again from the written frames.
+"""
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from hfpolicy.constants import TASK
+from hfpolicy.datasets.dataset import PolicyDataset
+from hfpolicy.datasets.format import BOOKKEEPING_FEATURES, DatasetFormatError
+from hfpolicy.datasets.legacy_v21 import is_v21
+from hfpolicy.datasets.writer import DatasetWriter
+
+
+def open_v21_source(source: str, revision: str | None = None, episodes: Sequence[int] | None = None) -> PolicyDataset:
+    """`source` as a dataset: an existing folder is a local root, anything else a Hub repo id."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        dataset = PolicyDataset(path.name, root=path, episodes=episodes)
+    else:
+        dataset = PolicyDataset(source, revision=revision, episodes=episodes)
+    if not is_v21(dataset.info):
+        raise DatasetFormatError(
+            f"{source} is a LeRobot {dataset.info['codebase_version']} dataset, not v2.1: hfpolicy reads it as it is "
+            "(there is nothing to convert)"
+        )
+    return dataset
+
+
+def writer_features(features: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The source's features as DatasetWriter takes them: dtype, shape, names; no bookkeeping, no video info."""
+    return {
+        key: {"dtype": ft["dtype"], "shape": list(ft["shape"]), "names": ft.get("names")}
+        for key, ft in features.items()
+        if key not in BOOKKEEPING_FEATURES
+    }
+
+
+def convert_lerobot_v21(
+    source: str,
+    output_dir: str | Path,
+    *,
+    repo_id: str | None = None,
+    revision: str | None = None,
+    episodes: Sequence[int] | None = None,
+    overwrite: bool = False,
+    video_crf: int = 18,
+    progress: bool = True,
+) -> Path:
+    """Writes the v2.1 dataset `source` (a folder, or a Hub repo id) as a v3.0 dataset at `output_dir`."""
+    dataset = open_v21_source(source, revision=revision, episodes=episodes)
+    features = writer_features(dataset.features)
+    writer = DatasetWriter.create(
+        output_dir,
+        repo_id or dataset.repo_id,
+        fps=dataset.fps,
+        features=features,
+        robot_type=dataset.info.get("robot_type"),
+        overwrite=overwrite,
+        video_crf=video_crf,
+    )
+    with writer:
+        for episode_pos in tqdm(range(dataset.num_episodes), desc=f"converting {source}", disable=not progress):
+            frames = dataset.episode_frames(episode_pos)
+            for i, task in enumerate(frames[TASK]):
+                writer.add_frame({key: frames[key][i] for key in features}, task=task)
+            writer.save_episode()
+    return Path(output_dir)
