@@ -49,7 +49,6 @@ NOT_YET_SPLIT = {
     "hfpolicy/datasets/pusht_zarr.py:convert_pusht_zarr",  # issue 16 edits this file
     "hfpolicy/eval/evaluation.py:evaluate",
     "hfpolicy/policies/card.py:make_model_card",
-    "hfpolicy/policies/diffusion/configuration.py:validate_settings",
     "hfpolicy/policies/scripted/pusht_expert.py:_plan_push",
 }
 
