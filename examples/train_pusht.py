@@ -242,8 +242,8 @@ def state_inputs_missing(recipe: str, flags: list[str]) -> str | None:
 def run(argv: list[str] | None = None) -> int:
     recipe, reason, flags = choose_recipe(sys.argv[1:] if argv is None else argv)
     data_preset, flags = choose_data_preset(recipe, flags)
-    if data_preset:
-        reason += f"; {data_preset} preset"
+    if data_preset == "human":
+        reason += "; human-demo preset: the data are not a scripted recording (--preset=scripted to override)"
     problem = state_inputs_missing(recipe, flags)
     if problem is not None:
         print(problem, file=sys.stderr)
