@@ -23,6 +23,7 @@ devices (cuDNN) and other settings (groups, dilation, padding modes, output_size
 """
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -195,6 +196,12 @@ def _matmul_weight(rows: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
 def machine_key() -> str:
     """CPU model, instruction-set flags (hashed), torch version and intra-op threads: what the kernels' speed and
     rounding depend on."""
+    return f"{_cpu_identity()} torch-{torch.__version__} threads-{torch.get_num_threads()}"
+
+
+@functools.cache
+def _cpu_identity() -> str:
+    """The CPU model and a hash of its flags, read once per process (every layer call asks for the machine key)."""
     model, flags = platform.processor() or platform.machine(), ""
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
@@ -205,8 +212,7 @@ def machine_key() -> str:
             elif name.strip() == "flags":
                 flags = value.strip()
                 break
-    digest = hashlib.sha256(flags.encode()).hexdigest()[:8]
-    return f"{model} flags-{digest} torch-{torch.__version__} threads-{torch.get_num_threads()}"
+    return f"{model} flags-{hashlib.sha256(flags.encode()).hexdigest()[:8]}"
 
 
 class KernelCache:
