@@ -5,6 +5,14 @@ user would (record the scripted demonstrations, train, evaluate on 500 seeds), a
     python bench/learning.py --reuse-recording        # keep the recorded demos between runs (record_min ~ 0)
     python bench/learning.py -- --dataset.root=data/pusht_human --dataset.scripted_episodes=0   # other data
     python bench/learning.py --online                 # the cpu recipe with online training (ONLINE_FLAGS below)
+    python bench/learning.py --human                  # the 206 human demos: ../shared/data zarr, converted first
+
+With --human the zarr (--zarr, default ../shared/data/pusht_cchi_v7_replay.zarr beside the repo) is converted with
+`hfpolicy convert pusht-zarr --environment_state=true` into the run's work folder (record_min is then the conversion)
+and trained with examples/train_pusht.py's human-demo preset (chosen because the data are not a scripted recording).
+The JSON line then also has the paper's statistics over the periodic 50-episode evaluations of the same run:
+paper_best_success / paper_best_avg_max_reward (the best evaluation) and paper_last10_success /
+paper_last10_avg_max_reward (the mean of the last 10), as the diffusion_policy paper reports them (0.95 / 0.91).
 
 Flags after `--` go to examples/train_pusht.py. The recording goes to a fresh cache folder (so its time counts)
 unless --reuse-recording. Prints a table and, last, one JSON line: success_rate, avg_max_reward, ci95, n_episodes,
@@ -50,6 +58,8 @@ def main() -> None:
     parser.add_argument("--plot", default=None, help="also draw success over minutes into this PNG (README's)")
     parser.add_argument("--online", action="store_true", help="the cpu recipe with online training (ONLINE_FLAGS)")
     parser.add_argument("--compare", default=None, help="a JSON line of another run, drawn beside this one")
+    parser.add_argument("--human", action="store_true", help="the 206 human demos (converted from --zarr)")
+    parser.add_argument("--zarr", default=str(ROOT.parent / "shared" / "data" / "pusht_cchi_v7_replay.zarr"))
     parser.add_argument("train_flags", nargs="*", help="flags for examples/train_pusht.py (after --)")
     args = parser.parse_args()
 
@@ -58,10 +68,11 @@ def main() -> None:
     env = dict(os.environ)
     if not args.reuse_recording:
         env["HFPOLICY_CACHE"] = str(work / "cache")
+    data_flags = convert_human_demos(Path(args.zarr), work) if args.human else []
     command = [
         sys.executable, "-m", "accelerate.commands.launch", str(ROOT / "examples" / "train_pusht.py"),
         "--recipe=cpu", f"--output_dir={output_dir}", "--progress=false", *(ONLINE_FLAGS if args.online else []),
-        *args.train_flags,
+        *data_flags, *args.train_flags,
     ]  # fmt: skip
     print("running:", " ".join(command), flush=True)
     load_before = os.getloadavg()
@@ -103,6 +114,9 @@ def main() -> None:
     final = json.loads((output_dir / "eval" / f"step_{final_step:06d}" / "eval_info.json").read_text())["aggregated"]
     train_config = json.loads((output_dir / "train_config.json").read_text())
     record_min = marks.get("train_start", 0.0) - marks["record_start"] if "record_start" in marks else 0.0
+    if args.human:
+        record_min = CONVERSION_MIN[0]
+        wall_min += record_min
     result = {
         "success_rate": final["pc_success"] / 100,
         "avg_max_reward": final["avg_max_reward"],
@@ -119,6 +133,7 @@ def main() -> None:
         "recipe": train_config.get("recipe"),
         "dataset": train_config["dataset"].get("root") or train_config["dataset"]["repo_id"],
         **online_result(train_config, rounds, online_min, online_curve),
+        **paper_statistics(evals),
         "load_avg_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "cpus": os.cpu_count(),
         "output_dir": str(output_dir),
@@ -140,12 +155,53 @@ def main() -> None:
         ("policy size", f"{params_m} M parameters"),
         ("curve [min, success]", " ".join(f"[{m:.0f}, {s:.2f}]" for m, s in curve)),
     ]
+    if "paper_best_avg_max_reward" in result:
+        rows.append(
+            (
+                "paper stats (50-ep evals)",
+                f"best {result['paper_best_avg_max_reward']:.3f} / last-10 mean {result['paper_last10_avg_max_reward']:.3f}"
+                f" overlap; success {result['paper_best_success']:.2f} / {result['paper_last10_success']:.2f}",
+            )
+        )
     for name, value in rows:
         print(f"| {name:<28} | {value:<40} |")
     if args.plot:
         others = [json.loads(Path(args.compare).read_text().splitlines()[-1])] if args.compare else []
         plot_curve([result, *others], Path(args.plot))
     print(json.dumps(result))
+
+
+CONVERSION_MIN = [0.0]  # minutes the --human conversion took (counted in wall_min and reported as record_min)
+
+
+def convert_human_demos(zarr: Path, work: Path) -> list[str]:
+    """Converts the diffusion_policy PushT zarr (state inputs: agent position + the block's keypoints) into `work`
+    and returns the flags that train on it."""
+    if not zarr.is_dir():
+        sys.exit(f"--human: {zarr} is not a folder; pass --zarr=PATH to the pusht_cchi_v7_replay.zarr folder")
+    out = work / "pusht_human"
+    start = time.perf_counter()
+    command = [sys.executable, "-m", "hfpolicy.cli", "convert", "pusht-zarr", str(zarr), f"--output_dir={out}"]
+    subprocess.run([*command, "--environment_state=true"], check=True)
+    CONVERSION_MIN[0] = (time.perf_counter() - start) / 60
+    return [f"--dataset.root={out}"]
+
+
+def paper_statistics(evals: list[dict]) -> dict:
+    """The diffusion_policy paper's statistics over the periodic evaluations (all but the final one): the best,
+    and the mean of the last 10, of the success rate and of the average max overlap."""
+    periodic = evals[:-1]
+    if not periodic:
+        return {}
+    success = [m["eval/pc_success"] / 100 for m in periodic]
+    overlap = [m["eval/avg_max_reward"] for m in periodic]
+    return {
+        "paper_n_evals": len(periodic),
+        "paper_best_success": round(max(success), 4),
+        "paper_last10_success": round(sum(success[-10:]) / len(success[-10:]), 4),
+        "paper_best_avg_max_reward": round(max(overlap), 4),
+        "paper_last10_avg_max_reward": round(sum(overlap[-10:]) / len(overlap[-10:]), 4),
+    }
 
 
 def online_result(train_config: dict, rounds: list[dict], online_min: float, online_curve: list) -> dict:

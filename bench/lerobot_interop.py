@@ -8,7 +8,7 @@ DDIM-20), measures:
 - load_s: `Policy.from_pretrained(<LeRobot dir>)` (read config + processors + weights, convert, build), median;
 - the same for a native hfpolicy save of the very same policy (`save_pretrained` of the converted one);
 - chunk latency (batch 3, the fixture's observations and noise) of the converted policy, which runs PyTorch's own
-  kernels (`fast_kernels=False`, LeRobot's rounding), and of the same weights with hfpolicy's fast CPU kernels;
+  kernels (`set_cpu_kernels("torch")`, LeRobot's rounding), and of the same weights with hfpolicy's fast CPU kernels;
 - max_abs_error_*: largest |hfpolicy action - LeRobot action| against the chunk LeRobot computed (reference.safetensors),
   with 2 intra-op threads as LeRobot did, and with hfpolicy's fast kernels (float rounding only; action units ~500).
 Prints a table; the LAST line is one JSON object.
@@ -47,7 +47,8 @@ def bench_fixture(name: str, repeats: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         policy.save_pretrained(tmp)
         native_load_s, _ = timed(lambda: Policy.from_pretrained(tmp), repeats)
-        fast = Policy.from_pretrained(tmp, config_overrides={"fast_kernels": True})
+        fast = Policy.from_pretrained(tmp)
+        fast.set_cpu_kernels("matmul")
     chunk_s, actions = timed(lambda: policy.predict_action_chunk(observation, noise=ref["noise"]), repeats)
     fast_chunk_s, fast_actions = timed(lambda: fast.predict_action_chunk(observation, noise=ref["noise"]), repeats)
     return {

@@ -150,3 +150,32 @@ def test_training_clock_counts_evaluations_and_leaves_out_the_first_step():
     line = slow.announcement(10, torch.device("cpu"))
     assert line.startswith("estimated time left: 18d 12:") and "days" in line and "--recipe=cpu" in line
     assert format_duration(59) == "00:59" and format_duration(3600) == "01:00:00"
+
+
+def test_the_human_bench_reports_the_papers_statistics_of_the_periodic_evaluations():
+    spec = importlib.util.spec_from_file_location("learning_bench", ROOT / "bench" / "learning.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    periodic = [{"eval/pc_success": 10.0 * i, "eval/avg_max_reward": 0.5 + 0.03 * i} for i in range(12)]
+    final = {"eval/pc_success": 50.0, "eval/avg_max_reward": 0.7}  # the 500-episode evaluation is not one of them
+    stats = bench.paper_statistics([*periodic, final])
+    assert stats["paper_n_evals"] == 12
+    assert stats["paper_best_success"] == 1.1 and stats["paper_best_avg_max_reward"] == 0.83
+    assert stats["paper_last10_success"] == 0.65 and stats["paper_last10_avg_max_reward"] == 0.695
+    assert bench.paper_statistics([final]) == {}
+
+
+def test_the_cpu_recipe_picks_the_human_demo_preset_for_data_that_are_not_its_recording():
+    example = load_example()
+    assert example.choose_data_preset("cpu", ["--dataset.root=data/pusht_human"])[0] == "human"
+    assert example.choose_data_preset("cpu", ["--dataset.root=cache/pusht_scripted_500"])[0] == "scripted"
+    assert example.choose_data_preset("cpu", [])[0] == "scripted"
+    assert example.choose_data_preset("cpu", ["--preset=scripted", "--dataset.root=x"]) == (
+        "scripted",
+        ["--dataset.root=x"],
+    )
+    assert example.choose_data_preset("paper", ["--dataset.root=x"])[0] == ""
+    human = example.recipe_flags("cpu", ["--dataset.root=data/pusht_human"], "human")
+    assert "--steps=11000" in human and "--policy.down_dims=[64,128,256]" in human
+    assert not any(flag.startswith("--dataset.scripted_episodes") for flag in human)
+    assert "--steps=11000" not in example.recipe_flags("cpu", ["--dataset.root=data/pusht_human"])

@@ -12,14 +12,40 @@ it), hands it to the buffer with `push`, and executes what `pop` returns. Two bu
 
 A policy picks its buffer by overriding `Policy.make_action_buffer`; `Policy.reset()` starts a fresh one. Both work on
 a batch of envs stepped in lockstep: tensors are (batch, steps, action_dim) in, (batch, action_dim) out.
+
+Per-episode noise (`Policy.reset(seeds=...)`): `predict_per_episode` predicts a chunk whose row i depends on
+observation row i and generator i alone, whatever the batch (see PER_EPISODE_ROW_BLOCK for how).
 """
 
 import math
 from collections import deque
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
 from torch import Tensor
+
+# CPU BLAS (MKL, OpenBLAS) computes a matrix product's rows with kernels that depend on the number of rows: a row of a
+# 20-row product can differ in the last bit from the same row in a 16-row one (measured; rows in full blocks of 16
+# agree). Per-episode acting therefore pads every batch to a multiple of this many rows: an eval at batch 1 computes 16
+# rows (bench/cpu_kernels.py measures what that costs against the unpadded chunk, and which smaller blocks round alike
+# on the machine it runs on).
+PER_EPISODE_ROW_BLOCK = 16
+
+
+def predict_per_episode(
+    predict: Callable[..., Tensor], observation: dict[str, Tensor], generators: list[torch.Generator], n_steps: int
+) -> Tensor:
+    """`predict(observation, generator=generators, n_steps=n_steps)` with row i a function of observation row i and
+    generator i alone: the batch is padded to a multiple of PER_EPISODE_ROW_BLOCK rows (copies of its last row,
+    throw-away generators), and the padding is dropped again."""
+    generators = list(generators)
+    batch_size = len(generators)
+    pad = -batch_size % PER_EPISODE_ROW_BLOCK
+    if pad > 0:
+        observation = {k: torch.cat([v, v[-1:].expand(pad, *v.shape[1:])]) for k, v in observation.items()}
+        generators += [torch.Generator().manual_seed(0) for _ in range(pad)]
+    return predict(observation, generator=generators, n_steps=n_steps)[:batch_size]
 
 
 class ActionBuffer(Protocol):

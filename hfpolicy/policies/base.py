@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from hfpolicy.constants import ACTION, CONFIG_FILE, WEIGHTS_FILE
 from hfpolicy.io.atomic import save_safetensors_atomically, write_json_atomically
-from hfpolicy.policies.action_selection import ActionBuffer, ActionQueue
+from hfpolicy.policies.action_selection import ActionBuffer, ActionQueue, predict_per_episode
 from hfpolicy.policies.config import PolicyConfig
 from hfpolicy.policies.normalization import Normalizer
 from hfpolicy.policies.registry import (  # noqa: F401 (get_policy_class, make_policy: re-exported)
@@ -220,25 +220,9 @@ class Policy(
             if self._episode_generators is None:
                 self._actions.push(self.predict_action_chunk(stacked, n_steps=steps))
             else:
-                self._actions.push(self._predict_per_episode(stacked, steps))
+                chunk = predict_per_episode(self.predict_action_chunk, stacked, self._episode_generators, steps)
+                self._actions.push(chunk)
         return self._actions.pop()
-
-    # CPU BLAS (MKL) computes a matrix product's rows with kernels that depend on the number of rows: a row of a 20-row
-    # product can differ in the last bit from the same row in a 16-row one (measured; rows in full blocks of 16 agree).
-    # Per-episode acting therefore pads every batch to a multiple of this many rows.
-    PER_EPISODE_ROW_BLOCK: ClassVar[int] = 16
-
-    def _predict_per_episode(self, observation: dict[str, Tensor], n_steps: int) -> Tensor:
-        """A chunk whose row i depends on observation row i and generator i alone, whatever the batch: the batch is
-        padded to a multiple of PER_EPISODE_ROW_BLOCK rows (copies of its last row, throw-away generators), and the
-        padding is dropped again."""
-        generators = list(self._episode_generators)
-        batch_size = len(generators)
-        pad = -batch_size % self.PER_EPISODE_ROW_BLOCK
-        if pad > 0:
-            observation = {k: torch.cat([v, v[-1:].expand(pad, *v.shape[1:])]) for k, v in observation.items()}
-            generators += [torch.Generator().manual_seed(0) for _ in range(pad)]
-        return self.predict_action_chunk(observation, generator=generators, n_steps=n_steps)[:batch_size]
 
     # --- saving and loading -----------------------------------------------------------------------------------------
     def save_pretrained(self, save_directory: str | Path, *, model_card_kwargs: dict | None = None, **kwargs) -> Any:

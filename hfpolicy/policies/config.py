@@ -48,6 +48,7 @@ class PolicyConfig(draccus.ChoiceRegistry):
     # Fields a saved policy's config.json may change after training: they steer acting or training, not what the
     # weights mean (every other field must match the config recorded in model.safetensors; see Policy.from_pretrained).
     window_fields: ClassVar[tuple[str, ...]] = ("n_action_steps",)  # the fields that set the training window
+    retired_fields: ClassVar[frozenset[str]] = frozenset()  # fields of older configs, ignored when loading
     acting_fields: ClassVar[frozenset[str]] = frozenset(
         {
             "n_action_steps",
@@ -185,6 +186,7 @@ class PolicyConfig(draccus.ChoiceRegistry):
             ) from None
         if not issubclass(config_class, cls):
             raise ValueError(f"config type {type_name!r} ({config_class.__name__}) is not a {cls.__name__}")
+        data = {name: value for name, value in data.items() if name not in config_class.retired_fields}
         known_fields = {f.name for f in dataclasses.fields(config_class)}
         unknown = sorted(set(data) - known_fields)
         if unknown:

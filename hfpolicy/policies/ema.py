@@ -28,18 +28,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from accelerate.utils import extract_model_from_parallel
 from torch import Tensor, nn
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:
-    """The module inside DistributedDataParallel / DataParallel / torch.compile wrappers."""
-    while True:
-        if isinstance(model, nn.parallel.DistributedDataParallel | nn.DataParallel):
-            model = model.module
-        elif hasattr(model, "_orig_mod"):  # torch.compile's OptimizedModule
-            model = model._orig_mod
-        else:
-            return model
+    """The module inside DistributedDataParallel / DataParallel / torch.compile wrappers (accelerate's unwrapping)."""
+    return extract_model_from_parallel(model, keep_torch_compile=False)
 
 
 class EMA:

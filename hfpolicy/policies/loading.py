@@ -190,7 +190,7 @@ def check_config_matches_weights(
     differing = [
         name
         for name in sorted(set(saved) | set(current))
-        if name not in config.acting_fields and saved.get(name) != current.get(name)
+        if name not in config.acting_fields | config.retired_fields and saved.get(name) != current.get(name)
     ]
     if differing:
         changes = "; ".join(f"{name}: {current.get(name)!r} (trained with {saved.get(name)!r})" for name in differing)

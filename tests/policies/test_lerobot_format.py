@@ -190,7 +190,6 @@ def small_config(inputs: dict[str, tuple[int, ...]], **overrides) -> DiffusionCo
         crop_shape=(28, 28),
         noise_scheduler_type="DDIM",
         num_inference_steps=4,
-        fast_kernels=False,
     )
     return DiffusionConfig(**{**fields, **overrides})
 
@@ -203,6 +202,7 @@ def random_policy(config: DiffusionConfig) -> DiffusionPolicy:
         stats[key] = {"mean": torch.rand(size), "std": torch.rand(size) + 0.1, "min": -torch.rand(size) * 100}
         stats[key]["max"] = torch.rand(size) * 100 + 1
     policy = DiffusionPolicy(config, dataset_stats=stats)
+    policy.set_cpu_kernels("torch")  # LeRobot's rounding, as the converted policy has it
     with torch.no_grad():
         for parameter in policy.parameters():  # away from the initialization, so that every weight matters
             parameter.add_(torch.randn_like(parameter) * 0.05)

@@ -45,7 +45,6 @@ class DiffusionConfig(PolicyConfig):
     n_groups: int = 8  # GroupNorm groups in the U-Net blocks (must divide every entry of down_dims)
     diffusion_step_embed_dim: int = 128  # size of the sinusoidal + MLP embedding of the diffusion timestep
     use_film_scale_modulation: bool = True  # FiLM predicts scale and bias from the conditioning (False: bias only)
-    fast_kernels: bool = True  # CPU matmul convolutions + channels-last ResNet; False: PyTorch's, rounding as LeRobot
 
     # --- noise scheduler (diffusers) --------------------------------------------------------------------------------
     noise_scheduler_type: str = "DDPM"  # sampler used to act: "DDPM" or "DDIM" (training always adds DDPM noise)
@@ -80,6 +79,9 @@ class DiffusionConfig(PolicyConfig):
         "n_action_steps",
         "drop_last_frames",
     )  # they set the training window
+    # Older configs had `fast_kernels`; the CPU kernels are now the running policy's choice
+    # (DiffusionPolicy.set_cpu_kernels, measured per machine by default), not a property of the weights.
+    retired_fields: ClassVar[frozenset[str]] = frozenset({"fast_kernels"})
     acting_fields: ClassVar[frozenset[str]] = PolicyConfig.acting_fields | {
         "noise_scheduler_type",
         "num_inference_steps",
@@ -91,6 +93,13 @@ class DiffusionConfig(PolicyConfig):
     # --- validation ----------------------------------------------------------------------------------------------------
     def validate_settings(self) -> None:
         """Checks the fields that do not depend on the features; raises ValueError naming the field and the fix."""
+        self._validate_choices()
+        self._validate_sampler()
+        self._validate_network()
+        self._validate_timing()
+
+    def _validate_choices(self) -> None:
+        """The named choices: scheduler, prediction type, beta schedule, backbone (and its pretrained weights)."""
         if self.noise_scheduler_type not in NOISE_SCHEDULER_TYPES:
             raise ValueError(
                 f"noise_scheduler_type={self.noise_scheduler_type!r} is not supported; use one of {NOISE_SCHEDULER_TYPES}"
@@ -111,6 +120,9 @@ class DiffusionConfig(PolicyConfig):
                 "the pretrained BatchNorm layers by untrained GroupNorm ones; set use_group_norm=False to use pretrained "
                 "weights, or pretrained_backbone_weights=None to train the backbone from scratch"
             )
+
+    def _validate_sampler(self) -> None:
+        """The diffusion step counts."""
         if self.num_train_timesteps < 1:
             raise ValueError(f"num_train_timesteps={self.num_train_timesteps} must be >= 1")
         steps = self.num_inference_steps
@@ -119,6 +131,9 @@ class DiffusionConfig(PolicyConfig):
                 f"num_inference_steps={steps} must be between 1 and num_train_timesteps={self.num_train_timesteps} "
                 "(or None to use num_train_timesteps)"
             )
+
+    def _validate_network(self) -> None:
+        """The U-Net's and the image encoder's sizes."""
         if not self.down_dims:
             raise ValueError(
                 f"down_dims={self.down_dims} is empty; the U-Net needs at least one level, e.g. (512, 1024, 2048)"
@@ -137,10 +152,13 @@ class DiffusionConfig(PolicyConfig):
             raise ValueError(f"spatial_softmax_num_keypoints={self.spatial_softmax_num_keypoints} must be >= 1")
         if self.resize_shape is not None and (len(self.resize_shape) != 2 or min(self.resize_shape) < 1):
             raise ValueError(f"resize_shape={self.resize_shape} must be (height, width) with positive sizes, or None")
-        if self.drop_last_frames is not None and self.drop_last_frames < 0:
-            raise ValueError(f"drop_last_frames={self.drop_last_frames} must be >= 0, or None")
         if self.crop_shape is not None and (len(self.crop_shape) != 2 or min(self.crop_shape) < 1):
             raise ValueError(f"crop_shape={self.crop_shape} must be (height, width) with positive sizes, or None")
+
+    def _validate_timing(self) -> None:
+        """Observation history, horizon and executed actions fit together and the U-Net."""
+        if self.drop_last_frames is not None and self.drop_last_frames < 0:
+            raise ValueError(f"drop_last_frames={self.drop_last_frames} must be >= 0, or None")
         if self.n_obs_steps < 1 or self.n_action_steps < 1:
             raise ValueError(f"n_obs_steps={self.n_obs_steps} and n_action_steps={self.n_action_steps} must be >= 1")
         multiple = self.horizon_multiple

@@ -123,7 +123,6 @@ def config_from_lerobot(
     fields["crop_shape"] = tuple(crop_shape) if crop_shape is not None else None
     fields["mask_loss_for_padding"] = bool(lerobot_config.get("do_mask_loss_for_padding", False))
     fields["pretrained_backbone_weights"] = None  # the checkpoint has the backbone's weights
-    fields["fast_kernels"] = False  # PyTorch's own kernels round as LeRobot does: identical actions
     fields["use_ema"] = False  # LeRobot trains and saves without an EMA: fine-tuning keeps its recipe
     config = DiffusionConfig(input_features=inputs, output_features=dict(output_features), **fields)
     if "drop_n_last_frames" in lerobot_config and lerobot_config["drop_n_last_frames"] != config.drop_n_last_frames:

@@ -26,7 +26,7 @@ from torchvision.transforms import InterpolationMode
 from hfpolicy.constants import ACTION, pad_key
 from hfpolicy.policies.base import NoiseSource, Policy
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
-from hfpolicy.policies.diffusion.cpu_kernels import use_cpu_matmul_convolutions
+from hfpolicy.policies.diffusion.cpu_kernels import set_cpu_kernels, use_cpu_matmul_convolutions
 
 
 class DiffusionPolicy(Policy):
@@ -57,12 +57,22 @@ class DiffusionPolicy(Policy):
                 feature_dim = self.rgb_encoder.feature_dim * len(self.image_keys)
         feature_dim += sum(config.state_features[key].shape[0] for key in self.state_keys)
         self.global_cond_dim = feature_dim * config.n_obs_steps
-        self.unet = ConditionalUnet1d(config, self.action_dim, self.global_cond_dim)
-        if config.fast_kernels:  # off: PyTorch's own convolution kernels, which round as LeRobot's implementation
-            use_cpu_matmul_convolutions(self.unet)
+        self.unet = use_cpu_matmul_convolutions(ConditionalUnet1d(config, self.action_dim, self.global_cond_dim))
+        # A policy converted from LeRobot rounds as LeRobot's (torch's kernels); others measure (see cpu_kernels).
+        self.set_cpu_kernels("torch" if config.converted_from else "auto")
 
         self.noise_scheduler = make_noise_scheduler("DDPM", config)  # the forward (noising) process of training
         self.sampler = make_noise_scheduler(config.noise_scheduler_type, config)  # the reverse process when acting
+
+    def set_cpu_kernels(self, choice: str) -> None:
+        """Which CPU kernels the convolutions run from now on: "auto" (measured on this machine, cached), "matmul"
+        or "torch" (PyTorch's own, rounding as LeRobot's); see `hfpolicy.policies.diffusion.cpu_kernels`. Not part of
+        the weights or the config: the same weights act the same up to float rounding whichever is chosen."""
+        set_cpu_kernels(self.unet, choice)
+        self.cpu_kernels = choice
+        for encoder in self.modules():
+            if isinstance(encoder, RgbEncoder):
+                encoder.set_memory_format(torch.contiguous_format if choice == "torch" else torch.channels_last)
 
     def set_sampler(self, noise_scheduler_type: str, num_inference_steps: int | None = None) -> None:
         """Acts with another sampler from now on, e.g. `set_sampler("DDIM", 10)` on a policy trained with DDPM (the
@@ -193,14 +203,18 @@ class RgbEncoder(nn.Module):
         self.backbone = nn.Sequential(*list(resnet.children())[:-2])  # without the global pooling and classifier
         if config.use_group_norm:
             _replace_batch_norm_by_group_norm(self.backbone)
-        # NHWC convolutions (forward and backward) are ~1.5x faster on CPU for these small feature maps.
-        self.memory_format = torch.channels_last if config.fast_kernels else torch.contiguous_format
-        self.backbone.to(memory_format=self.memory_format)
+        self.memory_format = torch.contiguous_format  # DiffusionPolicy.set_cpu_kernels may choose channels-last
         with torch.no_grad():  # the feature map's shape for this crop
             _, channels, height, width = self.backbone(torch.zeros(1, image_shape[0], *self.crop_shape)).shape
         self.pool = SpatialSoftmax(channels, height, width, config.spatial_softmax_num_keypoints)
         self.feature_dim = 2 * config.spatial_softmax_num_keypoints
         self.out = nn.Linear(self.feature_dim, self.feature_dim)
+
+    def set_memory_format(self, memory_format: torch.memory_format) -> None:
+        """NHWC (channels-last) convolutions, forward and backward, were measured ~1.5x faster on an AVX2 CPU for
+        these small feature maps; torch's default layout rounds as LeRobot's encoder."""
+        self.memory_format = memory_format
+        self.backbone.to(memory_format=memory_format)
 
     def forward(self, images: Tensor, random_crop: bool = False) -> Tensor:
         if self.resize_shape is not None and tuple(images.shape[-2:]) != self.resize_shape:

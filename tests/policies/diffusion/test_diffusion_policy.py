@@ -1,6 +1,8 @@
 """Diffusion Policy: shapes (image, state, several cameras), acting in real gym-pusht, sampling (DDPM, DDIM), the
 masked loss, cropping, and save / load (local and through the Hub-protocol test server)."""
 
+import json
+
 import pytest
 import torch
 from diffusion_setup import image_config, observation_window, pusht_stats, state_config, training_batch
@@ -9,7 +11,7 @@ from hfpolicy.constants import ACTION, CONFIG_FILE, OBS_ENV_STATE, OBS_IMAGE, OB
 from hfpolicy.envs import make_env, observations_to_batch
 from hfpolicy.policies import FeatureType, Policy, PolicyFeature
 from hfpolicy.policies.diffusion import DiffusionConfig, DiffusionPolicy
-from hfpolicy.policies.diffusion.cpu_kernels import MatmulConv1d, MatmulConvTranspose1d
+from hfpolicy.policies.diffusion.cpu_kernels import KERNEL_CACHE, MatmulConv1d, MatmulConvTranspose1d
 from hfpolicy.policies.diffusion.modeling import crop_images
 
 CONFIGS = {"image": image_config, "state": state_config}
@@ -375,15 +377,18 @@ def test_cpu_matmul_convolutions_match_torch_forward_and_backward(layer, referen
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("fast_kernels", [True, False])
-def test_per_episode_actions_do_not_depend_on_the_batch(fast_kernels):
+@pytest.mark.parametrize("kernels", ["matmul", "torch", "auto"])
+def test_per_episode_actions_do_not_depend_on_the_batch(kernels, tmp_path, monkeypatch):
     """With reset(seeds=...), row i's actions are a function of its observations and its seed alone: bitwise equal
     whether the row is acted on alone, in a batch of 5 or of 20 (small batches are padded; see Policy)."""
+    monkeypatch.setenv("HFPOLICY_CACHE", str(tmp_path))  # "auto" measures afresh
+    KERNEL_CACHE.clear()
     torch.manual_seed(0)
     policy = DiffusionPolicy(
-        state_config(noise_scheduler_type="DDPM", num_train_timesteps=6, n_action_steps=4, fast_kernels=fast_kernels),
+        state_config(noise_scheduler_type="DDPM", num_train_timesteps=6, n_action_steps=4),
         dataset_stats=pusht_stats(),
     ).eval()
+    policy.set_cpu_kernels(kernels)
     n, steps = 20, 9  # 3 chunks
     observations = [
         {k: 512 * torch.rand(n, *f.shape) for k, f in policy.config.input_features.items()} for _ in range(steps)
@@ -403,11 +408,57 @@ def test_per_episode_actions_do_not_depend_on_the_batch(fast_kernels):
     assert not torch.equal(torch.stack([policy.select_action(obs) for obs in observations], 1), together)
 
 
-@pytest.mark.parametrize("fast_kernels", [True, False])
-def test_cpu_kernels_are_switched_on_by_the_config_alone(fast_kernels):
-    policy = DiffusionPolicy(state_config(fast_kernels=fast_kernels), dataset_stats=pusht_stats())
+def test_cpu_kernels_are_the_running_policys_choice_not_the_weights(tmp_path):
+    config = state_config(noise_scheduler_type="DDIM", num_inference_steps=4)  # deterministic given the noise
+    policy = DiffusionPolicy(config, dataset_stats=pusht_stats()).eval()
     convolutions = [m for m in policy.unet.modules() if isinstance(m, torch.nn.Conv1d | torch.nn.ConvTranspose1d)]
-    swapped = [m for m in convolutions if isinstance(m, MatmulConv1d | MatmulConvTranspose1d)]
-    assert convolutions and len(swapped) == (len(convolutions) if fast_kernels else 0)
-    plain = DiffusionPolicy(state_config(fast_kernels=False), dataset_stats=pusht_stats())
-    assert policy.state_dict().keys() == plain.state_dict().keys()  # same parameters and names either way
+    assert convolutions and all(isinstance(m, MatmulConv1d | MatmulConvTranspose1d) for m in convolutions)
+    assert {m.cpu_kernels for m in convolutions} == {"auto"} and policy.cpu_kernels == "auto"
+    observation = observation_window(policy.config, batch_size=3)
+    noise = torch.randn(3, policy.config.horizon, 2)
+    sample, steps, cond = torch.randn(3, policy.config.horizon, 2), torch.tensor([5, 50, 90]), torch.randn(3, 36)
+    outputs, actions = {}, {}
+    for choice in ("matmul", "torch"):
+        policy.set_cpu_kernels(choice)
+        assert {m.cpu_kernels for m in convolutions} == {choice}
+        with torch.no_grad():
+            outputs[choice] = policy.unet(sample, steps, cond)
+        actions[choice] = policy.predict_action_chunk(observation, noise=noise)
+    # One U-Net evaluation agrees up to float rounding (100 DDPM steps of an untrained net amplify it).
+    torch.testing.assert_close(outputs["matmul"], outputs["torch"], rtol=1e-4, atol=1e-5)
+    assert not torch.equal(outputs["matmul"], outputs["torch"])  # really two kernels
+    with pytest.raises(ValueError, match="not a choice"):
+        policy.set_cpu_kernels("fast")
+
+    policy.save_pretrained(tmp_path / "new")
+    assert "fast_kernels" not in json.loads((tmp_path / "new" / CONFIG_FILE).read_text())
+    # A config saved before the choice left the config still loads, whatever it said.
+    old = json.loads((tmp_path / "new" / CONFIG_FILE).read_text()) | {"fast_kernels": False}
+    (tmp_path / "new" / CONFIG_FILE).write_text(json.dumps(old))
+    loaded = Policy.from_pretrained(tmp_path / "new")
+    assert loaded.cpu_kernels == "auto"
+    loaded.set_cpu_kernels("torch")
+    assert torch.equal(loaded.predict_action_chunk(observation, noise=noise), actions["torch"])
+
+
+def test_auto_kernels_are_measured_once_per_machine_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("HFPOLICY_CACHE", str(tmp_path))
+    KERNEL_CACHE.clear()
+    policy = DiffusionPolicy(state_config(), dataset_stats=pusht_stats()).eval()
+    policy.predict_action_chunk(observation_window(policy.config, batch_size=2))
+    files = list((tmp_path / "cpu_kernels").glob("*.json"))
+    assert len(files) == 1 and torch.__version__.replace("+", "_") in files[0].name
+    choices = json.loads(files[0].read_text())["choices"]
+    assert choices and set(choices.values()) <= {"matmul", "torch"}
+    assert all(" act " in key and "batch=16" in key for key in choices)  # acting: one choice per layer shape
+    # Training measures per batch size (forward + backward) and leaves the gradients alone.
+    policy.train()
+    policy(training_batch(policy.config, batch_size=4))["loss"].backward()
+    trained = json.loads(files[0].read_text())["choices"]
+    assert any(" train " in key and "batch=4" in key for key in trained)
+    # A later process reads the choices instead of measuring: a forced choice in the file is obeyed.
+    forced = {key: "torch" for key in trained}
+    files[0].write_text(json.dumps({"choices": forced}))
+    KERNEL_CACHE.clear()
+    policy.eval().predict_action_chunk(observation_window(policy.config, batch_size=2))
+    assert json.loads(files[0].read_text())["choices"] == forced  # nothing measured again
