@@ -75,8 +75,9 @@ def describe_flag_error(
 
 
 def _plain_config_error(error: ParsingError, cause: ValueError, config_class: type) -> str | None:
-    """A config check that raised a plain ValueError (not yet a ConfigFieldError: the diffusion config's), in flags
-    by `cli_message`; None if the config draccus names is not found."""
+    """A config check that raised a plain ValueError (not yet a ConfigFieldError: the env configs' __post_init__
+    checks, envs/configs.py and envs/aloha_config.py, e.g. `unknown obs_type='bogus' ...`), in flags by
+    `cli_message`; None if the config draccus names is not found. Policy configs raise ConfigFieldError."""
     refused = re.match(r"Couldn't instantiate class (\w+)", str(error))
     found = find_nested_config(config_class, refused.group(1)) if refused else None
     return cli_message(str(cause).splitlines()[0], *found) if found is not None else None
@@ -148,7 +149,10 @@ def did_you_mean(config_class: type, unknown: list[str], argv: list[str]) -> str
 def cli_message(message: str, config_class: type, prefix: str = "") -> str:
     """A plain error message in the command line's words: each `field=value` of `config_class` becomes
     `--<prefix>field=value`, with the value as a flag takes it (None/True/False/(a, b) → null/true/false/[a,b]).
-    For checks that raise ConfigFieldError, `error_in_flags` says it from the fields themselves."""
+    For checks that raise ConfigFieldError, `error_in_flags` says it from the fields themselves; this is the
+    fallback for the plain ValueErrors left: the env configs' checks (`_plain_config_error`),
+    PolicyConfig.validate_features' own, and `PolicyConfig.from_dict`, which re-raises a config's check as a plain
+    ValueError (`hfpolicy eval`'s --policy.n_action_steps override)."""
     names = sorted((f.name for f in dataclasses.fields(config_class)), key=len, reverse=True)
     if not names:
         return message

@@ -3,6 +3,7 @@
     with replacing(path) as tmp: ...write tmp...   # a file: written as .<name>.<pid>.tmp beside it, renamed over it
     staging = Staging.create(destination, "writing")   # a folder: built in .<name>.writing-<pid>-<random>/, locked
     ... write into staging.path ...; staging.publish(destination)   # renamed into place (or staging.discard())
+    shared_staging_path(destination, "saving")   # a folder all ranks of a launch write into, under the run lock
 
 A reader (or a crash half-way) never sees a half-written file or folder. A failed file write removes its temporary
 file; a staging folder is held with the run lock (`hfpolicy.io.run_lock.RunLock`) while its writer lives, so the next
@@ -144,6 +145,31 @@ def remove_stale_staging(destination: str | Path, tag: str) -> list[Path]:
         lock.release()
         removed.append(path)
     return removed
+
+
+def shared_staging_path(destination: str | Path, tag: str) -> Path:
+    """The staging folder of a writer that several processes share: `.<name>.<tag>` beside `destination`.
+
+    Deterministic, with no pid and no random part, unlike `staging_path`: every rank of one launch writes its part
+    (its RNG state, say) into the same folder and must find it without being told its name. No lock of its own is
+    needed because the caller holds the run lock (`hfpolicy.io.run_lock`), which already excludes every other writer
+    of the run folder; so a folder of this name that is there before a save starts is a killed save's, stale."""
+    destination = Path(destination)
+    return destination.parent / f".{destination.name}.{tag}"
+
+
+def shared_staging_pattern(tag: str) -> str:
+    """The glob of `shared_staging_path`'s names for any destination and `tag`."""
+    return f".*.{glob.escape(tag)}"
+
+
+def shared_staging_destination(name: str, tag: str) -> str:
+    """The destination's name of a `shared_staging_path` name (`.step_000500.saving` → `step_000500`); any other
+    name unchanged."""
+    suffix = f".{tag}"
+    if name.startswith(".") and name.endswith(suffix) and len(name) > len(suffix) + 1:
+        return name[1 : -len(suffix)]
+    return name
 
 
 class Staging:

@@ -33,7 +33,12 @@ from accelerate import Accelerator
 from safetensors import SafetensorError
 
 from hfpolicy.constants import TRAIN_CONFIG_FILE
-from hfpolicy.io.atomic import write_json_atomically
+from hfpolicy.io.atomic import (
+    shared_staging_destination,
+    shared_staging_path,
+    shared_staging_pattern,
+    write_json_atomically,
+)
 from hfpolicy.io.tensor_tree import load_tree, save_tree
 from hfpolicy.policies.ema import EMA
 from hfpolicy.training.config import TrainConfig, train_config_to_dict
@@ -63,7 +68,8 @@ def rng_state_name(rank: int) -> str:
     return f"rng_state_{rank}"
 
 
-_STAGING_PREFIX = ".tmp_"  # a checkpoint being written: .tmp_step_000500/
+STAGING_TAG = "saving"  # a checkpoint being written: .step_000500.saving/ (io.atomic.shared_staging_path)
+_LEGACY_STAGING = ".tmp_step_*"  # the staging name before io.atomic's: a run killed then, resumed now, may have one
 
 
 def save_checkpoint(
@@ -90,11 +96,11 @@ def save_checkpoint(
     run = RunFolder(output_dir)
     final = run.checkpoint_dir(step)
     folder = final.parent
-    staging = final.with_name(f"{_STAGING_PREFIX}{final.name}")
+    staging = shared_staging_path(final, STAGING_TAG)  # one name for every rank (the run lock: no other writer)
     try:
         if accelerator.is_main_process:
-            for stale in folder.glob(f"{_STAGING_PREFIX}*"):  # a killed save's (the run lock: no other writer)
-                shutil.rmtree(stale, ignore_errors=True)
+            for stale in [*folder.glob(shared_staging_pattern(STAGING_TAG)), *folder.glob(_LEGACY_STAGING)]:
+                shutil.rmtree(stale, ignore_errors=True)  # a killed save's
             staging.mkdir(parents=True)
         accelerator.wait_for_everyone()
         save_training_state(
@@ -322,5 +328,5 @@ def save_shareable_policy(
 
 
 def published_path(path: Path) -> Path:
-    """Where `path`, inside a checkpoint being assembled (.tmp_step_N/...), will be once it is renamed into place."""
-    return Path(*(part.removeprefix(_STAGING_PREFIX) for part in Path(path).parts))
+    """Where `path`, inside a checkpoint being assembled (.step_N.saving/...), will be once it is renamed into place."""
+    return Path(*(shared_staging_destination(part, STAGING_TAG) for part in Path(path).parts))

@@ -4,7 +4,17 @@ import os
 
 import pytest
 
-from hfpolicy.io.atomic import Staging, is_temporary, replacing, staging_path, temporary_path, write_json_atomically
+from hfpolicy.io.atomic import (
+    Staging,
+    is_temporary,
+    replacing,
+    shared_staging_destination,
+    shared_staging_path,
+    shared_staging_pattern,
+    staging_path,
+    temporary_path,
+    write_json_atomically,
+)
 
 
 def test_a_file_appears_whole_or_not_at_all(tmp_path):
@@ -38,3 +48,15 @@ def test_temporary_and_staging_names(tmp_path):
     (staging.path / "x.txt").write_text("x")
     staging.publish(tmp_path / "data")
     assert sorted(os.listdir(tmp_path / "data")) == ["x.txt"]  # the lock did not travel
+
+
+def test_a_shared_staging_name_is_the_same_in_every_process_and_maps_back(tmp_path):
+    """Every rank of a launch must find the one staging folder: no pid, no random part; its name maps back."""
+    staged = shared_staging_path(tmp_path / "step_000500", "saving")
+    assert staged == tmp_path / ".step_000500.saving"
+    assert shared_staging_destination(staged.name, "saving") == "step_000500"
+    for name in ("step_000500", ".saving", "step_000500.saving", ".last.123.tmp"):  # not a shared staging name
+        assert shared_staging_destination(name, "saving") == name
+    staged.mkdir()
+    (tmp_path / "step_000400").mkdir()
+    assert list(tmp_path.glob(shared_staging_pattern("saving"))) == [staged]

@@ -117,7 +117,7 @@ def test_a_failed_save_removes_its_temporary_folder_and_names_a_full_disk(tmp_pa
 
     with pytest.raises(CheckpointError, match=r"disk full while writing the checkpoint .*step_000002.*intact"):
         save_checkpoint(accelerator, tmp_path, 2, save_policy=disk_full, keep_last=0, **objects)
-    assert sorted(p.name for p in (tmp_path / CHECKPOINTS_DIR).iterdir()) == ["last", "step_000001"]  # no .tmp_*
+    assert sorted(p.name for p in (tmp_path / CHECKPOINTS_DIR).iterdir()) == ["last", "step_000001"]  # no staging
     assert [c.name for c in list_checkpoints(tmp_path)] == ["step_000001"]
 
     def read_only(folder):

@@ -52,7 +52,7 @@ def test_a_full_disk_during_a_checkpoint_is_one_error_and_leaves_no_staging(smal
     fill(small_tmpfs, 8 * 1024)  # room for the small JSON files, not for every safetensors file
     with pytest.raises(CheckpointError, match=r"disk full while writing the checkpoint .*step_000001.*intact"):
         save_checkpoint(accelerator, small_tmpfs, 1, save_policy=lambda f: f.mkdir(), keep_last=0, **objects)
-    assert os.listdir(small_tmpfs / CHECKPOINTS_DIR) == []  # no .tmp_step_000001, no .<name>.safetensors.*.tmp
+    assert os.listdir(small_tmpfs / CHECKPOINTS_DIR) == []  # no .step_000001.saving, no .<name>.safetensors.*.tmp
 
 
 def test_a_full_disk_as_safetensors_reports_it(tmp_path, monkeypatch):
@@ -76,7 +76,8 @@ def test_stale_checkpoint_staging_is_removed_at_the_next_save(tmp_path):
     accelerator = Accelerator(cpu=True)
     model, optimizer, scheduler, ema = make_training()
     objects = {"model": model, "optimizer": optimizer, "lr_scheduler": scheduler, "ema": ema}
-    (tmp_path / CHECKPOINTS_DIR / ".tmp_step_000007").mkdir(parents=True)  # a save killed half-way
+    (tmp_path / CHECKPOINTS_DIR / ".step_000007.saving").mkdir(parents=True)  # a save killed half-way
+    (tmp_path / CHECKPOINTS_DIR / ".tmp_step_000006").mkdir()  # one killed before the staging name moved to io.atomic
     save_checkpoint(accelerator, tmp_path, 8, save_policy=lambda f: f.mkdir(), keep_last=0, **objects)
     assert sorted(os.listdir(tmp_path / CHECKPOINTS_DIR)) == ["last", "step_000008"]
 

@@ -25,9 +25,10 @@ from hfpolicy.datasets import PolicyDataset
 from hfpolicy.envs import make_env
 from hfpolicy.eval import evaluate
 from hfpolicy.eval import main as eval_main
+from hfpolicy.io.atomic import shared_staging_path
 from hfpolicy.policies import Policy
 from hfpolicy.training import main, parse_train_config, train
-from hfpolicy.training.checkpoints import list_checkpoints
+from hfpolicy.training.checkpoints import STAGING_TAG, list_checkpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_POLICY = [
@@ -358,6 +359,7 @@ def test_fine_tuning_starts_from_the_saved_weights_and_resumes_exactly(pusht_sta
     card = (checkpoint / "README.md").read_text()
     assert f"Fine-tuned from `{source}`" in card
     # The card names the checkpoint where it is, not the staging folder it was written in, and its lines load it.
-    assert ".tmp_" not in card and f"# {checkpoint}\n" in card and f"--policy.path={checkpoint} " in card
+    staged = shared_staging_path(checkpoint.parent, STAGING_TAG).name  # .step_000004.saving
+    assert staged not in card and f"# {checkpoint}\n" in card and f"--policy.path={checkpoint} " in card
     loaded = Policy.from_pretrained(re.search(r'Policy.from_pretrained\("([^"]+)"\)', card).group(1))
     assert loaded.config.pretrained_path == source

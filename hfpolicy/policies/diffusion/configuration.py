@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from hfpolicy.constants import OBS_ENV_STATE
+from hfpolicy.field_errors import ConfigFieldError
 from hfpolicy.policies.config import PolicyConfig
 
 NOISE_SCHEDULER_TYPES = ("DDPM", "DDIM")
@@ -92,7 +93,7 @@ class DiffusionConfig(PolicyConfig):
 
     # --- validation ----------------------------------------------------------------------------------------------------
     def validate_settings(self) -> None:
-        """Checks the fields that do not depend on the features; raises ValueError naming the field and the fix."""
+        """Checks the fields that do not depend on the features; raises ConfigFieldError naming the field and the fix."""
         self._validate_choices()
         self._validate_sampler()
         self._validate_network()
@@ -100,104 +101,123 @@ class DiffusionConfig(PolicyConfig):
 
     def _validate_choices(self) -> None:
         """The named choices: scheduler, prediction type, beta schedule, backbone (and its pretrained weights)."""
-        if self.noise_scheduler_type not in NOISE_SCHEDULER_TYPES:
-            raise ValueError(
-                f"noise_scheduler_type={self.noise_scheduler_type!r} is not supported; use one of {NOISE_SCHEDULER_TYPES}"
-            )
-        if self.prediction_type not in PREDICTION_TYPES:
-            raise ValueError(
-                f"prediction_type={self.prediction_type!r} is not supported; use one of {PREDICTION_TYPES}"
-            )
-        if self.beta_schedule not in BETA_SCHEDULES:
-            raise ValueError(f"beta_schedule={self.beta_schedule!r} is not supported; use one of {BETA_SCHEDULES}")
-        if self.vision_backbone not in VISION_BACKBONES:
-            raise ValueError(
-                f"vision_backbone={self.vision_backbone!r} is not supported; use one of {VISION_BACKBONES}"
-            )
+        for name, known in (
+            ("noise_scheduler_type", NOISE_SCHEDULER_TYPES),
+            ("prediction_type", PREDICTION_TYPES),
+            ("beta_schedule", BETA_SCHEDULES),
+            ("vision_backbone", VISION_BACKBONES),
+        ):
+            if getattr(self, name) not in known:
+                raise ConfigFieldError(self, f"{{{name}}} is not supported; use one of {{known}}", known=known)
         if self.use_group_norm and self.pretrained_backbone_weights is not None:
-            raise ValueError(
-                f"pretrained_backbone_weights={self.pretrained_backbone_weights!r} with use_group_norm=True would replace "
-                "the pretrained BatchNorm layers by untrained GroupNorm ones; set use_group_norm=False to use pretrained "
-                "weights, or pretrained_backbone_weights=None to train the backbone from scratch"
+            raise ConfigFieldError(
+                self,
+                "{pretrained_backbone_weights} with {use_group_norm} would replace the pretrained BatchNorm layers by "
+                "untrained GroupNorm ones; set {use_group_norm=False} to use pretrained weights, or "
+                "{pretrained_backbone_weights=None} to train the backbone from scratch",
             )
 
     def _validate_sampler(self) -> None:
         """The diffusion step counts."""
         if self.num_train_timesteps < 1:
-            raise ValueError(f"num_train_timesteps={self.num_train_timesteps} must be >= 1")
+            raise ConfigFieldError(self, "{num_train_timesteps} must be >= 1")
         steps = self.num_inference_steps
         if steps is not None and not 1 <= steps <= self.num_train_timesteps:
-            raise ValueError(
-                f"num_inference_steps={steps} must be between 1 and num_train_timesteps={self.num_train_timesteps} "
-                "(or None to use num_train_timesteps)"
+            raise ConfigFieldError(
+                self,
+                "{num_inference_steps} must be between 1 and {num_train_timesteps} (or None to use num_train_timesteps)",
             )
 
     def _validate_network(self) -> None:
         """The U-Net's and the image encoder's sizes."""
         if not self.down_dims:
-            raise ValueError(
-                f"down_dims={self.down_dims} is empty; the U-Net needs at least one level, e.g. (512, 1024, 2048)"
+            raise ConfigFieldError(
+                self, "{down_dims} is empty; the U-Net needs at least one level, e.g. (512, 1024, 2048)"
             )
-        bad_dims = [d for d in self.down_dims if d < 1 or d % self.n_groups]
-        if self.n_groups < 1 or bad_dims:
-            raise ValueError(
-                f"n_groups={self.n_groups} must divide every entry of down_dims={self.down_dims} (GroupNorm); "
-                f"offending: {bad_dims}"
+        bad_dims = [d for d in self.down_dims if d < 1 or self.n_groups < 1 or d % self.n_groups]
+        if bad_dims:
+            raise ConfigFieldError(
+                self,
+                "{n_groups} must divide every entry of {down_dims} (GroupNorm); offending: {bad_dims}",
+                bad_dims=bad_dims,
             )
         if self.kernel_size < 1 or self.kernel_size % 2 == 0:
-            raise ValueError(f"kernel_size={self.kernel_size} must be odd and positive (same-length convolutions)")
+            raise ConfigFieldError(self, "{kernel_size} must be odd and positive (same-length convolutions)")
         if self.diffusion_step_embed_dim < 2 or self.diffusion_step_embed_dim % 2:
-            raise ValueError(f"diffusion_step_embed_dim={self.diffusion_step_embed_dim} must be even and >= 2")
+            raise ConfigFieldError(self, "{diffusion_step_embed_dim} must be even and >= 2")
         if self.spatial_softmax_num_keypoints < 1:
-            raise ValueError(f"spatial_softmax_num_keypoints={self.spatial_softmax_num_keypoints} must be >= 1")
-        if self.resize_shape is not None and (len(self.resize_shape) != 2 or min(self.resize_shape) < 1):
-            raise ValueError(f"resize_shape={self.resize_shape} must be (height, width) with positive sizes, or None")
-        if self.crop_shape is not None and (len(self.crop_shape) != 2 or min(self.crop_shape) < 1):
-            raise ValueError(f"crop_shape={self.crop_shape} must be (height, width) with positive sizes, or None")
+            raise ConfigFieldError(self, "{spatial_softmax_num_keypoints} must be >= 1")
+        for name in ("resize_shape", "crop_shape"):
+            shape = getattr(self, name)
+            if shape is not None and (len(shape) != 2 or min(shape) < 1):
+                raise ConfigFieldError(self, f"{{{name}}} must be (height, width) with positive sizes, or None")
 
     def _validate_timing(self) -> None:
         """Observation history, horizon and executed actions fit together and the U-Net."""
         if self.drop_last_frames is not None and self.drop_last_frames < 0:
-            raise ValueError(f"drop_last_frames={self.drop_last_frames} must be >= 0, or None")
+            raise ConfigFieldError(self, "{drop_last_frames} must be >= 0, or None")
         if self.n_obs_steps < 1 or self.n_action_steps < 1:
-            raise ValueError(f"n_obs_steps={self.n_obs_steps} and n_action_steps={self.n_action_steps} must be >= 1")
+            raise ConfigFieldError(self, "{n_obs_steps} and {n_action_steps} must be >= 1")
         multiple = self.horizon_multiple
         if self.horizon < 1 or self.horizon % multiple:
-            raise ValueError(
-                f"horizon={self.horizon} must be a positive multiple of {multiple}: the U-Net halves it "
-                f"{len(self.down_dims) - 1} times (len(down_dims) - 1); e.g. horizon={-(-max(self.horizon, 1) // multiple) * multiple}"
+            fitting = -(-max(self.horizon, 1) // multiple) * multiple  # the next multiple up: a horizon to try
+            raise ConfigFieldError(
+                self,
+                "{horizon} must be a positive multiple of {multiple}: the U-Net halves it {halvings} times "
+                f"(len(down_dims) - 1); e.g. {{horizon={fitting}}}",
+                multiple=multiple,
+                halvings=len(self.down_dims) - 1,
             )
         if self.n_obs_steps - 1 + self.n_action_steps > self.horizon:
-            raise ValueError(
-                f"n_action_steps={self.n_action_steps} does not fit: the executed actions start at horizon index "
-                f"n_obs_steps - 1 = {self.n_obs_steps - 1}, so n_action_steps must be <= horizon - n_obs_steps + 1 = "
-                f"{self.horizon - self.n_obs_steps + 1}"
+            raise ConfigFieldError(
+                self,
+                "{n_action_steps} does not fit: the executed actions start at horizon index n_obs_steps - 1 = {start}, "
+                "so n_action_steps must be <= horizon - n_obs_steps + 1 = {most}",
+                start=self.n_obs_steps - 1,
+                most=self.horizon - self.n_obs_steps + 1,
             )
 
     def validate_features(self) -> None:
         super().validate_features()
         self.validate_settings()
         if not self.image_features and OBS_ENV_STATE not in self.input_features:
-            raise ValueError(
+            raise ConfigFieldError(
+                self,
                 "Diffusion Policy needs at least one image input feature (observation.image or observation.images.*) "
-                f"or {OBS_ENV_STATE!r} (the state-only variant); input features: {list(self.input_features)}"
+                "or {state} (the state-only variant); input features: {features}",
+                state=repr(OBS_ENV_STATE),
+                features=list(self.input_features),
             )
         shapes = {key: tuple(f.shape) for key, f in self.image_features.items()}
         if not self.use_separate_rgb_encoder_per_camera and len(set(shapes.values())) > 1:
-            raise ValueError(
-                f"the cameras have different shapes {shapes} but share one encoder; resize them to one shape or set "
-                "use_separate_rgb_encoder_per_camera=True"
+            raise ConfigFieldError(
+                self,
+                "the cameras have different shapes {shapes} but share one encoder; resize them to one shape or set "
+                "{use_separate_rgb_encoder_per_camera=True}",
+                shapes=shapes,
             )
         for key, shape in shapes.items():
-            if shape[0] != 3:
-                raise ValueError(f"image feature {key!r} has {shape[0]} channels; the ResNet encoder needs RGB (3)")
-            size = tuple(self.resize_shape) if self.resize_shape is not None else shape[1:]
-            if self.crop_shape is not None and (self.crop_shape[0] > size[0] or self.crop_shape[1] > size[1]):
-                resized = " resized to resize_shape" if self.resize_shape is not None else ""
-                raise ValueError(
-                    f"crop_shape={tuple(self.crop_shape)} is larger than image feature {key!r}{resized} (H, W)={size}; "
-                    "choose a smaller crop_shape or crop_shape=None"
-                )
+            self._validate_image(key, shape)
+
+    def _validate_image(self, key: str, shape: tuple[int, ...]) -> None:
+        """One image feature fits the encoder: RGB, and at least as large as the crop (after the resize)."""
+        if shape[0] != 3:
+            raise ConfigFieldError(
+                self,
+                "image feature {key} has {channels} channels; the ResNet encoder needs RGB (3)",
+                key=repr(key),
+                channels=shape[0],
+            )
+        size = tuple(self.resize_shape) if self.resize_shape is not None else shape[1:]
+        if self.crop_shape is not None and (self.crop_shape[0] > size[0] or self.crop_shape[1] > size[1]):
+            raise ConfigFieldError(
+                self,
+                "{crop_shape} is larger than image feature {key}{resized} (H, W)={size}; "
+                "choose a smaller crop_shape or {crop_shape=None}",
+                key=repr(key),
+                resized=" resized to resize_shape" if self.resize_shape is not None else "",
+                size=size,
+            )
 
     # --- derived quantities ---------------------------------------------------------------------------------------------
     @property
