@@ -13,6 +13,7 @@ action t produced, as in lerobot/pusht.
 
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,6 +73,27 @@ def checked_record_config(cfg: RecordConfig) -> RecordConfig:
     return cfg
 
 
+def record_episodes(writer: DatasetWriter, cfg: RecordConfig, record_one: Callable[[int], bool]) -> int:
+    """Records episodes `cfg.start_seed`.. with `record_one(seed)` (it adds the frames and says whether the episode
+    succeeded), keeping each one unless it failed and --discard_failures=true; finishes the dataset; returns how
+    many episodes it kept. One loop for every env's recording (PushT here, ALOHA in record_aloha)."""
+    n_kept = n_successes = 0
+    with writer:
+        bar = tqdm(range(cfg.n_episodes), desc="recording", unit="episode", disable=not cfg.progress)
+        for episode in bar:
+            success = record_one(cfg.start_seed + episode)
+            n_successes += success
+            if success or not cfg.discard_failures:
+                writer.save_episode()
+                n_kept += 1
+            else:
+                writer.clear_episode()
+            bar.set_postfix_str(f"success {100 * n_successes / (episode + 1):.1f}%", refresh=False)
+        if n_kept == 0:
+            raise RuntimeError("no episode was kept (every one failed and --discard_failures=true)")
+    return n_kept
+
+
 def record(cfg: RecordConfig) -> Path:
     """Records `cfg.n_episodes` expert episodes into a new dataset at `cfg.output_dir`; returns its root."""
     cfg = checked_record_config(cfg)
@@ -99,21 +121,8 @@ def record(cfg: RecordConfig) -> Path:
     writer = DatasetWriter.create(
         output_dir, cfg.repo_id or f"local/{output_dir.name}", env_cfg.fps, features, overwrite=cfg.overwrite
     )
-    n_kept = n_successes = 0
     try:
-        with writer:
-            bar = tqdm(range(cfg.n_episodes), desc="recording", unit="episode", disable=not cfg.progress)
-            for episode in bar:
-                success = record_episode(env, expert, writer, cfg, cfg.start_seed + episode, scorer)
-                n_successes += success
-                if success or not cfg.discard_failures:
-                    writer.save_episode()
-                    n_kept += 1
-                else:
-                    writer.clear_episode()
-                bar.set_postfix_str(f"success {100 * n_successes / (episode + 1):.1f}%", refresh=False)
-            if n_kept == 0:
-                raise RuntimeError("no episode was kept (every one failed and --discard_failures=true)")
+        n_kept = record_episodes(writer, cfg, lambda seed: record_episode(env, expert, writer, cfg, seed, scorer))
     finally:
         env.close()
     if cfg.push_to:

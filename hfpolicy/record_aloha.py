@@ -15,13 +15,13 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_IMAGES_PREFIX, OBS_STATE
 from hfpolicy.datasets import DatasetWriter, push_dataset_to_hub
 from hfpolicy.datasets.writer import check_dataset_destination
 from hfpolicy.envs import AlohaEnvConfig
 from hfpolicy.envs.aloha import CAMERA, ENV_STATE_SIZES, MOTOR_NAMES
+from hfpolicy.record import record_episodes
 
 OBS_IMAGE_TOP = f"{OBS_IMAGES_PREFIX}{CAMERA}"
 
@@ -64,21 +64,9 @@ def record_aloha(cfg) -> Path:
     writer = DatasetWriter.create(
         output_dir, cfg.repo_id or f"local/{output_dir.name}", env_cfg.fps, features, overwrite=cfg.overwrite
     )
-    n_kept = n_successes = 0
     try:
-        with writer:
-            bar = tqdm(range(cfg.n_episodes), desc="recording", unit="episode", disable=not cfg.progress)
-            for episode in bar:
-                success = record_aloha_episode(env, expert, writer, cfg, cfg.start_seed + episode, env_cfg.description)
-                n_successes += success
-                if success or not cfg.discard_failures:
-                    writer.save_episode()
-                    n_kept += 1
-                else:
-                    writer.clear_episode()
-                bar.set_postfix_str(f"success {100 * n_successes / (episode + 1):.1f}%", refresh=False)
-            if n_kept == 0:
-                raise RuntimeError("no episode was kept (every one failed and --discard_failures=true)")
+        task = env_cfg.description
+        n_kept = record_episodes(writer, cfg, lambda seed: record_aloha_episode(env, expert, writer, cfg, seed, task))
     finally:
         env.close()
         expert.close()

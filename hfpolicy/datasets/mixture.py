@@ -18,6 +18,7 @@ import torch
 
 from hfpolicy.datasets.dataset import PolicyDataset
 from hfpolicy.datasets.format import DatasetFormatError
+from hfpolicy.datasets.sampler import rank_share
 from hfpolicy.datasets.stats import STAT_KEYS, aggregate_stats, stats_to_torch
 
 DATASET_INDEX = "dataset_index"  # items of a mixture say which dataset they come from
@@ -247,11 +248,7 @@ class MixtureSampler(torch.utils.data.Sampler[int]):
         return order
 
     def __iter__(self) -> Iterator[int]:
-        order = self._order()
-        if self.num_replicas > 1:
-            per_rank = -(-len(order) // self.num_replicas)
-            order = np.resize(order, per_rank * self.num_replicas)[self.rank :: self.num_replicas]
-        return iter(order.tolist())
+        return iter(rank_share(self._order(), self.num_replicas, self.rank).tolist())
 
     def __len__(self) -> int:
         return -(-self.num_samples // self.num_replicas)

@@ -6,6 +6,15 @@ import numpy as np
 import torch
 
 
+def rank_share(order: np.ndarray, num_replicas: int, rank: int) -> np.ndarray:
+    """Process `rank`'s share of an epoch's order: every num_replicas-th index, the order wrapped around so that
+    every process gets as many (as torch's DistributedSampler pads)."""
+    if num_replicas <= 1:
+        return order
+    per_rank = -(-len(order) // num_replicas)
+    return np.resize(order, per_rank * num_replicas)[rank::num_replicas]
+
+
 class EpisodeAwareSampler(torch.utils.data.Sampler[int]):
     """Dataset positions of every frame except the first/last few of each episode, optionally shuffled.
 
@@ -61,11 +70,7 @@ class EpisodeAwareSampler(torch.utils.data.Sampler[int]):
         return self.indices[rng.permutation(len(self.indices))]
 
     def __iter__(self) -> Iterator[int]:
-        order = self._order()
-        if self.num_replicas > 1:
-            per_rank = -(-len(order) // self.num_replicas)
-            order = np.resize(order, per_rank * self.num_replicas)[self.rank :: self.num_replicas]
-        return iter(order.tolist())
+        return iter(rank_share(self._order(), self.num_replicas, self.rank).tolist())
 
     def __len__(self) -> int:
         return -(-len(self.indices) // self.num_replicas)

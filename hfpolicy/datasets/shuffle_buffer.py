@@ -11,6 +11,8 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from hfpolicy.datasets.sampler import rank_share
+
 
 class ShuffleBufferSampler(torch.utils.data.Sampler[int]):
     """Dataset positions of every frame but the last `drop_last_frames` of each episode, episodes entering a buffer
@@ -65,11 +67,7 @@ class ShuffleBufferSampler(torch.utils.data.Sampler[int]):
         return out
 
     def __iter__(self) -> Iterator[int]:
-        order = self.order()
-        if self.num_replicas > 1:
-            per_rank = -(-len(order) // self.num_replicas)
-            order = np.resize(order, per_rank * self.num_replicas)[self.rank :: self.num_replicas]
-        return iter(order.tolist())
+        return iter(rank_share(self.order(), self.num_replicas, self.rank).tolist())
 
     def __len__(self) -> int:
         return -(-self.num_frames // self.num_replicas)
