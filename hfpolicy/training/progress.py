@@ -4,7 +4,9 @@ first one is timed) and gives the bar its current loss and lr, the bar's "compil
 its line, and the log entry written to the trackers and metrics.jsonl."""
 
 import contextlib
+import logging
 import math
+import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -195,18 +197,50 @@ COMPILING_NOTE = "compiling the training step (torch.compile: a minute or more o
 
 @contextlib.contextmanager
 def warnings_above_the_bar(write) -> Iterator[None]:
-    """Warnings printed while a progress bar is drawn go through `write` (tqdm.write: a line of their own above the
-    bar), not into the middle of the bar's line."""
+    """Warnings and log records printed to stderr while a progress bar is drawn go through `write` (tqdm.write: a
+    line of their own above the bar), not into the middle of the bar's line. Log records matter as much as warnings:
+    torch.compile reports through the `torch` logger (e.g. `W1201 ... No CUDA runtime is found`, measured mid-bar)."""
     shown = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
         write(warnings.formatwarning(message, category, filename, lineno, line).rstrip("\n"))
 
     warnings.showwarning = show
+    diverted = [(handler, _AboveTheBar(handler, write)) for handler in _stderr_log_handlers()]
+    for handler, divert in diverted:
+        handler.addFilter(divert)
     try:
         yield
     finally:
         warnings.showwarning = shown
+        for handler, divert in diverted:
+            handler.removeFilter(divert)
+
+
+class _AboveTheBar(logging.Filter):
+    """A handler's filter that writes its records through `write` instead (formatted as the handler would)."""
+
+    def __init__(self, handler: logging.Handler, write):
+        super().__init__()
+        self._handler, self._write = handler, write
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self._write(self._handler.format(record))
+        return False  # the handler itself writes nothing
+
+
+def _stderr_log_handlers() -> list[logging.Handler]:
+    """The handlers of every logger (the root's included) that write to stderr now, found by where they write, not
+    by their class: torch's own (torch._logging) are no StreamHandler and follow sys.stderr through a property."""
+    loggers = [logging.getLogger(), *logging.root.manager.loggerDict.values()]
+    found = []
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", []):
+            if isinstance(handler, logging.FileHandler):
+                continue
+            if getattr(handler, "stream", None) in (sys.stderr, sys.__stderr__) and handler not in found:
+                found.append(handler)
+    return found
 
 
 def format_duration(seconds: float) -> str:

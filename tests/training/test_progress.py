@@ -2,6 +2,8 @@
 shows the current loss and lr, and warnings do not land inside the bar's line."""
 
 import io
+import logging
+import sys
 import warnings
 
 import torch
@@ -51,3 +53,25 @@ def test_a_warning_gets_its_own_line_above_the_bar():
     warned = [line for line in lines if "a torch warning while compiling" in line]
     assert warned and all(line.lstrip().startswith("/") or "UserWarning" in line.split(":")[0] for line in warned)
     assert not any("train:" in line for line in warned)  # not spliced into the bar's line
+
+
+def test_a_log_record_gets_its_own_line_above_the_bar():
+    """torch.compile reports through logging (a handler writing to stderr), not warnings: those lines go above the
+    bar too, and the handler writes to stderr again afterwards."""
+    out = io.StringIO()
+    logger = logging.getLogger("hfpolicy_tests.compile")
+    handler = logging.StreamHandler(sys.stderr)
+    logger.addHandler(handler)
+    try:
+        bar = tqdm(total=10, file=out, desc="train", mininterval=0, ascii=True)
+        bar.update(3)
+        with warnings_above_the_bar(lambda line: tqdm.write(line, file=out)):
+            logger.warning("No CUDA runtime is found")
+            logging.getLogger("torch._dynamo").warning("torch's own handler")  # torch._logging's, no StreamHandler
+        bar.close()
+        assert handler.stream is sys.stderr
+    finally:
+        logger.removeHandler(handler)
+    lines = out.getvalue().replace("\r", "\n").splitlines()
+    assert "No CUDA runtime is found" in lines  # a line of its own, not spliced into the bar's
+    assert any(line.endswith("] torch's own handler") and "train:" not in line for line in lines)

@@ -15,7 +15,7 @@ plain torch layers and reads like the paper), and `set_cpu_kernels(module, choic
   (and so round alike). Training (gradients on) is measured per batch size, forward + backward; acting (no
   gradients) once per layer shape at PER_EPISODE_ROW_BLOCK batch rows, and used for every batch size, because
   per-episode acting needs every batch to use one kernel per layer (see `hfpolicy.policies.action_selection`).
-  Inside torch.compile nothing is timed: a cached choice is used, else "matmul" (what the cpu recipe was tuned with).
+  Inside torch.compile nothing is looked up or timed: "matmul" (what the cpu recipe was tuned with; see COMPILED_DEFAULT).
 
 The choice is a property of the running policy, not of its weights: it is not in the config (`policy.
 set_cpu_kernels(...)` switches it at any time). Results agree with torch's kernels up to float rounding. Other
@@ -44,7 +44,10 @@ from hfpolicy.policies.action_selection import PER_EPISODE_ROW_BLOCK
 KERNEL_CHOICES = ("auto", "matmul", "torch")
 CALIBRATION_ROUNDS = 3  # timed runs per kernel (after one warm-up each), interleaved
 MATMUL_MARGIN = 0.9  # "auto" keeps the matmul kernel only where it takes at most this fraction of torch's time
-COMPILED_DEFAULT = "matmul"  # inside torch.compile without a cached choice
+# Inside torch.compile: the kernel the cpu recipe's compiled step was tuned with. Nothing is looked up or timed there:
+# the cache lookup (a string key, functools.cache, os.stat) broke the graph and recompiled the lookup per layer shape
+# until dynamo's recompile limit (8) was hit in the first step of a compiled tiny DP (measured 2026-12-01).
+COMPILED_DEFAULT = "matmul"
 # The few-rows branch of _matmul_weight; per-episode acting never reaches it: its smallest batch (PER_EPISODE_ROW_BLOCK
 # rows) times the deepest U-Net level's length (horizon 16 / 4 = 4) is this many rows.
 FEW_ROWS = 4 * PER_EPISODE_ROW_BLOCK
@@ -78,6 +81,8 @@ class _ChoosesKernel:
     def _kernel_for(self, x: Tensor, plain: Callable[[Tensor], Tensor], matmul: Callable[[Tensor], Tensor]) -> str:
         if self.cpu_kernels != "auto":
             return self.cpu_kernels
+        if torch.compiler.is_compiling():
+            return COMPILED_DEFAULT
         training = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
         rows = x.shape[0] if training else PER_EPISODE_ROW_BLOCK
         key = (
@@ -85,8 +90,6 @@ class _ChoosesKernel:
             f"stride={self.stride[0]} pad={self.padding[0]} bias={self.bias is not None} length={x.shape[2]} "
             f"batch={rows} {'train' if training else 'act'} {str(x.dtype).removeprefix('torch.')}"
         )
-        if torch.compiler.is_compiling():
-            return KERNEL_CACHE.get(key) or COMPILED_DEFAULT
         cached = KERNEL_CACHE.get(key)
         if cached is not None:
             return cached
