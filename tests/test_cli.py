@@ -7,10 +7,12 @@ import draccus
 import pytest
 
 from hfpolicy.cli import SUBCOMMANDS, main
-from hfpolicy.cli.flags import cli_message
+from hfpolicy.cli.flags import error_in_flags
 from hfpolicy.datasets.convert import PushTZarrConfig
 from hfpolicy.envs import EnvConfig
 from hfpolicy.eval.cli import EvalPipelineConfig
+from hfpolicy.features import FeatureType, PolicyFeature
+from hfpolicy.field_errors import ConfigFieldError
 from hfpolicy.hub.export import ExportConfig
 from hfpolicy.hub.push import PushConfig
 from hfpolicy.policies import DiffusionConfig, PolicyConfig
@@ -183,6 +185,8 @@ def test_train_help_does_not_import_torch():
         ),
         (["train", "--policy.kernel_size=4"], "--policy.kernel_size=4 must be odd"),
         (["record", "--env.obs_type=bogus", "--output_dir=x"], "unknown --env.obs_type=bogus for env 'pusht'"),
+        (["record", "--env.episode_length=0", "--output_dir=x"], "--env.episode_length=0 must be >= 1"),
+        (["eval", "--env.type=aloha", "--env.task=Aloha"], "unknown ALOHA --env.task=Aloha; valid tasks: "),
     ],
 )
 def test_config_errors_name_flags_not_python(argv, expected, capsys):
@@ -192,13 +196,27 @@ def test_config_errors_name_flags_not_python(argv, expected, capsys):
     assert not re.search(r"\w=(True|False|None)\b|Couldn't instantiate", err), err
 
 
-def test_cli_message_turns_fields_into_flags_and_values_into_cli_words():
-    message = "crop_shape=(200, 200) is too big; use crop_shape=None or use_group_norm=False, horizon=16 (a crop_shape)"
-    assert cli_message(message, DiffusionConfig, "policy.") == (
-        "--policy.crop_shape=[200,200] is too big; use --policy.crop_shape=null or --policy.use_group_norm=false, "
-        "--policy.horizon=16 (a crop_shape)"
+def test_error_in_flags_writes_fields_as_flags_and_values_in_cli_words():
+    """From the error's fields, not its text: a tuple becomes [200,200], None null, True true; a field the config
+    class does not have (no flag there) stays in Python's words."""
+    inputs = {"observation.image": PolicyFeature(FeatureType.IMAGE, (3, 96, 96))}
+    outputs = {"action": PolicyFeature(FeatureType.ACTION, (2,))}
+    with pytest.raises(ConfigFieldError) as caught:
+        DiffusionConfig(crop_shape=(200, 200), input_features=inputs, output_features=outputs).validate_features()
+    assert str(caught.value).startswith("crop_shape=(200, 200) is larger than image feature 'observation.image'")
+    assert error_in_flags(caught.value, DiffusionConfig, "policy.") == (
+        "--policy.crop_shape=[200,200] is larger than image feature 'observation.image' (H, W)=(96, 96); "
+        "choose a smaller crop_shape or --policy.crop_shape=null"
     )
-    assert cli_message("n_groups_extra=3", DiffusionConfig, "policy.") == "n_groups_extra=3"  # not a field
+    with pytest.raises(ConfigFieldError) as caught:
+        DiffusionConfig(pretrained_backbone_weights="IMAGENET1K_V1")
+    assert "set use_group_norm=False to use" in str(caught.value)
+    assert "set --policy.use_group_norm=false to use" in error_in_flags(caught.value, DiffusionConfig, "policy.")
+    in_eval = error_in_flags(caught.value, EvalPipelineConfig, "policy.")  # eval has no --policy.use_group_norm
+    assert "set use_group_norm=False to use" in in_eval and "--policy." not in in_eval
+    assert error_in_flags(ValueError("n_groups=3 is not a field error"), DiffusionConfig, "policy.") == (
+        "n_groups=3 is not a field error"  # a plain message is said as it is: no text is rewritten
+    )
 
 
 def test_an_existing_output_dir_names_the_overwrite_flag(tmp_path, capsys):

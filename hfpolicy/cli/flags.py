@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import draccus
-from draccus.utils import DecodingError, DraccusException, ParsingError
+from draccus.utils import DecodingError, DraccusException
 from draccus.wrappers.docstring import get_attribute_docstring
 
 from hfpolicy.field_errors import ConfigFieldError, value_words
@@ -55,10 +55,6 @@ def describe_flag_error(
         prefix = config_prefix(config_class, type(cause.config))
         if prefix is not None:
             return cause.flags(prefix)
-    if type(error) is ParsingError and isinstance(cause, ValueError) and config_class is not None:
-        plain = _plain_config_error(error, cause, config_class)
-        if plain is not None:
-            return plain
     if isinstance(error, DecodingError) and error.key_path:
         message = f"--{'.'.join(error.key_path)}: {error.message}"
     elif isinstance(error, argparse.ArgumentError) and error.argument_name:
@@ -74,24 +70,10 @@ def describe_flag_error(
     return f"{message}; `{prog} --help` lists the flags"
 
 
-def _plain_config_error(error: ParsingError, cause: ValueError, config_class: type) -> str | None:
-    """A config check that raised a plain ValueError (not yet a ConfigFieldError: the env configs' __post_init__
-    checks, envs/configs.py and envs/aloha_config.py, e.g. `unknown obs_type='bogus' ...`), in flags by
-    `cli_message`; None if the config draccus names is not found. Policy configs raise ConfigFieldError."""
-    refused = re.match(r"Couldn't instantiate class (\w+)", str(error))
-    found = find_nested_config(config_class, refused.group(1)) if refused else None
-    return cli_message(str(cause).splitlines()[0], *found) if found is not None else None
-
-
 def config_prefix(config_class: type, target: type) -> str | None:
     """The flag prefix ("policy.") of the config class `target` inside `config_class` ("" for itself), if any."""
     found = _find_config(config_class, lambda candidate: candidate is target)
     return None if found is None else found[1]
-
-
-def find_nested_config(config_class: type, class_name: str) -> tuple[type, str] | None:
-    """(the config class named `class_name` inside `config_class`, its flag prefix such as "policy."), if any."""
-    return _find_config(config_class, lambda candidate: candidate.__name__ == class_name)
 
 
 def _find_config(config_class: type, matches: Callable[[type], bool], prefix: str = "") -> tuple[type, str] | None:
@@ -146,38 +128,13 @@ def did_you_mean(config_class: type, unknown: list[str], argv: list[str]) -> str
     return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
-def cli_message(message: str, config_class: type, prefix: str = "") -> str:
-    """A plain error message in the command line's words: each `field=value` of `config_class` becomes
-    `--<prefix>field=value`, with the value as a flag takes it (None/True/False/(a, b) → null/true/false/[a,b]).
-    For checks that raise ConfigFieldError, `error_in_flags` says it from the fields themselves; this is the
-    fallback for the plain ValueErrors left: the env configs' checks (`_plain_config_error`),
-    PolicyConfig.validate_features' own, and `PolicyConfig.from_dict`, which re-raises a config's check as a plain
-    ValueError (`hfpolicy eval`'s --policy.n_action_steps override)."""
-    names = sorted((f.name for f in dataclasses.fields(config_class)), key=len, reverse=True)
-    if not names:
-        return message
-    pattern = re.compile(r"(?<![\w.-])(" + "|".join(map(re.escape, names)) + r")=" + _VALUE)
-    return pattern.sub(lambda m: f"--{prefix}{m.group(1)}={_value_words(m.group(2))}", message)
-
-
 def error_in_flags(error: Exception, config_class: type, prefix: str = "") -> str:
     """A config's error in the command line's words: a ConfigFieldError from its fields (those of `config_class`
-    become `--<prefix>field=value`), any other error's message by `cli_message`."""
+    become `--<prefix>field=value`); any other error (one that names no field, e.g. a feature the dataset lacks) as
+    its message."""
     if isinstance(error, ConfigFieldError):
         return error.flags(prefix, only={f.name for f in dataclasses.fields(config_class)})
-    return cli_message(str(error), config_class, prefix)
-
-
-_VALUE = r"(\([^()]*\)|\[[^\]]*\]|'[^']*'|\"[^\"]*\"|[^\s,;:)]+)"
-
-
-def _value_words(text: str) -> str:
-    """`(64, 127)` → `[64,127]`, `'x'` → `x`, `None` → `null`, `True` → `true`."""
-    if text[:1] in "'\"" and text[-1:] == text[:1]:
-        return text[1:-1]
-    if text[:1] in "([":
-        return "[" + ",".join(item.strip() for item in text[1:-1].split(",") if item.strip()) + "]"
-    return {"None": "null", "True": "true", "False": "false"}.get(text, text)
+    return str(error)
 
 
 # --- help -----------------------------------------------------------------------------------------------------------

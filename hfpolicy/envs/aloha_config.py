@@ -9,6 +9,7 @@ from hfpolicy.constants import OBS_ENV_STATE, OBS_IMAGES_PREFIX, OBS_STATE
 from hfpolicy.envs import aloha
 from hfpolicy.envs.configs import EnvConfig
 from hfpolicy.features import FeatureType, PolicyFeature
+from hfpolicy.field_errors import ConfigFieldError
 
 
 @EnvConfig.register_subclass("aloha")
@@ -35,15 +36,15 @@ class AlohaEnvConfig(EnvConfig):
     terminate_on_success: bool = True  # end an episode at its first success (gym-aloha, LeRobot eval)
 
     def __post_init__(self):
-        aloha.check_task(self.task)
+        if self.task not in aloha.TASK_NAMES:
+            raise ConfigFieldError(
+                self, "unknown ALOHA {task}; valid tasks: {valid}", valid=", ".join(aloha.TASK_NAMES)
+            )
         self._check_obs_type(self.obs_type)
         if self.episode_length < 1:
-            raise ValueError(f"--env.episode_length must be >= 1, got {self.episode_length}")
+            raise ConfigFieldError(self, "{episode_length} must be >= 1")
         if self.render_height % 2 or self.render_width % 2:
-            raise ValueError(
-                f"--env.render_height and --env.render_width must be even (yuv420p video), got "
-                f"{self.render_height}x{self.render_width}"
-            )
+            raise ConfigFieldError(self, "{render_height} and {render_width} must be even (yuv420p video)")
 
     @property
     def fps(self) -> float:

@@ -16,6 +16,7 @@ from gymnasium.vector import VectorEnv
 from hfpolicy.constants import ACTION, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE
 from hfpolicy.envs.vector import make_vector_env
 from hfpolicy.features import FeatureType, PolicyFeature
+from hfpolicy.field_errors import ConfigFieldError, python_words
 
 
 @dataclass
@@ -120,10 +121,14 @@ class EnvConfig(draccus.ChoiceRegistry):
             )
 
     def _check_obs_type(self, obs_type: str | None) -> None:
-        if obs_type is not None and obs_type not in self.obs_types:
-            raise ValueError(
-                f"unknown obs_type={obs_type!r} for env {self.type!r}; valid obs types: {', '.join(self.obs_types)}"
-            )
+        """ValueError for an obs type this env does not have (a ConfigFieldError when it is the config's own)."""
+        if obs_type is None or obs_type in self.obs_types:
+            return
+        template = "unknown {obs_type} for env {env}; valid obs types: {valid}"
+        text = {"env": repr(self.type), "valid": ", ".join(self.obs_types)}
+        if obs_type == self.obs_type:
+            raise ConfigFieldError(self, template, **text)
+        raise ValueError(template.format(obs_type=python_words("obs_type", obs_type), **text))
 
 
 @EnvConfig.register_subclass("pusht")
@@ -148,9 +153,9 @@ class PushTEnvConfig(EnvConfig):
     def __post_init__(self):
         self._check_obs_type(self.obs_type)
         if self.episode_length < 1:
-            raise ValueError(f"episode_length must be >= 1, got {self.episode_length}")
+            raise ConfigFieldError(self, "{episode_length} must be >= 1")
         if self.render_size % 2 or self.render_size < 96:
-            raise ValueError(f"render_size must be even (yuv420p video) and >= 96 (gym-pusht), got {self.render_size}")
+            raise ConfigFieldError(self, "{render_size} must be even (yuv420p video) and >= 96 (gym-pusht)")
 
     @property
     def fps(self) -> float:

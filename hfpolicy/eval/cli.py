@@ -31,6 +31,7 @@ from hfpolicy.eval.config import EvalConfig
 from hfpolicy.eval.evaluation import EvalResult, evaluate
 from hfpolicy.eval.rollouts import EpisodeRecord
 from hfpolicy.eval.videos import VideoWriteError
+from hfpolicy.field_errors import ConfigFieldError
 from hfpolicy.io.atomic import is_temporary
 from hfpolicy.io.run_lock import RunLock
 from hfpolicy.io.termination import stop_on_sigterm
@@ -225,7 +226,7 @@ def load_policy_and_env_config(config: EvalPipelineConfig) -> tuple[Policy, EnvC
             config.policy.path, revision=config.policy.revision, map_location=device, config_overrides=overrides
         )
     except PolicyLoadError as e:
-        if overrides and isinstance(e.__cause__, ValueError) and "n_action_steps" in str(e.__cause__):
+        if overrides and isinstance(e.__cause__, ConfigFieldError) and "n_action_steps" in e.__cause__.fields:
             # the flag, not the saved config.json, holds the value that does not fit
             problem = error_in_flags(e.__cause__, PolicyLoadConfig, "policy.")
             raise ValueError(f"{problem} (the policy in {config.policy.path})") from e

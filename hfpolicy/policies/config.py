@@ -16,6 +16,7 @@ from draccus.utils import DecodingError, ParsingError
 
 from hfpolicy.constants import ACTION
 from hfpolicy.features import FeatureType, NormMode, PolicyFeature  # noqa: F401 (re-exported)
+from hfpolicy.field_errors import ConfigFieldError
 
 
 @dataclass
@@ -94,26 +95,35 @@ class PolicyConfig(draccus.ChoiceRegistry):
         return self.output_features[ACTION]
 
     def validate_features(self) -> None:
-        """Raises ValueError naming what is missing when the features cannot drive this policy. Subclasses extend it."""
+        """Raises ConfigFieldError naming what is missing when the features cannot drive this policy (and the fields,
+        where a field is the fix). Subclasses extend it."""
         if not self.input_features:
-            raise ValueError("the policy config has no input features: set them, or build the config from a dataset")
+            raise ConfigFieldError(
+                self, "the policy config has no input features: set them, or build the config from a dataset"
+            )
         self.action_feature  # noqa: B018 (raises with a clear message)
         for key, feature in {**self.input_features, **self.output_features}.items():
             expected_ndim = 3 if feature.type == FeatureType.IMAGE else 1
             if len(feature.shape) != expected_ndim:
-                raise ValueError(
-                    f"feature {key!r} of type {feature.type.value} needs {expected_ndim} dims, got {feature.shape}"
+                raise ConfigFieldError(
+                    self,
+                    "feature {key} of type {kind} needs {ndim} dims, got {shape}",
+                    key=repr(key),
+                    kind=feature.type.value,
+                    ndim=expected_ndim,
+                    shape=feature.shape,
                 )
         if self.n_obs_steps < 1 or self.n_action_steps < 1:
-            raise ValueError(
-                f"n_obs_steps and n_action_steps must be >= 1, got {self.n_obs_steps}, {self.n_action_steps}"
-            )
+            raise ConfigFieldError(self, "{n_obs_steps} and {n_action_steps} must be >= 1")
         known = {t.value for t in FeatureType} | set(self.input_features) | set(self.output_features)
         unknown = sorted(set(self.normalization_mapping) - known)
         if unknown:
-            raise ValueError(
-                f"normalization_mapping has entries {unknown} that are neither a feature type "
-                f"({', '.join(t.value for t in FeatureType)}) nor a feature of the policy"
+            raise ConfigFieldError(
+                self,
+                "normalization_mapping has entries {unknown} that are neither a feature type ({types}) nor a feature "
+                "of the policy",
+                unknown=unknown,
+                types=", ".join(t.value for t in FeatureType),
             )
 
     def norm_mode(self, feature: PolicyFeature, key: str | None = None) -> NormMode:
@@ -196,6 +206,8 @@ class PolicyConfig(draccus.ChoiceRegistry):
         except DecodingError as e:  # a field of the wrong type, e.g. "horizon": "abc"
             raise ValueError(f"{' '.join(str(e).split())} (field types: see {config_class.__name__})") from e
         except ParsingError as e:  # __post_init__ refused the combination of settings: its message says why
+            if isinstance(e.__cause__, ConfigFieldError):  # kept with its fields, so a caller can say them as flags
+                raise ConfigFieldError(e.__cause__.config, e.__cause__.template, **e.__cause__.text) from e
             raise ValueError(str(e.__cause__ or e)) from e
         except TypeError as e:
             raise ValueError(f"a field has a value of the wrong type: {e}") from e

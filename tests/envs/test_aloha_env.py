@@ -15,6 +15,7 @@ from hfpolicy.constants import ACTION, OBS_ENV_STATE, OBS_STATE
 from hfpolicy.envs import AlohaEnvConfig, episode_step_limit, make_env_config, observations_to_batch
 from hfpolicy.envs.aloha import AlohaEnv, RenderBackendError, sample_object_pose
 from hfpolicy.features import FeatureType
+from hfpolicy.field_errors import ConfigFieldError
 
 TASKS = ["AlohaTransferCube-v0", "AlohaInsertion-v0"]
 TOP = "observation.images.top"
@@ -127,13 +128,17 @@ def test_diverging_physics_ends_the_episode_instead_of_raising():
         env.close()
 
 
-def test_config_errors_name_the_flag():
-    with pytest.raises(ValueError, match="--env.task='Aloha'.*AlohaTransferCube-v0"):
+def test_config_errors_name_the_field():
+    """In Python's words from the config, as --env.* flags from the fields (what the command line prints)."""
+    with pytest.raises(ConfigFieldError, match="task='Aloha'; valid tasks: AlohaTransferCube-v0") as error:
         AlohaEnvConfig(task="Aloha")
-    with pytest.raises(ValueError, match="unknown obs_type='pixels'.*environment_state_agent_pos"):
+    assert error.value.flags("env.").startswith("unknown ALOHA --env.task=Aloha; valid tasks: AlohaTransferCube-v0")
+    with pytest.raises(ConfigFieldError, match="unknown obs_type='pixels'.*environment_state_agent_pos") as error:
         AlohaEnvConfig(obs_type="pixels")
-    with pytest.raises(ValueError, match="--env.render_height"):
+    assert error.value.fields == ["obs_type"]
+    with pytest.raises(ConfigFieldError, match="render_height=481 and render_width=640 must be even") as error:
         AlohaEnvConfig(render_height=481)
+    assert error.value.flags("env.").startswith("--env.render_height=481 and --env.render_width=640 must be even")
     assert ACTION not in AlohaEnvConfig().observation_features()
     assert OBS_ENV_STATE in AlohaEnvConfig().observation_features("pixels_environment_state_agent_pos")
 

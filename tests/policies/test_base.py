@@ -9,7 +9,17 @@ import torch
 from policies.toy_policy import ToyConfig, ToyPolicy, make_toy_policy, toy_stats
 
 from hfpolicy.constants import ACTION, CONFIG_FILE, OBS_IMAGE, OBS_STATE, WEIGHTS_FILE, pad_key
-from hfpolicy.policies import MissingStatsError, Policy, PolicyLoadError, get_policy_class, make_policy
+from hfpolicy.field_errors import ConfigFieldError
+from hfpolicy.policies import (
+    FeatureType,
+    MissingStatsError,
+    NormMode,
+    Policy,
+    PolicyFeature,
+    PolicyLoadError,
+    get_policy_class,
+    make_policy,
+)
 
 
 def observation(step: int, batch_size: int = 3) -> dict[str, torch.Tensor]:
@@ -271,6 +281,16 @@ def test_acting_fields_may_change_after_training(tmp_path):
     assert loaded.config.n_action_steps == 4 and loaded.config.optimizer_lr == 0.5
 
 
+def test_the_base_feature_checks_name_their_fields():
+    with pytest.raises(ConfigFieldError, match=r"^n_obs_steps=1 and n_action_steps=0 must be >= 1$") as e:
+        ToyConfig(n_obs_steps=1, n_action_steps=0).validate_features()
+    assert e.value.flags("policy.") == "--policy.n_obs_steps=1 and --policy.n_action_steps=0 must be >= 1"
+    with pytest.raises(ConfigFieldError, match=r"feature 'observation.state' of type state needs 1 dims, got \(2, 1\)"):
+        ToyConfig(input_features={OBS_STATE: PolicyFeature(FeatureType.STATE, (2, 1))}).validate_features()
+    with pytest.raises(ConfigFieldError, match=r"normalization_mapping has entries \['observation.bogus'\] that"):
+        ToyConfig(normalization_mapping={"observation.bogus": NormMode.MEAN_STD}).validate_features()
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
@@ -289,13 +309,19 @@ def test_bad_config_json_is_one_clear_error(tmp_path, edit, message):
         Policy.from_pretrained(tmp_path)
 
 
-def test_diffusion_config_combination_errors_are_plain_value_errors():
+def test_diffusion_config_combination_errors_are_value_errors_that_keep_their_fields():
+    """from_dict passes a config's own check on with its fields (the CLI says them as flags), not as plain text."""
+    from hfpolicy.field_errors import ConfigFieldError
     from hfpolicy.policies import PolicyConfig
     from hfpolicy.policies.diffusion import DiffusionConfig
 
     data = DiffusionConfig().to_dict()
-    with pytest.raises(ValueError, match=r"n_action_steps=20 does not fit.*<= horizon - n_obs_steps \+ 1 = 15"):
+    with pytest.raises(
+        ConfigFieldError, match=r"n_action_steps=20 does not fit.*<= horizon - n_obs_steps \+ 1 = 15"
+    ) as e:
         PolicyConfig.from_dict({**data, "n_action_steps": 20})
+    assert "n_action_steps" in e.value.fields and isinstance(e.value, ValueError)
+    assert e.value.flags("policy.", only={"n_action_steps"}).startswith("--policy.n_action_steps=20 does not fit")
     with pytest.raises(ValueError, match=r"`down_dims.0`: Couldn't parse 'a' into an int"):
         PolicyConfig.from_dict({**data, "down_dims": "abc"})
 
