@@ -238,7 +238,7 @@ def _stderr_log_handlers() -> list[logging.Handler]:
         for handler in getattr(logger, "handlers", []):
             if isinstance(handler, logging.FileHandler):
                 continue
-            if getattr(handler, "stream", None) in (sys.stderr, sys.__stderr__) and handler not in found:
+            if getattr(handler, "stream", None) is sys.stderr and handler not in found:  # where the bar is drawn
                 found.append(handler)
     return found
 

@@ -61,8 +61,26 @@ class StopControl:
         self._raise_now = True  # set-up and the first step: a signal ends them at once
         self.trained_a_step = False
         self._one_process = True
+        self._swallowed = False
+
+    def _unraisable(self, unraisable) -> None:
+        """sys.unraisablehook while installed: an Interrupted raised where Python cannot pass it on (a cffi callback,
+        e.g. pymunk drawing a PushT frame; a finalizer) is not printed as a traceback but delivered again, so that
+        the stop still ends the evaluation at once (measured: the Interrupted was swallowed by gym-pusht's render
+        callback, and the evaluation ran on to its end)."""
+        if isinstance(unraisable.exc_value, Interrupted):
+            self._swallowed = True
+            # from another thread, a moment later: raised here, inside the hook, it would be swallowed again
+            threading.Timer(0.01, signal.raise_signal, [unraisable.exc_value.signum]).start()
+            return
+        self._previous_hook(unraisable)
 
     def _handle(self, signum: int, frame) -> None:
+        if self._swallowed:  # delivered again by _unraisable: the Interrupted raised first was swallowed
+            self._swallowed = False
+            if self._raise_now:
+                raise Interrupted(signum)
+            return
         if self.signum is not None:
             if signum == signal.SIGINT:
                 raise Interrupted(signum, again=True)  # the user insists: stop now, without a checkpoint
@@ -80,10 +98,12 @@ class StopControl:
         # a SIGINT this process was started ignoring (a background job of a script) stays ignored, as Python does
         handled = [s for s in SIGNAL_NAMES if not (s == signal.SIGINT and signal.getsignal(s) == signal.SIG_IGN)]
         previous = {s: signal.signal(s, self._handle) for s in handled}
+        self._previous_hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
         stop_when_launcher_dies()
         try:
             yield self
         finally:
+            sys.unraisablehook = self._previous_hook
             for s, handler in previous.items():
                 signal.signal(s, handler)
 

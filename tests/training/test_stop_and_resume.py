@@ -246,3 +246,21 @@ def test_a_launched_run_that_fails_to_start_ends_with_its_own_line_and_status(pu
     assert result.returncode == 2, result.stderr[-3000:]  # the training's status (bad input), not accelerate's 1
     assert last.startswith("train_pusht.py: error: dataset") and "batch_size=100000" in last  # after torchrun's report
     assert not out.exists()  # the failed start left nothing (before: a folder holding only .hfpolicy.lock)
+
+
+def test_a_stop_swallowed_where_python_cannot_raise_it_is_delivered_again():
+    """A Ctrl-C that lands in a cffi callback (pymunk drawing a PushT frame) or a finalizer raises Interrupted where
+    Python only prints it ("Exception ignored ...") and goes on: the evaluation then ran to its end. It is delivered
+    again instead, and ends the interruptible block at once, without a printed traceback."""
+    from hfpolicy.training.stopping import Interrupted, StopControl
+
+    class SwallowsIt:  # an exception raised in __del__ is unraisable, as one in a cffi callback is
+        def __del__(self):
+            raise Interrupted(signal.SIGINT)
+
+    stops = StopControl(0)
+    with stops.installed(), pytest.raises(Interrupted), stops.interruptible():
+        stops.signum = signal.SIGINT  # what the handler records before it raises
+        SwallowsIt()
+        time.sleep(1.0)  # never reached to its end: the stop comes at the next bytecode
+        pytest.fail("the swallowed stop was not delivered again")
