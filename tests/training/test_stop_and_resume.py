@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from training.test_train_faults import TINY as FAULT_TEST_FLAGS
 
 from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, TRAIN_CONFIG_FILE
 from hfpolicy.io.run_lock import LOCK_FILE, RunLock, RunLockedError
@@ -23,22 +24,7 @@ from hfpolicy.training.checkpoints import list_checkpoints
 from hfpolicy.training.run_folder import RESUME_HISTORY_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = [
-    "--dataset.input_features=[observation.state,observation.environment_state]",
-    "--policy.type=diffusion",
-    "--policy.down_dims=[16,32]",
-    "--policy.diffusion_step_embed_dim=16",
-    "--policy.noise_scheduler_type=DDIM",
-    "--policy.num_inference_steps=2",
-    "--policy.scheduler_warmup_steps=0",
-    "--batch_size=8",
-    "--tracker=none",
-    "--progress=false",
-    "--eval.freq=0",
-    "--log_freq=1",
-    "--num_threads=1",
-    "--compile=false",
-]
+TINY = [*FAULT_TEST_FLAGS, "--num_threads=1", "--compile=false"]  # the fault tests' tiny run, one thread
 
 
 def flags(dataset, out, *more: str) -> list[str]:
