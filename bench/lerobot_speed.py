@@ -1,8 +1,10 @@
-"""LeRobot 0.6.1's DiffusionPolicy timed exactly as bench/policy.py times hfpolicy's (run in LeRobot's side venv).
+"""LeRobot 0.6.1's DiffusionPolicy timed exactly as bench/policy.py times hfpolicy's (run in LeRobot's side venv,
+which needs `pip install "lerobot[diffusion]==0.6.1"`).
 
     /work/lerobot-venv/bin/python bench/lerobot_speed.py [--repeats 3] [--threads N]
 
-The classic image PushT configuration (LeRobot's DiffusionConfig defaults: 96x96 image + agent position, ResNet18 with
+The classic image PushT configuration (LeRobot's DiffusionConfig defaults but for the backbone, set as the paper and
+hfpolicy's default: 96x96 image + agent position, ResNet18 with
 group norm and no pretrained weights, crop 84, U-Net 512/1024/2048; 262.7 M parameters) on synthetic PushT-shaped
 data, through LeRobot's own pre-processor (normalization) as its trainer and evaluator call it:
 - train_step_s_b64: pre-processor, forward, backward, its preset optimizer's step (Adam), median after a warm-up;
@@ -32,6 +34,8 @@ def make(scheduler: str, steps: int | None, state_dict=None):
     config = DiffusionConfig(
         input_features=inputs,
         output_features={ACTION: PolicyFeature(FeatureType.ACTION, (2,))},
+        pretrained_backbone_weights=None,  # as hfpolicy's default and the paper: random init, GroupNorm
+        use_group_norm=True,
         noise_scheduler_type=scheduler,
         num_inference_steps=steps,
         device="cpu",
