@@ -4,6 +4,7 @@
     python bench/policy.py --policy act    # one policy only (diffusion or act)
     python bench/policy.py --threads 1     # torch intra-op threads (default: torch's default, one per core)
     python bench/policy.py --repeats 1     # fewer repetitions
+    python bench/policy.py --policy state  # the cpu recipe's state U-Net (examples/train_pusht.py), eager and compiled
 
 Measures, with the default DiffusionConfig (96x96 image + agent position, ResNet18, U-Net 512/1024/2048, 262.7 M
 parameters) on synthetic PushT-shaped data:
@@ -142,7 +143,84 @@ def bench_act(repeats: int, skip_training: bool) -> tuple[dict[str, float], list
     return results, rows
 
 
-def bench_training(policy, batch_size: int, repeats: int) -> dict[str, float]:
+def make_state_policy(seed: int = 0):
+    """The cpu recipe's Diffusion Policy (examples/train_pusht.py: state + environment state, U-Net 64/128/256)."""
+    import dataclasses
+    import importlib.util
+    from pathlib import Path
+
+    from hfpolicy.constants import ACTION, OBS_ENV_STATE, OBS_STATE
+    from hfpolicy.policies import FeatureType, PolicyFeature
+    from hfpolicy.policies.diffusion import DiffusionPolicy
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "train_pusht.py"
+    spec = importlib.util.spec_from_file_location("train_pusht", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    config = dataclasses.replace(
+        example.RECIPES["cpu"].policies["diffusion"].policy,
+        input_features={
+            OBS_STATE: PolicyFeature(FeatureType.STATE, (2,)),
+            OBS_ENV_STATE: PolicyFeature(FeatureType.ENV, (16,)),
+        },
+        output_features={ACTION: PolicyFeature(FeatureType.ACTION, (2,))},
+    )
+    box = {"min": torch.zeros(16), "max": torch.full((16,), 512.0)}
+    stats = {
+        OBS_STATE: {k: v[:2] for k, v in box.items()},
+        OBS_ENV_STATE: box,
+        ACTION: {k: v[:2] for k, v in box.items()},
+    }
+    torch.manual_seed(seed)
+    return DiffusionPolicy(config, dataset_stats=stats), example.RECIPES["cpu"].run.batch_size
+
+
+def bench_state(repeats: int) -> tuple[dict[str, float], list[tuple[str, str, str]]]:
+    """The cpu recipe's state U-Net: train step at the recipe's batch, eager and compiled (as the recipe trains),
+    and the chunk latency at batch 1 with the recipe's DDIM-10."""
+    from hfpolicy.constants import ACTION, OBS_ENV_STATE, OBS_STATE, pad_key
+
+    policy, batch_size = make_state_policy()
+    config = policy.config
+    generator = torch.Generator().manual_seed(0)
+    batch = {
+        OBS_STATE: torch.rand(batch_size, config.n_obs_steps, 2, generator=generator) * 512,
+        OBS_ENV_STATE: torch.rand(batch_size, config.n_obs_steps, 16, generator=generator) * 512,
+        ACTION: torch.rand(batch_size, config.horizon, 2, generator=generator) * 512,
+        pad_key(ACTION): torch.zeros(batch_size, config.horizon, dtype=torch.bool),
+    }
+    results = {"state_params_m": round(sum(p.numel() for p in policy.parameters()) / 1e6, 3)}
+    rows = [("state U-Net parameters (M)", f"{results['state_params_m']:.1f}", "")]
+    eager = bench_training(policy, batch_size, repeats, batch=batch)
+    results[f"state_train_step_s_b{batch_size}_eager"] = round(eager["step"], 4)
+    rows.append((f"state train step, batch {batch_size}, eager (s)", f"{eager['step']:.3f}", ""))
+    start = time.perf_counter()
+    policy.compile()
+    compiled = bench_training(policy, batch_size, repeats, batch=batch, warmup=3)
+    results["state_compile_s"] = round(time.perf_counter() - start - compiled["total"], 1)
+    results[f"state_train_step_s_b{batch_size}_compiled"] = round(compiled["step"], 4)
+    rows.append((f"state train step, batch {batch_size}, compiled (s)", f"{compiled['step']:.3f}", ""))
+    rows.append(("  compiling + 3 warm-up steps (s)", f"{results['state_compile_s']:.0f}", ""))
+    observation = {
+        OBS_STATE: torch.rand(1, 2, generator=generator) * 512,
+        OBS_ENV_STATE: torch.rand(1, 16, generator=generator) * 512,
+    }
+    policy.eval()
+    times = []
+    with torch.inference_mode():
+        for i in range(repeats + 1):
+            policy.reset()
+            start = time.perf_counter()
+            action = policy.select_action(observation)
+            if i > 0:
+                times.append(time.perf_counter() - start)
+    assert action.shape == (1, 2) and torch.isfinite(action).all()
+    results["state_chunk_latency_s_b1_ddim10"] = round(statistics.median(times), 4)
+    rows.append(("state chunk, batch 1, DDIM-10 (s)", f"{results['state_chunk_latency_s_b1_ddim10']:.3f}", ""))
+    return results, rows
+
+
+def bench_training(policy, batch_size: int, repeats: int, batch=None, warmup: int = 1) -> dict[str, float]:
     from hfpolicy.policies.ema import EMA
     from hfpolicy.training.setup import make_optimizer
 
@@ -150,9 +228,12 @@ def bench_training(policy, batch_size: int, repeats: int) -> dict[str, float]:
     policy.train()
     optimizer = make_optimizer(policy, "cpu")  # exactly the trainer's optimizer (fused AdamW)
     ema = EMA(policy, power=config.ema_power, max_decay=config.ema_max_decay)
-    batch = training_batch(config, batch_size)
+    batch = training_batch(config, batch_size) if batch is None else batch
     parts: dict[str, list[float]] = {"forward": [], "backward": [], "optimizer": [], "step": [], "ema": []}
-    for i in range(repeats + 1):  # the first step warms up (allocations, oneDNN kernel choice)
+    measured_start = None
+    for i in range(repeats + warmup):  # the first steps warm up (allocations, oneDNN kernel choice, compiling)
+        if i == warmup:
+            measured_start = time.perf_counter()
         t0 = time.perf_counter()
         loss = policy(batch)["loss"]
         t1 = time.perf_counter()
@@ -163,11 +244,12 @@ def bench_training(policy, batch_size: int, repeats: int) -> dict[str, float]:
         t3 = time.perf_counter()
         ema.step(policy)
         t4 = time.perf_counter()
-        if i > 0:
+        if i >= warmup:
             for name, value in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t3 - t0, t4 - t3), strict=True):
                 parts[name].append(value)
+    total = time.perf_counter() - measured_start  # the measured steps' own time (bench_state: compile = rest)
     del optimizer, ema
-    return {name: statistics.median(values) for name, values in parts.items()}
+    return {**{name: statistics.median(values) for name, values in parts.items()}, "total": total}
 
 
 def bench_chunk(policy, batch_size: int, scheduler: str, steps: int, repeats: int) -> float:
@@ -197,7 +279,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--repeats", type=int, default=3, help="measured repetitions of each quantity")
     parser.add_argument("--skip_training", action="store_true", help="only the acting latencies")
-    parser.add_argument("--policy", choices=["all", "diffusion", "act"], default="all", help="which policy to measure")
+    parser.add_argument(
+        "--policy", choices=["all", "diffusion", "act", "state"], default="all", help="which policy to measure"
+    )
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -213,7 +297,7 @@ def main() -> int:
         if not args.skip_training:
             train = bench_training(policy, 64, args.repeats)
             results["train_step_s_b64"] = round(train["step"], 3)
-            results["train_parts_s_b64"] = {k: round(v, 3) for k, v in train.items()}
+            results["train_parts_s_b64"] = {k: round(v, 3) for k, v in train.items() if k != "total"}
             rows.append(("train step, batch 64 (s)", f"{train['step']:.2f}", "9.2"))
             parts = "{forward:.2f} / {backward:.2f} / {optimizer:.2f}".format(**train)
             rows.append(("  forward / backward / AdamW (s)", parts, ""))
@@ -234,6 +318,10 @@ def main() -> int:
         results.update(act_results)
         rows.extend(act_rows)
         results["lerobot_0_6_1_act"] = LEROBOT_0_6_1_ACT
+    if args.policy == "state":  # not part of "all": compiling takes a few minutes
+        state_results, state_rows = bench_state(args.repeats)
+        results.update(state_results)
+        rows.extend(state_rows)
     references = {**LEROBOT_0_6_1, **LEROBOT_0_6_1_ACT}
     results["meets_targets"] = all(results[key] <= value for key, value in references.items() if key in results)
 

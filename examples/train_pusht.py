@@ -120,14 +120,14 @@ RECIPES: dict[str, Recipe] = {
 # demonstrations (e.g. the 206 of diffusion_policy's pusht_cchi_v7_replay.zarr, converted with
 # `hfpolicy convert pusht-zarr --environment_state=true`, or lerobot/pusht_keypoints), for the issue-20 target of
 # >= 80% success within 90 minutes on a 2-core CPU. Why these settings (bench/learning.py --human measures them):
-# - the same 4.5 M-parameter U-Net, compiled: its step (0.33 s at batch 256 compiled, 2 threads, README) is known,
-#   and a wider one (96, 192, 384) has ~2.2x the multiply-adds per step, so within 90 minutes it would see about half
-#   the samples (the interleaved step probe of the two could not finish on the shared machine: issue20 note);
-# - more steps, not a bigger model: on these demos the scripted recipe's 5000 steps gave 41.4% with the curve still
-#   rising at the end (README); 11000 steps at ~0.33 s are ~60 minutes, leaving ~25 for compiling, the periodic
-#   evaluations and the final 500 episodes;
-# - 50 episodes every 1000 steps (the paper's evaluation size): 11 periodic evaluations, so the paper's statistics
-#   (best, and mean of the last 10) come from the same run; they cost ~0.7 min each;
+# - the same 4.5 M-parameter U-Net, compiled; a wider one (96, 192, 384) has ~2.2x the multiply-adds per step, so
+#   within 90 minutes it would see about half the samples;
+# - as many steps as fit 90 minutes on a 2-core machine: a compiled step took 0.46-0.56 s at batch 256 on the AMD
+#   EPYC (AVX2) of 2026-12-01 with nothing else running (0.33 s on the machine of README's offline row), and a
+#   50-episode evaluation 52 s, so 7500 steps (~64 min) + 10 evaluations (~9 min) + compiling (~2 min) + the final
+#   500 episodes (~7 min) come to ~82 minutes; the first plan, 11000 steps, would have taken ~111 minutes there;
+# - a 50-episode evaluation every 700 steps (the paper's evaluation size): 10 periodic evaluations, so that the
+#   paper's statistics (best, and mean of the last 10) come from the same run;
 # - lr 1e-3 with cosine decay and 500 warmup steps (the longer schedule keeps the warmup a small share);
 # - everything else as the scripted preset (n_action_steps=4, DDIM-10 acting, EMA as the paper).
 HUMAN_DEMOS = dataclasses.replace(
@@ -135,8 +135,8 @@ HUMAN_DEMOS = dataclasses.replace(
     run=dataclasses.replace(
         RECIPES["cpu"].run,
         dataset=dataclasses.replace(RECIPES["cpu"].run.dataset, scripted_episodes=0),
-        steps=11_000,
-        eval=TrainEvalConfig(freq=1000, n_episodes=50, final_n_episodes=500, batch_size=125, n_videos=4),
+        steps=7500,
+        eval=TrainEvalConfig(freq=700, n_episodes=50, final_n_episodes=500, batch_size=125, n_videos=4),
     ),
     policies={
         "diffusion": PolicyPreset(

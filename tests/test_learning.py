@@ -176,6 +176,6 @@ def test_the_cpu_recipe_picks_the_human_demo_preset_for_data_that_are_not_its_re
     )
     assert example.choose_data_preset("paper", ["--dataset.root=x"])[0] == ""
     human = example.recipe_flags("cpu", ["--dataset.root=data/pusht_human"], "human")
-    assert "--steps=11000" in human and "--policy.down_dims=[64,128,256]" in human
+    assert "--steps=7500" in human and "--policy.down_dims=[64,128,256]" in human
     assert not any(flag.startswith("--dataset.scripted_episodes") for flag in human)
-    assert "--steps=11000" not in example.recipe_flags("cpu", ["--dataset.root=data/pusht_human"])
+    assert "--steps=7500" not in example.recipe_flags("cpu", ["--dataset.root=data/pusht_human"])
