@@ -28,8 +28,8 @@ tests/hub_server.py on 127.0.0.1, in a ShuffleBufferSampler order, within --stre
 in-memory one (PolicyDataset from the same local files, frames decoded up front, EpisodeAwareSampler), batched, with 0
 and 2 workers. Each of the four runs is a fresh process with an empty HF cache: first_batch_s counts from the start
 of its dataset's construction (meta, data columns, and for the in-memory path all decoding) to its first batch;
-samples_per_s is over the --batches batches after the first --warmup; peak_rss_mb is the process's own peak, and
-peak_worker_rss_mb the largest peak among its DataLoader workers.
+samples_per_s is over the --batches batches after the first --warmup; peak_rss_mb is the process's own peak (VmHWM),
+and peak_worker_rss_mb the largest peak among its DataLoader workers (pages shared with the parent count in both).
 """
 
 import argparse
@@ -184,14 +184,13 @@ def main() -> int:
     return 0
 
 
-def peak_rss_mb() -> tuple[float, float]:
-    """(this process's peak RSS, the largest peak among its finished child processes) in MiB (Linux: KiB units)."""
-    import resource
-
-    return (
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
-    )
+def peak_rss_mb(pid: int | str = "self") -> float:
+    """A live process's peak RSS (VmHWM of /proc/PID/status) in MiB. (getrusage's ru_maxrss would carry the
+    parent's peak across fork + exec.)"""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def measure_one(args) -> dict:
@@ -233,9 +232,11 @@ def measure_one(args) -> dict:
                 break
         epochs += 1
     seconds = time.perf_counter() - timed
-    del loader, batch  # its workers exit and are reaped, so their peak RSS is counted
+    live = loader._iterator._workers if args.workers else []  # the persistent workers, still running
+    workers = max((peak_rss_mb(w.pid) for w in live), default=0.0)
+    own = peak_rss_mb()
+    del loader, batch
     gc.collect()
-    own, workers = peak_rss_mb()
     return {
         "path": args.measure, "workers": args.workers, "samples_per_s": round(samples / seconds, 1),
         "first_batch_s": round(first_batch_s, 2), "peak_rss_mb": round(own), "peak_worker_rss_mb": round(workers),
