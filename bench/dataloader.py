@@ -20,9 +20,20 @@ Reported:
 
 Target: samples_per_s_w0 >= 5,000 (LeRobot 0.6.1 on the dev machine: ~300 with 0 workers, ~510 with 2, decoding
 video per item). Prints a table; the LAST line is one JSON object.
+
+    python bench/dataloader.py --streaming [--root DIR | --episodes N] [--batches 100]
+
+--streaming (issue 22) compares the streamed path (StreamingPolicyDataset from the Hub-protocol test server of
+tests/hub_server.py on 127.0.0.1, in a ShuffleBufferSampler order, within --stream_ram_gb / --stream_disk_gb) with the
+in-memory one (PolicyDataset from the same local files, frames decoded up front, EpisodeAwareSampler), batched, with 0
+and 2 workers. Each of the four runs is a fresh process with an empty HF cache: first_batch_s counts from the start
+of its dataset's construction (meta, data columns, and for the in-memory path all decoding) to its first batch;
+samples_per_s is over the --batches batches after the first --warmup; peak_rss_mb is the process's own peak (VmHWM),
+and peak_worker_rss_mb the largest peak among its DataLoader workers (pages shared with the parent count in both).
 """
 
 import argparse
+import gc
 import json
 import shutil
 import sys
@@ -58,7 +69,22 @@ def main() -> int:
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--drop_last_frames", type=int, default=7)
     parser.add_argument("--torch_threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--streaming", action="store_true", help="streamed vs in-memory (see above)")
+    parser.add_argument("--episodes", type=int, default=None, help="convert only the first N episodes of the zarr")
+    parser.add_argument("--batches", type=int, default=100, help="--streaming: timed batches per run")
+    parser.add_argument("--warmup", type=int, default=4, help="--streaming: batches before the timing starts")
+    parser.add_argument("--shuffle_buffer_episodes", type=int, default=16)
+    parser.add_argument("--stream_ram_gb", type=float, default=2.0)
+    parser.add_argument("--stream_disk_gb", type=float, default=10.0)
+    parser.add_argument("--measure", choices=["memory", "streaming"], default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--repo_id", default="bench/pusht", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.measure is not None:  # one run of --streaming, in its own process
+        print(json.dumps(measure_one(args)))
+        return 0
+    if args.streaming:
+        return streaming_main(args)
 
     import torch
 
@@ -156,6 +182,144 @@ def main() -> int:
         print(f"{name:<{width}}  {value}")
     print(json.dumps(result))
     return 0
+
+
+def peak_rss_mb(pid: int | str = "self") -> float:
+    """A live process's peak RSS (VmHWM of /proc/PID/status) in MiB. (getrusage's ru_maxrss would carry the
+    parent's peak across fork + exec.)"""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def measure_one(args) -> dict:
+    """One --streaming run: build the dataset and its loader, time the first batch and the warm ones."""
+    import torch
+
+    from hfpolicy.datasets import EpisodeAwareSampler, PolicyDataset, ShuffleBufferSampler, StreamingPolicyDataset
+
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    start = time.perf_counter()
+    if args.measure == "streaming":
+        dataset = StreamingPolicyDataset(
+            args.repo_id, delta_timestamps=DELTA_TIMESTAMPS, stream_ram_gb=args.stream_ram_gb,
+            stream_disk_gb=args.stream_disk_gb,
+        )  # fmt: skip
+        sampler = ShuffleBufferSampler(dataset, args.shuffle_buffer_episodes, args.drop_last_frames, seed=0)
+    else:
+        dataset = PolicyDataset(args.repo_id, root=args.root, delta_timestamps=DELTA_TIMESTAMPS)
+        dataset.prefetch_frames(progress=False)  # as training does
+        sampler = EpisodeAwareSampler(dataset, drop_last_frames=args.drop_last_frames, shuffle=True, seed=0)
+    batches = torch.utils.data.BatchSampler(sampler, args.batch_size, drop_last=True)
+    if len(batches) == 0:
+        raise SystemExit(f"an epoch has fewer than --batch_size={args.batch_size} samples: use more --episodes")
+    loader = torch.utils.data.DataLoader(
+        dataset, sampler=batches, batch_size=None, num_workers=args.workers, persistent_workers=args.workers > 0
+    )  # as training builds it
+    first_batch_s, timed, samples, epochs = None, None, 0, 0
+    while samples < args.batches * args.batch_size:
+        sampler.set_epoch(epochs)
+        for i, batch in enumerate(loader):
+            if first_batch_s is None:
+                first_batch_s = time.perf_counter() - start
+            if timed is None and (epochs or i >= args.warmup):
+                timed = time.perf_counter()
+            elif timed is not None:
+                samples += len(batch["index"])
+            if samples >= args.batches * args.batch_size:
+                break
+        epochs += 1
+    seconds = time.perf_counter() - timed
+    live = loader._iterator._workers if args.workers else []  # the persistent workers, still running
+    workers = max((peak_rss_mb(w.pid) for w in live), default=0.0)
+    own = peak_rss_mb()
+    del loader, batch
+    gc.collect()
+    return {
+        "path": args.measure, "workers": args.workers, "samples_per_s": round(samples / seconds, 1),
+        "first_batch_s": round(first_batch_s, 2), "peak_rss_mb": round(own), "peak_worker_rss_mb": round(workers),
+        "frames": dataset.num_frames, "episodes": dataset.num_episodes,
+    }  # fmt: skip
+
+
+def streaming_main(args) -> int:
+    """--streaming: the dataset on a 127.0.0.1 Hub-protocol server, then four measured runs in fresh processes."""
+    import os
+    import subprocess
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench_streaming_"))
+    token = "hf_bench_token"
+    os.environ.update(
+        HF_HOME=str(workdir / "hf_home"), HF_TOKEN=token, HF_HUB_DISABLE_XET="1", HF_HUB_OFFLINE="0",
+        HF_HUB_DISABLE_PROGRESS_BARS="1", HF_HUB_DISABLE_TELEMETRY="1",
+    )  # fmt: skip
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from hub_server import HubServer
+
+    server = HubServer(workdir / "hub", token=token).start()
+    os.environ["HF_ENDPOINT"] = server.endpoint  # read by huggingface_hub at import: it is imported below
+    try:
+        from hfpolicy.datasets import push_dataset_to_hub
+
+        root = args.root
+        if root is None:
+            from hfpolicy.datasets.pusht_zarr import convert_pusht_zarr
+
+            episodes = None if args.episodes is None else list(range(args.episodes))
+            root = convert_pusht_zarr(args.zarr, workdir / "pusht", episodes=episodes, progress=False)
+        push_dataset_to_hub(root, args.repo_id)
+        pushed_mb = sum(p.stat().st_size for p in Path(root).rglob("*") if p.is_file()) / 1024**2
+        runs = []
+        for path, workers in [("memory", 0), ("memory", 2), ("streaming", 0), ("streaming", 2)]:
+            env = {**os.environ, "HF_HOME": str(workdir / f"hf_home_{path}_{workers}")}
+            command = [sys.executable, __file__, f"--measure={path}", f"--workers={workers}", f"--root={root}"]
+            command += [f"--{k}={getattr(args, k)}" for k in ("repo_id", "batch_size", "drop_last_frames", "batches")]
+            command += [f"--{k}={getattr(args, k)}" for k in ("warmup", "shuffle_buffer_episodes", "stream_ram_gb")]
+            command += [f"--stream_disk_gb={args.stream_disk_gb}"] + (
+                [f"--torch_threads={args.torch_threads}"] if args.torch_threads else []
+            )
+            done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                print(done.stdout + done.stderr, file=sys.stderr)
+                return 1
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    finally:
+        server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    print_streaming_table(runs, args, pushed_mb)
+    return 0
+
+
+def print_streaming_table(runs: list[dict], args, pushed_mb: float) -> None:
+    by = {(r["path"], r["workers"]): r for r in runs}
+    result = {
+        f"{key}_{path}_w{workers}": by[path, workers][key]
+        for path in ("memory", "streaming")
+        for workers in (0, 2)
+        for key in ("samples_per_s", "first_batch_s", "peak_rss_mb", "peak_worker_rss_mb")
+    }
+    for workers in (0, 2):
+        ratio = by["streaming", workers]["samples_per_s"] / by["memory", workers]["samples_per_s"]
+        result[f"streaming_vs_memory_w{workers}"] = round(ratio, 3)
+    result |= {
+        "frames": runs[0]["frames"], "episodes": runs[0]["episodes"], "dataset_mb": round(pushed_mb, 1),
+        "batch_size": args.batch_size, "batches": args.batches, "shuffle_buffer_episodes": args.shuffle_buffer_episodes,
+        "stream_ram_gb": args.stream_ram_gb, "stream_disk_gb": args.stream_disk_gb,
+    }  # fmt: skip
+    print(
+        f"{'dataloader (PushT DP windows), batch ' + str(args.batch_size):<44} samples/s  first batch  peak RSS (worker)"
+    )
+    for (path, workers), r in by.items():
+        print(
+            f"{path + f', {workers} workers':<44} {r['samples_per_s']:>9.0f}  {r['first_batch_s']:>9.2f} s"
+            f"  {r['peak_rss_mb']:>5} MiB ({r['peak_worker_rss_mb']} MiB)"
+        )
+    print(
+        f"streaming / in-memory: {result['streaming_vs_memory_w0']:.2f} (0 workers), {result['streaming_vs_memory_w2']:.2f} (2)"
+    )
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

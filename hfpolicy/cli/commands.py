@@ -47,7 +47,11 @@ COMMANDS: dict[str, Command] = {
         parse="hfpolicy.training.config:parse_train_config",
         help="train a policy on a dataset (the main job; also `accelerate launch ...`)",
         bad_input=("hfpolicy.training.checkpoints:CheckpointError",),
-        failures=("hfpolicy.training.progress:TrainingDivergedError", "hfpolicy.hub.push:PushError"),
+        failures=(
+            "hfpolicy.training.progress:TrainingDivergedError",
+            "hfpolicy.hub.push:PushError",
+            "hfpolicy.datasets.remote_files:StreamingError",  # a streamed file that cannot be fetched
+        ),
     ),
     "eval": Command(
         config="hfpolicy.eval.cli:EvalPipelineConfig",

@@ -1,5 +1,6 @@
-"""LeRobot v3.0 datasets: read them (`PolicyDataset`), write them (`DatasetWriter`), share them
-(`push_dataset_to_hub`), and convert the diffusion_policy PushT zarr (`convert_pusht_zarr`)."""
+"""LeRobot v3.0 datasets: read them (`PolicyDataset`, or streamed from the Hub: `StreamingPolicyDataset`), write
+them (`DatasetWriter`), share them (`push_dataset_to_hub`), and convert the diffusion_policy PushT zarr
+(`convert_pusht_zarr`)."""
 
 from hfpolicy.datasets.dataset import PolicyDataset
 from hfpolicy.datasets.features import dataset_to_policy_features
@@ -11,7 +12,10 @@ from hfpolicy.datasets.format import (
 )
 from hfpolicy.datasets.hub import download_dataset, make_dataset_card, push_dataset_to_hub
 from hfpolicy.datasets.metadata import DatasetMeta
+from hfpolicy.datasets.remote_files import StreamingError
 from hfpolicy.datasets.sampler import EpisodeAwareSampler, EpochBatchSampler, split_episodes
+from hfpolicy.datasets.shuffle_buffer import ShuffleBufferSampler
+from hfpolicy.datasets.streaming import StreamingPolicyDataset
 from hfpolicy.datasets.writer import DatasetWriter
 
 __all__ = [
@@ -22,6 +26,9 @@ __all__ = [
     "EpisodeAwareSampler",
     "EpochBatchSampler",
     "PolicyDataset",
+    "ShuffleBufferSampler",
+    "StreamingError",
+    "StreamingPolicyDataset",
     "TimestampError",
     "UnsupportedVersionError",
     "convert_pusht_zarr",

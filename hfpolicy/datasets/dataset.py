@@ -303,22 +303,35 @@ class PolicyDataset(torch.utils.data.Dataset):
 
     # --- frames -------------------------------------------------------------------------------------------------
     def _fill_episode(self, key: str, episode_pos: int) -> None:
-        cache = self._caches[key]
+        start, end = (int(v) for v in self.episode_bounds[episode_pos])
+        self._decode_episode(key, episode_pos, self._caches[key].array[start:end])
+        self._caches[key].mark_filled(episode_pos)
+
+    def _decode_episode(self, key: str, episode_pos: int, out: np.ndarray) -> None:
+        """Decodes the frames of camera `key` of the `episode_pos`-th chosen episode into `out` (len, C, H, W) uint8."""
         start, end = (int(v) for v in self.episode_bounds[episode_pos])
         episode = self.episodes[episode_pos]
-        out = cache.array[start:end]
         what = f"episode {episode} of {self.repo_id}, {key}"
         if self.features[key]["dtype"] == VIDEO:
-            path = self.root / self.meta.video_file(episode, key)
-            if not path.is_file():
-                raise DatasetFormatError(f"{what}: the video file {path} is missing (an incomplete download?)")
+            path = self._video_path(episode, key, what)
             from_ts = float(self.meta.episodes.at[episode, ep_video_column(key, "from_timestamp")])
             episode_ts = self._columns[TIMESTAMP][start:end].astype(np.float64)
             tolerance = self.tolerance_s + float(np.max(self._timestamp_resolution(episode_ts)))
             decode_video_segment(path, from_ts + episode_ts, tolerance, out, what)
         else:
-            _fill_from_image_bytes(self._image_bytes[key][start:end], out, what)
-        cache.mark_filled(episode_pos)
+            _fill_from_image_bytes(self._image_column(key, episode_pos), out, what)
+
+    def _video_path(self, episode: int, key: str, what: str) -> Path:
+        """The local video file that holds camera `key` of `episode`."""
+        path = self.root / self.meta.video_file(episode, key)
+        if not path.is_file():
+            raise DatasetFormatError(f"{what}: the video file {path} is missing (an incomplete download?)")
+        return path
+
+    def _image_column(self, key: str, episode_pos: int) -> pa.Array:
+        """The stored image bytes of image feature `key` for the `episode_pos`-th chosen episode, in frame order."""
+        start, end = (int(v) for v in self.episode_bounds[episode_pos])
+        return self._image_bytes[key][start:end]
 
     def prefetch_frames(self, progress: bool = True) -> None:
         """Decodes every episode of every camera into the frame cache now (otherwise it happens on first use)."""
@@ -333,9 +346,8 @@ class PolicyDataset(torch.utils.data.Dataset):
         frames: dict[str, Any] = {key: values[start:end] for key, values in self._columns.items()}
         frames.update({key: values[start:end] for key, values in self._strings.items()})
         for key in self.camera_keys:
-            if not self._caches[key].is_filled(episode_pos):
-                self._fill_episode(key, episode_pos)
-            frames[key] = self._caches[key].array[start:end].transpose(0, 2, 3, 1)
+            rows = np.arange(start, end)
+            frames[key] = self._camera_frames(key, rows, np.full(len(rows), episode_pos)).transpose(0, 2, 3, 1)
         frames[TASK] = [self.tasks.get(t, "") for t in self._columns[TASK_INDEX][start:end].tolist()]
         return frames
 
@@ -392,17 +404,22 @@ class PolicyDataset(torch.utils.data.Dataset):
             rows = windows.get(key, idx)
             batch[key] = [values[i] for i in rows]
         for key in self.camera_keys:
-            cache = self._caches[key]
-            for episode in np.unique(episode_pos).tolist():
-                if not cache.is_filled(episode):
-                    self._fill_episode(key, episode)
-            rows = windows.get(key, idx)
+            frames = self._camera_frames(key, windows.get(key, idx), episode_pos)
             # numpy, not torch: single-threaded, so it does not stall when other processes hold the cores
-            images = _empty_float32((*rows.shape, *cache.chw))
-            np.divide(cache.array[rows], np.float32(255), out=images.numpy())  # uint8 -> float32 in [0, 1]
+            images = _empty_float32(frames.shape)
+            np.divide(frames, np.float32(255), out=images.numpy())  # uint8 -> float32 in [0, 1]
             batch[key] = images
         batch[TASK] = [self.tasks.get(t, "") for t in self._columns[TASK_INDEX][idx].tolist()]
         return batch
+
+    def _camera_frames(self, key: str, rows: np.ndarray, episode_pos: np.ndarray) -> np.ndarray:
+        """uint8 frames (*rows.shape, C, H, W) of camera `key` at dataset positions `rows`, whose first dim belongs to
+        the episodes `episode_pos`; episodes not decoded yet are decoded into the frame cache first."""
+        cache = self._caches[key]
+        for episode in np.unique(episode_pos).tolist():
+            if not cache.is_filled(episode):
+                self._fill_episode(key, episode)
+        return cache.array[rows]
 
     def __repr__(self) -> str:
         return (

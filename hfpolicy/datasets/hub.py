@@ -19,16 +19,10 @@ class DatasetDownloadError(OSError):
     An OSError, as the download's other failures are."""
 
 
-def download_dataset(
-    repo_id: str,
-    revision: str | None = None,
-    episodes: Sequence[int] | None = None,
-    download_videos: bool = True,
-) -> Path:
-    """Downloads meta/ and then only the data (and video) files of `episodes` into the HF cache; returns the root.
-
-    Both downloads use the commit the first one resolved, so a push in between cannot mix two versions. An invalid
-    repo id, or a repo without LeRobot's meta/info.json, raises DatasetDownloadError saying so.
+def download_meta(repo_id: str, revision: str | None = None) -> Path:
+    """Downloads meta/ of a Hub dataset into the HF cache; returns its snapshot folder, which is named by the commit
+    the download resolved (pass that as the revision of later downloads, so a push in between cannot mix two
+    versions). An invalid repo id, or a repo without LeRobot's meta/info.json, raises DatasetDownloadError saying so.
     """
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
@@ -43,6 +37,21 @@ def download_dataset(
             f"the Hub dataset {repo_id!r} has no {INFO_PATH}: it is not a LeRobot v3.0 dataset (convert it with "
             "LeRobot's converter, or `hfpolicy convert`)"
         )
+    return meta_root
+
+
+def download_dataset(
+    repo_id: str,
+    revision: str | None = None,
+    episodes: Sequence[int] | None = None,
+    download_videos: bool = True,
+) -> Path:
+    """Downloads meta/ and then only the data (and video) files of `episodes` into the HF cache; returns the root.
+
+    Both downloads use the commit the first one resolved, so a push in between cannot mix two versions. An invalid
+    repo id, or a repo without LeRobot's meta/info.json, raises DatasetDownloadError saying so.
+    """
+    meta_root = download_meta(repo_id, revision)
     commit = meta_root.name  # snapshots/<commit sha>
     meta = DatasetMeta.load(meta_root, repo_id)  # checks the format version before any data is downloaded
     chosen = [int(e) for e in meta.episodes.index] if episodes is None else sorted({int(e) for e in episodes})

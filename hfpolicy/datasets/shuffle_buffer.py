@@ -1,9 +1,10 @@
 """`ShuffleBufferSampler`: an epoch order that keeps at most `buffer_episodes` episodes open at a time.
 
-The first piece of streaming (issue 22): a reader that holds only a few decoded episodes can serve this order, as
-each episode enters the buffer once, its frames are drawn in random order while it is there, and it leaves for good
-when its last frame was drawn. Each draw picks uniformly among the frames of the open episodes. The order is a pure
-function of (seed, epoch), so `EpochBatchSampler`'s mid-epoch resume stays exact; shards as EpisodeAwareSampler.
+The epoch order of streamed training (StreamingPolicyDataset, `--dataset.streaming=true`): a reader that holds only
+a few decoded episodes can serve it, as each episode enters the buffer once, its frames are drawn in random order
+while it is there, and it leaves for good when its last frame was drawn. Each draw picks uniformly among the frames
+of the open episodes. The order is a pure function of (seed, epoch), so `EpochBatchSampler`'s mid-epoch resume stays
+exact; shards as EpisodeAwareSampler.
 """
 
 from collections.abc import Iterator

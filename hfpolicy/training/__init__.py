@@ -2,6 +2,7 @@
 
     loop.py         `train(cfg)` and the loop itself, top to bottom
     setup.py        `build_training`: accelerator, data, policy, optimizer, resume (bad input fails here)
+    streaming_data.py  the data of `--dataset.streaming=true`: a streamed Hub dataset in a shuffle-buffer order
     progress.py     running means, the NaN/inf guard, the time-left clock, log entries
     config.py       TrainConfig and its parts, validation, train_config.json
     checkpoints.py  atomic, pickle-free checkpoints and exact resume

@@ -46,6 +46,12 @@ class DatasetConfig:
     revision: str | None = None  # Hub branch, tag or commit of the dataset
     episodes: list[int] | None = None  # train on these episodes only (default: all)
     input_features: list[str] | None = None  # features the policy reads (default: every image and observation.* vector)
+    streaming: bool = False  # read the Hub dataset as training goes instead of downloading it first: files fetched one
+    # at a time into a bounded cache, each episode decoded when first drawn (one --dataset.repo_id, not --dataset.root)
+    shuffle_buffer_episodes: int = 16  # streaming: episodes open at once; each sample is drawn from their frames
+    stream_ram_gb: float = 2.0  # streaming: decoded frames kept in memory per process, over its --num_workers workers
+    stream_disk_gb: float = 10.0  # streaming: fetched files kept on disk per process, over its --num_workers workers
+    stream_retries: int = 4  # streaming: attempts per file (exponential backoff) before the run stops, naming it
 
 
 ONLINE_LABELS = ("expert", "recovery", "policy")

@@ -32,6 +32,9 @@ MAY_CHANGE = (
     "num_threads",
     "num_workers",  # the batches are drawn by the sampler in the main process: the same with any number of workers
     "compile",  # the same function, compiled or not
+    "dataset.stream_ram_gb",  # streaming: how much is cached, not what is read
+    "dataset.stream_disk_gb",
+    "dataset.stream_retries",
     "eval.",  # how the policy is measured, not how it is trained
     "hub.",
     "policy.device",
@@ -61,11 +64,15 @@ def changed_fields(cfg: TrainConfig, saved_file: Path) -> dict[str, tuple[Any, A
     """{flag name: (the run's value, the value given)} of every field that differs from the run's train_config.json."""
     saved = flatten(json.loads(saved_file.read_text()))
     now = flatten(json.loads(json.dumps(train_config_to_dict(cfg))))  # tuples as lists, as the saved JSON has them
+    # a field newer than the run (absent from its file) is no change while it holds its default
+    default = flatten(json.loads(json.dumps(train_config_to_dict(TrainConfig(policy=type(cfg.policy)())))))
     missing = object()
     return {
         name: (saved.get(name), value)
         for name, value in now.items()
-        if name not in KEPT and saved.get(name, missing) != value and not (name not in saved and value is None)
+        if name not in KEPT
+        and saved.get(name, missing) != value
+        and not (name not in saved and (value is None or value == default.get(name, missing)))
     }
 
 

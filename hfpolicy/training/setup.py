@@ -315,6 +315,10 @@ def load_training_data(cfg: TrainConfig, accelerator: Accelerator) -> tuple[Trai
     now, once, not mid-epoch."""
     from hfpolicy.training.mixture_data import load_mixture_data, mixture_members
 
+    if cfg.dataset.streaming:  # a Hub dataset read as it trains, within memory and disk budgets
+        from hfpolicy.training.streaming_data import load_streaming_data
+
+        return load_streaming_data(cfg, accelerator)
     members = mixture_members(cfg.dataset)
     if members is not None:  # several datasets: their union, sampled at --dataset.weights
         return load_mixture_data(cfg, accelerator, members)
@@ -346,7 +350,13 @@ def load_training_data(cfg: TrainConfig, accelerator: Accelerator) -> tuple[Trai
         )  # each process reads its own shard of one shared (seed, epoch) permutation
         batch_sampler = EpochBatchSampler(sampler, cfg.batch_size)  # a resumed run starts mid-epoch
     dataset.prefetch_frames(progress=progress)  # decode the videos once, up front, not mid-epoch
-    dataloader = torch.utils.data.DataLoader(
+    dataloader = make_dataloader(dataset, batch_sampler, cfg, accelerator)
+    return dataclasses.replace(cfg, policy=policy_cfg), TrainingData(name, dataset, sampler, batch_sampler, dataloader)
+
+
+def make_dataloader(dataset, batch_sampler: EpochBatchSampler, cfg: TrainConfig, accelerator: Accelerator):
+    """The run's DataLoader: whole batches from the dataset, in the batch sampler's order, in --num_workers workers."""
+    return torch.utils.data.DataLoader(
         dataset,
         sampler=batch_sampler,
         batch_size=None,  # the dataset fetches whole batches (one index list per item)
@@ -355,7 +365,6 @@ def load_training_data(cfg: TrainConfig, accelerator: Accelerator) -> tuple[Trai
         persistent_workers=cfg.num_workers > 0,
         generator=torch.Generator(),  # its own: starting an epoch must not draw from the global RNG (exact resume)
     )
-    return dataclasses.replace(cfg, policy=policy_cfg), TrainingData(name, dataset, sampler, batch_sampler, dataloader)
 
 
 def announce_training(training: Training, data: TrainingData) -> None:

@@ -1,0 +1,91 @@
+"""`FrameLRU`: decoded episodes (uint8 frames of one camera) kept in memory up to a byte budget, the least recently
+used evicted first; the frame store of the streaming reader (streaming.py).
+
+Each process keeps its own: a DataLoader worker drops what it inherited from the main process and keeps at most
+budget / num_workers, so all workers together stay within the budget.
+"""
+
+import os
+from collections import OrderedDict
+from collections.abc import Hashable
+
+import numpy as np
+import torch
+
+
+class FrameLRU:
+    """uint8 arrays by key, their bytes summed and bounded by `max_bytes` (over all DataLoader workers)."""
+
+    def __init__(self, max_bytes: int, budget_words: str):
+        if max_bytes <= 0:
+            raise ValueError(f"{budget_words} must be > 0")
+        self.max_bytes = int(max_bytes)
+        self.budget_words = budget_words  # how the budget is set, in errors: "stream_ram_gb= / --dataset.stream_ram_gb"
+        self._reset(share=1)
+
+    def _reset(self, share: int) -> None:
+        self._pid = os.getpid()
+        self._share = max(1, share)
+        self._entries: OrderedDict[Hashable, np.ndarray] = OrderedDict()  # least recently used first
+        self.bytes = 0  # held now
+        self.peak_bytes = 0  # the most ever held (or reserved) at once by this process
+        self.loads = 0  # arrays put (a decode each)
+        self.evictions = 0
+
+    def _own(self) -> None:
+        """In a new process (a DataLoader worker): start empty, with this worker's share of the budget."""
+        if os.getpid() != self._pid:
+            info = torch.utils.data.get_worker_info()
+            self._reset(share=info.num_workers if info is not None else 1)
+
+    @property
+    def budget(self) -> int:
+        """This process's bytes: the budget divided among the DataLoader workers."""
+        self._own()
+        return self.max_bytes // self._share
+
+    def get(self, key: Hashable) -> np.ndarray | None:
+        self._own()
+        array = self._entries.get(key)
+        if array is not None:
+            self._entries.move_to_end(key)
+        return array
+
+    def make_room(self, nbytes: int, what: str) -> None:
+        """Evicts least recently used arrays until `nbytes` more fit; ValueError naming the budget when they never
+        can. Call before allocating the array, so that the bound holds while it is filled."""
+        budget = self.budget
+        if nbytes > budget:
+            per_worker = f" (its share in each of {self._share} DataLoader workers)" if self._share > 1 else ""
+            raise ValueError(
+                f"{what} needs {nbytes / 1024**2:.2f} MiB of decoded frames, more than the streaming memory budget "
+                f"of {budget / 1024**2:.2f} MiB{per_worker}: raise {self.budget_words}, or use fewer workers"
+            )
+        while self._entries and self.bytes + nbytes > budget:
+            _, evicted = self._entries.popitem(last=False)
+            self.bytes -= evicted.nbytes
+            self.evictions += 1
+        self.peak_bytes = max(self.peak_bytes, self.bytes + nbytes)
+
+    def put(self, key: Hashable, array: np.ndarray, what: str) -> None:
+        """Keeps `array` as the most recently used (after `make_room(array.nbytes)`, evicting if it was not called)."""
+        self._own()
+        if key in self._entries:
+            self.bytes -= self._entries.pop(key).nbytes
+        self.make_room(array.nbytes, what)
+        self._entries[key] = array
+        self.bytes += array.nbytes
+        self.loads += 1
+
+    def __len__(self) -> int:
+        self._own()
+        return len(self._entries)
+
+    # Pickling (DataLoader workers started with spawn/forkserver): the budget travels, the arrays do not.
+    def __getstate__(self) -> dict:
+        return {"max_bytes": self.max_bytes, "budget_words": self.budget_words}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._reset(share=1)
+        self._pid = -1  # unpickled before the worker knows its worker info: take the share at first use

@@ -1,0 +1,194 @@
+"""`RemoteFiles`: the files of one commit of a Hub dataset repo, fetched one at a time (huggingface_hub's
+`hf_hub_download`) into a local cache bounded in bytes, the least recently used evicted first; the disk side of the
+streaming reader (streaming.py).
+
+A fetch that fails (the network, the server, a file that is gone) is retried with exponential backoff; when it still
+fails, StreamingError names the file, the commit and the flags that help. A failure is never skipped: a streamed
+epoch is the epoch its sampler promised, or an error.
+
+Each process keeps its own cache folder under `$HF_HOME/hfpolicy/stream_cache/` (removed when the process ends or
+the object is collected): a DataLoader worker starts an empty one holding at most budget / num_workers, so all
+workers together stay within the budget.
+"""
+
+import functools
+import multiprocessing.util
+import os
+import shutil
+import tempfile
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+import httpx2  # huggingface_hub's HTTP client: its network errors are not OSErrors
+import torch
+from tqdm.auto import tqdm
+
+REPO_TYPE = "dataset"
+RETRY_BASE_WAIT_S = 0.5  # waits 0.5, 1, 2, ... s between the attempts at one file
+RETRY_MAX_WAIT_S = 8.0
+RETRIED_ERRORS = (OSError, httpx2.HTTPError)  # HfHubHTTPError and the other huggingface_hub errors are OSErrors
+QUIET_BAR = functools.partial(tqdm, disable=True)  # a streamed file is fetched without a progress bar of its own
+
+
+class StreamingError(OSError):
+    """A file of a streamed dataset cannot be fetched (after the retries), or can never fit the disk budget."""
+
+
+def stream_cache_dir() -> Path:
+    """Where the streaming caches live: beside the HF hub cache."""
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HOME) / "hfpolicy" / "stream_cache"
+
+
+def _wait(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+class RemoteFiles:
+    """Local copies of files of `repo_id` at `commit`, at most `max_bytes` of them at once (over all workers).
+
+    Args:
+        repo_id: the Hub dataset repo.
+        commit: the 40-hex commit every file is fetched at (one version of the dataset, whatever is pushed later).
+        max_bytes: the disk budget, over all DataLoader workers.
+        retries: attempts per file before StreamingError.
+        sizes: {path in the repo: bytes}; None lists the repo at `commit` now (with retries).
+    """
+
+    def __init__(self, repo_id: str, commit: str, max_bytes: int, retries: int, sizes: dict[str, int] | None = None):
+        if max_bytes <= 0:
+            raise ValueError("stream_disk_gb= / --dataset.stream_disk_gb must be > 0")
+        if retries < 1:
+            raise ValueError(f"stream_retries= / --dataset.stream_retries must be >= 1, got {retries}")
+        self.repo_id, self.commit, self.max_bytes, self.retries = repo_id, commit, int(max_bytes), retries
+        self.sizes = sizes if sizes is not None else self._with_retries(self._list_sizes, "the file list")
+        self._reset(share=1)
+
+    def _reset(self, share: int) -> None:
+        self._pid = os.getpid()
+        self._share = max(1, share)
+        self._folder: Path | None = None  # made at the first fetch
+        self._files: OrderedDict[str, int] = OrderedDict()  # path -> bytes, least recently used first
+        self.bytes = 0  # held now
+        self.peak_bytes = 0  # the most ever held (or reserved) at once by this process
+        self.fetches = 0  # downloads (a file evicted and needed again is fetched again)
+        self.evictions = 0
+
+    def _own(self) -> None:
+        """In a new process (a DataLoader worker): start an empty cache with this worker's share of the budget."""
+        if os.getpid() != self._pid:
+            info = torch.utils.data.get_worker_info()
+            self._reset(share=info.num_workers if info is not None else 1)
+
+    @property
+    def budget(self) -> int:
+        """This process's bytes: the budget divided among the DataLoader workers."""
+        self._own()
+        return self.max_bytes // self._share
+
+    @property
+    def folder(self) -> Path:
+        """This process's cache folder (created now if needed)."""
+        self._own()
+        if self._folder is None:
+            root = stream_cache_dir()
+            root.mkdir(parents=True, exist_ok=True)
+            self._folder = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
+            # runs when this object is collected or this process exits (DataLoader workers too); not in another process
+            self._finalizer = multiprocessing.util.Finalize(
+                self, shutil.rmtree, args=(str(self._folder),), kwargs={"ignore_errors": True}, exitpriority=0
+            )
+        return self._folder
+
+    def _list_sizes(self) -> dict[str, int]:
+        from huggingface_hub import HfApi
+        from huggingface_hub.hf_api import RepoFile
+
+        entries = HfApi().list_repo_tree(self.repo_id, repo_type=REPO_TYPE, revision=self.commit, recursive=True)
+        return {entry.path: int(entry.size) for entry in entries if isinstance(entry, RepoFile)}
+
+    def fetch(self, path: str, what: str) -> Path:
+        """The local copy of `path` (relative to the repo root), fetched now unless it is cached; now the most
+        recently used. Evicts least recently used files first so that the budget holds during the download."""
+        self._own()
+        if path in self._files:
+            self._files.move_to_end(path)
+            return self.folder / path
+        size = self.sizes.get(path)
+        if size is None:
+            raise StreamingError(
+                f"{what}: {path} is not a file of the Hub dataset {self.repo_id} at commit {self.commit[:8]}, "
+                "though its meta/ points to it: the dataset is incomplete there"
+            )
+        self._make_room(size, path, what)
+        local = self._with_retries(lambda: self._download(path), f"{path} ({what})")
+        self._files[path] = size
+        self.bytes += size
+        self.fetches += 1
+        return local
+
+    def _make_room(self, size: int, path: str, what: str) -> None:
+        budget = self.budget
+        if size > budget:
+            per_worker = f" (its share in each of {self._share} DataLoader workers)" if self._share > 1 else ""
+            raise StreamingError(
+                f"{what}: {path} of {self.repo_id} is {size / 1024**2:.2f} MiB, more than the streaming disk budget "
+                f"of {budget / 1024**2:.2f} MiB{per_worker}: raise stream_disk_gb= / --dataset.stream_disk_gb, or "
+                "use fewer workers"
+            )
+        while self._files and self.bytes + size > budget:
+            self._evict(next(iter(self._files)))
+        self.peak_bytes = max(self.peak_bytes, self.bytes + size)
+
+    def _evict(self, path: str) -> None:
+        self.bytes -= self._files.pop(path)
+        (self.folder / path).unlink(missing_ok=True)
+        self.evictions += 1
+
+    def clear(self) -> None:
+        """Deletes every cached file of this process."""
+        self._own()
+        while self._files:
+            self._evict(next(iter(self._files)))
+
+    def _download(self, path: str) -> Path:
+        from huggingface_hub import hf_hub_download
+
+        local = hf_hub_download(
+            self.repo_id, path, repo_type=REPO_TYPE, revision=self.commit, local_dir=self.folder, tqdm_class=QUIET_BAR
+        )
+        return Path(local)
+
+    def _with_retries(self, call, what: str):
+        """`call()`, tried `self.retries` times with exponential backoff; StreamingError naming `what` after that."""
+        error: BaseException | None = None
+        for attempt in range(self.retries):
+            if attempt:
+                _wait(min(RETRY_MAX_WAIT_S, RETRY_BASE_WAIT_S * 2 ** (attempt - 1)))
+            try:
+                return call()
+            except RETRIED_ERRORS as e:
+                error = e
+        raise StreamingError(
+            f"could not fetch {what} of the Hub dataset {self.repo_id} at commit {self.commit[:8]} after "
+            f"{self.retries} attempts ({first_line(error)}): check the network and HF_ENDPOINT, raise "
+            "stream_retries= / --dataset.stream_retries, or download the dataset whole (streaming=False / "
+            "--dataset.streaming=false)"
+        ) from error
+
+    # Pickling (DataLoader workers started with spawn/forkserver): the repo, commit, budget and file sizes travel;
+    # the worker starts an empty cache of its own.
+    def __getstate__(self) -> dict:
+        return {k: getattr(self, k) for k in ("repo_id", "commit", "max_bytes", "retries", "sizes")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._reset(share=1)
+        self._pid = -1  # unpickled before the worker knows its worker info: take the share at first use

@@ -1,0 +1,188 @@
+"""`StreamingPolicyDataset`: a Hub dataset read without downloading it whole, with the items `PolicyDataset` gives.
+
+meta/ is downloaded first (it is small). Then each data parquet file is fetched in turn into a disk cache bounded in
+bytes (remote_files.py), the chosen episodes' rows of its numeric and string columns are read row group by row group
+into memory (a few bytes to a few hundred bytes per frame), and the file is deleted again. Camera frames are decoded
+when an item of their episode is first read: the video file is fetched into the disk cache, the episode's segment is
+decoded by the shared decoder (frame_cache.decode_video_segment), and its uint8 frames are kept in an in-memory LRU
+bounded in bytes (frame_lru.py). Image features stored in the parquet are read per episode the same way.
+
+This is a PolicyDataset subclass that changes only where files and frames come from: the windows, `*_is_pad`, the
+columns, the checks and the stats are PolicyDataset's own code, so both readers give the same items. Pair it with an
+epoch order that keeps few episodes open at a time (`ShuffleBufferSampler`, checked by `check_buffer_fits`), so that
+each episode is decoded about once per epoch.
+"""
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import torch
+
+from hfpolicy.constants import EPISODE_INDEX, FRAME_INDEX, INDEX, TASK_INDEX, TIMESTAMP
+from hfpolicy.datasets.dataset import PolicyDataset
+from hfpolicy.datasets.features import IMAGE, image_chw
+from hfpolicy.datasets.format import DatasetFormatError
+from hfpolicy.datasets.frame_lru import FrameLRU
+from hfpolicy.datasets.remote_files import RemoteFiles
+
+STREAM_RAM_GB = 2.0  # decoded frames in memory, over all DataLoader workers
+STREAM_DISK_GB = 10.0  # fetched files on disk, over all DataLoader workers
+STREAM_RETRIES = 4  # attempts per file
+SHUFFLE_BUFFER_EPISODES = 16  # episodes open at once in the epoch order of a streamed run
+GB = 1024**3
+
+
+class StreamingPolicyDataset(PolicyDataset):
+    """Frames of a LeRobot v3.0 (or v2.1) Hub dataset with `delta_timestamps` windows, streamed with bounded memory
+    and disk.
+
+    Args:
+        repo_id: the dataset's Hub repo id.
+        revision: Hub branch, tag or commit (default: the main branch); every file is read at the commit it resolves to.
+        episodes, delta_timestamps, tolerance_s, image_transforms, download_videos: as for PolicyDataset.
+        stream_ram_gb: decoded frames kept in memory, over all DataLoader workers (each keeps its share).
+        stream_disk_gb: fetched files kept on disk, over all DataLoader workers.
+        stream_retries: attempts per file (with exponential backoff) before StreamingError names it.
+
+    Items are PolicyDataset's. `frames` (a FrameLRU) and `files` (a RemoteFiles) say what this process holds.
+    """
+
+    def __init__(
+        self,
+        repo_id: str,
+        revision: str | None = None,
+        episodes: Sequence[int] | None = None,
+        delta_timestamps: dict[str, Sequence[float]] | None = None,
+        *,
+        tolerance_s: float = 1e-4,
+        image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        stream_ram_gb: float = STREAM_RAM_GB,
+        stream_disk_gb: float = STREAM_DISK_GB,
+        stream_retries: int = STREAM_RETRIES,
+        download_videos: bool = True,
+    ):
+        from hfpolicy.datasets.hub import download_meta
+
+        self.frames = FrameLRU(round(stream_ram_gb * GB), "stream_ram_gb= / --dataset.stream_ram_gb")
+        if not stream_disk_gb > 0:  # before any download
+            raise ValueError(f"stream_disk_gb= / --dataset.stream_disk_gb must be > 0, got {stream_disk_gb}")
+        meta_root = download_meta(repo_id, revision)
+        commit = meta_root.name  # snapshots/<commit sha>: every later fetch reads this one version
+        self.files = RemoteFiles(repo_id, commit, round(stream_disk_gb * GB), stream_retries)
+        super().__init__(
+            repo_id,
+            root=meta_root,
+            revision=commit,
+            episodes=episodes,
+            delta_timestamps=delta_timestamps,
+            tolerance_s=tolerance_s,
+            image_transforms=image_transforms,
+            download_videos=download_videos,
+        )
+
+    # --- columns: each data file fetched, read and deleted ------------------------------------------------------
+    def _read_data_table(self, keys: list[str]) -> pa.Table:
+        """The columns `keys` (but the image ones) of the chosen episodes' rows, one data file after the other."""
+        columns = [key for key in keys if self.features[key]["dtype"] != IMAGE]
+        parts = []
+        for path in sorted({self.meta.data_file(ep) for ep in self.episodes}):
+            local = self.files.fetch(path, f"the data of {self.repo_id}")
+            parts.append(_episode_rows(local, path, columns, self.episodes, self.repo_id))
+        self.files.clear()  # the columns are in memory now; image features fetch their file again per episode
+        table = pa.concat_tables(parts, promote_options="default")
+        for key in (INDEX, EPISODE_INDEX, FRAME_INDEX, TIMESTAMP, TASK_INDEX):
+            if key not in table.column_names:
+                raise DatasetFormatError(f"the data files of {self.repo_id} have no {key!r} column")
+        return table
+
+    def _store_columns(self, table: pa.Table, keys: list[str]) -> None:
+        super()._store_columns(table, [key for key in keys if key in table.column_names])
+
+    # --- frames: a bounded LRU of decoded episodes instead of a frame cache -------------------------------------
+    def _make_frame_caches(self, storage: str, max_ram_gb: float) -> None:
+        self._caches = {}
+        self.frame_cache_storage = "stream"
+        self._chw = {key: image_chw(key, self.features[key]) for key in self.camera_keys}
+        self.check_buffer_fits(1)  # the largest episode alone must fit
+
+    def episode_nbytes(self, episode_pos: int) -> int:
+        """The decoded frames of the `episode_pos`-th chosen episode, all cameras, in bytes."""
+        start, end = (int(v) for v in self.episode_bounds[episode_pos])
+        return (end - start) * sum(math.prod(chw) for chw in self._chw.values())
+
+    def check_buffer_fits(self, buffer_episodes: int, num_workers: int = 0) -> None:
+        """ValueError naming the settings when the decoded frames of `buffer_episodes` of the largest episodes do not
+        fit the memory budget (each DataLoader worker's share of it): the open episodes would be decoded again and
+        again."""
+        if not self.camera_keys:
+            return
+        sizes = sorted((self.episode_nbytes(pos) for pos in range(self.num_episodes)), reverse=True)
+        need = sum(sizes[:buffer_episodes])
+        budget = self.frames.max_bytes // max(1, num_workers)
+        if need > budget:
+            shared = f" per DataLoader worker ({num_workers} workers share it)" if num_workers > 1 else ""
+            raise ValueError(
+                f"{buffer_episodes} open episode(s) of {self.repo_id} need up to {need / 1024**2:.2f} MiB of decoded "
+                f"frames, more than the streaming memory budget of {budget / 1024**2:.2f} MiB{shared}: raise "
+                "stream_ram_gb= / --dataset.stream_ram_gb, or keep fewer episodes open (buffer_episodes= / "
+                "--dataset.shuffle_buffer_episodes)" + (", or use fewer workers (--num_workers)" if shared else "")
+            )
+
+    def _camera_frames(self, key: str, rows: np.ndarray, episode_pos: np.ndarray) -> np.ndarray:
+        out = np.empty((*rows.shape, *self._chw[key]), dtype=np.uint8)
+        for pos in np.unique(episode_pos).tolist():
+            frames = self._episode_array(key, pos)  # one episode at a time: the others may be evicted meanwhile
+            mine = episode_pos == pos
+            out[mine] = frames[rows[mine] - self.episode_bounds[pos, 0]]
+        return out
+
+    def _episode_array(self, key: str, episode_pos: int) -> np.ndarray:
+        """The decoded uint8 frames (len, C, H, W) of camera `key` of an episode, from the LRU or decoded now."""
+        frames = self.frames.get((key, episode_pos))
+        if frames is None:
+            start, end = (int(v) for v in self.episode_bounds[episode_pos])
+            shape = (end - start, *self._chw[key])
+            what = f"episode {self.episodes[episode_pos]} of {self.repo_id}, {key}"
+            self.frames.make_room(math.prod(shape), what)  # before allocating: the bound holds while decoding
+            frames = np.empty(shape, dtype=np.uint8)
+            self._decode_episode(key, episode_pos, frames)
+            self.frames.put((key, episode_pos), frames, what)
+        return frames
+
+    def _video_path(self, episode: int, key: str, what: str) -> Path:
+        return self.files.fetch(self.meta.video_file(episode, key), what)
+
+    def _image_column(self, key: str, episode_pos: int) -> pa.Array:
+        episode = self.episodes[episode_pos]
+        path = self.meta.data_file(episode)
+        local = self.files.fetch(path, f"episode {episode} of {self.repo_id}, {key}")
+        table = pq.read_table(local, columns=[key, FRAME_INDEX], filters=[(EPISODE_INDEX, "==", episode)])
+        order = pc.sort_indices(table.column(FRAME_INDEX))
+        return table.column(key).take(order).combine_chunks()
+
+    def prefetch_frames(self, progress: bool = True) -> None:
+        """Decodes nothing: a streamed episode is decoded when it is first drawn, and kept while the budget allows."""
+
+    def __repr__(self) -> str:
+        return "Streaming" + super().__repr__().replace(f", root={str(self.root)!r}", f", revision={self.revision!r}")
+
+
+def _episode_rows(local: Path, path: str, columns: list[str], episodes: list[int], repo_id: str) -> pa.Table:
+    """The `columns` of the rows of `episodes` in one data file (`path` in the repo), read row group by row group."""
+    parquet = pq.ParquetFile(local)
+    stored = set(parquet.schema_arrow.names)
+    absent = [key for key in [*columns, EPISODE_INDEX] if key not in stored]
+    if absent:
+        raise DatasetFormatError(f"info.json of {repo_id} lists the features {absent} but {path} has no such columns")
+    read = list(dict.fromkeys([*columns, EPISODE_INDEX]))
+    chosen = pa.array(episodes, type=pa.int64())
+    groups = []
+    for group in range(parquet.num_row_groups):
+        part = parquet.read_row_group(group, columns=read)
+        groups.append(part.filter(pc.is_in(part.column(EPISODE_INDEX).cast(pa.int64()), value_set=chosen)))
+    return pa.concat_tables(groups) if groups else parquet.schema_arrow.empty_table().select(read)

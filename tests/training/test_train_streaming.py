@@ -1,0 +1,67 @@
+"""Training on a streamed Hub dataset (`--dataset.streaming=true`, the 127.0.0.1 test server), and its bad flags."""
+
+import dataclasses
+import json
+
+from hfpolicy.constants import METRICS_FILE, OBS_ENV_STATE, OBS_STATE
+from hfpolicy.datasets import push_dataset_to_hub
+from hfpolicy.training import main
+
+TINY = [
+    f"--dataset.input_features=[{OBS_STATE},{OBS_ENV_STATE}]",
+    "--policy.type=diffusion",
+    "--policy.down_dims=[16,32]",
+    "--policy.diffusion_step_embed_dim=16",
+    "--policy.noise_scheduler_type=DDIM",
+    "--policy.num_inference_steps=2",
+    "--batch_size=8",
+    "--tracker=none",
+    "--progress=false",
+    "--num_threads=1",
+    "--eval.freq=0",
+]
+
+
+def test_a_streamed_hub_dataset_trains(pusht_state_dataset, hub_server, tmp_path):
+    push_dataset_to_hub(pusht_state_dataset, "user/pusht5-streamed")
+    out = tmp_path / "run"
+    flags = [
+        "--dataset.repo_id=user/pusht5-streamed",
+        "--dataset.streaming=true",
+        "--dataset.shuffle_buffer_episodes=2",
+    ]
+    assert main([*flags, f"--output_dir={out}", *TINY, "--steps=2"]) == 0
+    assert [json.loads(line)["step"] for line in (out / METRICS_FILE).read_text().splitlines() if "loss" in line]
+    config = json.loads((out / "train_config.json").read_text())["dataset"]
+    assert config["streaming"] is True and config["shuffle_buffer_episodes"] == 2
+    data_gets = [url for method, url in hub_server.requests if method == "GET" and "pusht5-streamed/resolve" in url]
+    assert data_gets and not any("/videos/" in url for url in data_gets)  # a state-only policy fetches no video
+
+
+def test_streaming_flags_are_checked_before_training(pusht_state_dataset, tmp_path, capsys):
+    out = tmp_path / "bad"
+    local = [f"--dataset.root={pusht_state_dataset}", "--dataset.streaming=true"]
+    assert main([*local, f"--output_dir={out}", *TINY]) == 2
+    assert "--dataset.streaming=true reads a Hub dataset (--dataset.repo_id)" in capsys.readouterr().err
+    hub = ["--dataset.repo_id=user/anything", "--dataset.streaming=true"]
+    assert (
+        main([*hub, "--dataset.stream_ram_gb=0", "--dataset.shuffle_buffer_episodes=0", f"--output_dir={out}", *TINY])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "--dataset.stream_ram_gb must be > 0" in err and "--dataset.shuffle_buffer_episodes must be >= 1" in err
+
+
+def test_a_run_saved_before_the_streaming_flags_existed_resumes_without_changes(tmp_path):
+    from hfpolicy.training.config import TrainConfig, train_config_to_dict
+    from hfpolicy.training.resume_flags import changed_fields
+
+    cfg = TrainConfig()
+    older = train_config_to_dict(cfg)
+    for name in ("streaming", "shuffle_buffer_episodes", "stream_ram_gb", "stream_disk_gb", "stream_retries"):
+        del older["dataset"][name]
+    saved = tmp_path / "train_config.json"
+    saved.write_text(json.dumps(older))
+    assert changed_fields(cfg, saved) == {}
+    streamed = dataclasses.replace(cfg, dataset=dataclasses.replace(cfg.dataset, streaming=True))
+    assert changed_fields(streamed, saved) == {"dataset.streaming": (None, True)}
