@@ -128,6 +128,15 @@ def bench_act(repeats: int, skip_training: bool) -> tuple[dict[str, float], list
         OBS_IMAGE: torch.rand(1, 3, 96, 96, generator=generator),
         OBS_STATE: torch.rand(1, 2, generator=generator) * 512,
     }
+    times = first_action_seconds(policy, observation, repeats)
+    results["act_chunk_latency_s_b1"] = round(statistics.median(times), 4)
+    reference = LEROBOT_0_6_1_ACT.get("act_chunk_latency_s_b1", "")
+    rows.append(("ACT chunk, batch 1 (s)", f"{results['act_chunk_latency_s_b1']:.3f}", f"{reference}"))
+    return results, rows
+
+
+def first_action_seconds(policy, observation: dict, repeats: int) -> list[float]:
+    """Seconds of `repeats` select_action calls at an episode start (each predicts a chunk), after one warm-up."""
     times = []
     with torch.inference_mode():
         for i in range(repeats + 1):
@@ -137,10 +146,7 @@ def bench_act(repeats: int, skip_training: bool) -> tuple[dict[str, float], list
             if i > 0:
                 times.append(time.perf_counter() - start)
     assert action.shape == (1, 2) and torch.isfinite(action).all()
-    results["act_chunk_latency_s_b1"] = round(statistics.median(times), 4)
-    reference = LEROBOT_0_6_1_ACT.get("act_chunk_latency_s_b1", "")
-    rows.append(("ACT chunk, batch 1 (s)", f"{results['act_chunk_latency_s_b1']:.3f}", f"{reference}"))
-    return results, rows
+    return times
 
 
 def make_state_policy(seed: int = 0):
@@ -206,15 +212,7 @@ def bench_state(repeats: int) -> tuple[dict[str, float], list[tuple[str, str, st
         OBS_ENV_STATE: torch.rand(1, 16, generator=generator) * 512,
     }
     policy.eval()
-    times = []
-    with torch.inference_mode():
-        for i in range(repeats + 1):
-            policy.reset()
-            start = time.perf_counter()
-            action = policy.select_action(observation)
-            if i > 0:
-                times.append(time.perf_counter() - start)
-    assert action.shape == (1, 2) and torch.isfinite(action).all()
+    times = first_action_seconds(policy, observation, repeats)
     results["state_chunk_latency_s_b1_ddim10"] = round(statistics.median(times), 4)
     rows.append(("state chunk, batch 1, DDIM-10 (s)", f"{results['state_chunk_latency_s_b1_ddim10']:.3f}", ""))
     return results, rows

@@ -1,19 +1,18 @@
 """`FrameLRU`: decoded episodes (uint8 frames of one camera) kept in memory up to a byte budget, the least recently
 used evicted first; the frame store of the streaming reader (streaming.py).
 
-Each process keeps its own: a DataLoader worker drops what it inherited from the main process and keeps at most
-budget / num_workers, so all workers together stay within the budget.
+Each process keeps its own, at most budget / num_workers (worker_budget.py).
 """
 
-import os
 from collections import OrderedDict
 from collections.abc import Hashable
 
 import numpy as np
-import torch
+
+from hfpolicy.datasets.worker_budget import WorkerBudget
 
 
-class FrameLRU:
+class FrameLRU(WorkerBudget):
     """uint8 arrays by key, their bytes summed and bounded by `max_bytes` (over all DataLoader workers)."""
 
     def __init__(self, max_bytes: int, budget_words: str):
@@ -23,26 +22,9 @@ class FrameLRU:
         self.budget_words = budget_words  # how the budget is set, in errors: "stream_ram_gb= / --dataset.stream_ram_gb"
         self._reset(share=1)
 
-    def _reset(self, share: int) -> None:
-        self._pid = os.getpid()
-        self._share = max(1, share)
+    def _clear(self) -> None:
         self._entries: OrderedDict[Hashable, np.ndarray] = OrderedDict()  # least recently used first
-        self.bytes = 0  # held now
-        self.peak_bytes = 0  # the most ever held (or reserved) at once by this process
         self.loads = 0  # arrays put (a decode each)
-        self.evictions = 0
-
-    def _own(self) -> None:
-        """In a new process (a DataLoader worker): start empty, with this worker's share of the budget."""
-        if os.getpid() != self._pid:
-            info = torch.utils.data.get_worker_info()
-            self._reset(share=info.num_workers if info is not None else 1)
-
-    @property
-    def budget(self) -> int:
-        """This process's bytes: the budget divided among the DataLoader workers."""
-        self._own()
-        return self.max_bytes // self._share
 
     def get(self, key: Hashable) -> np.ndarray | None:
         self._own()

@@ -21,8 +21,9 @@ from collections import OrderedDict
 from pathlib import Path
 
 import httpx2  # huggingface_hub's HTTP client: its network errors are not OSErrors
-import torch
 from tqdm.auto import tqdm
+
+from hfpolicy.datasets.worker_budget import WorkerBudget
 
 REPO_TYPE = "dataset"
 RETRY_BASE_WAIT_S = 0.5  # waits 0.5, 1, 2, ... s between the attempts at one file
@@ -51,7 +52,7 @@ def first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-class RemoteFiles:
+class RemoteFiles(WorkerBudget):
     """Local copies of files of `repo_id` at `commit`, at most `max_bytes` of them at once (over all workers).
 
     Args:
@@ -71,27 +72,10 @@ class RemoteFiles:
         self.sizes = sizes if sizes is not None else self._with_retries(self._list_sizes, "the file list")
         self._reset(share=1)
 
-    def _reset(self, share: int) -> None:
-        self._pid = os.getpid()
-        self._share = max(1, share)
+    def _clear(self) -> None:
         self._folder: Path | None = None  # made at the first fetch
         self._files: OrderedDict[str, int] = OrderedDict()  # path -> bytes, least recently used first
-        self.bytes = 0  # held now
-        self.peak_bytes = 0  # the most ever held (or reserved) at once by this process
         self.fetches = 0  # downloads (a file evicted and needed again is fetched again)
-        self.evictions = 0
-
-    def _own(self) -> None:
-        """In a new process (a DataLoader worker): start an empty cache with this worker's share of the budget."""
-        if os.getpid() != self._pid:
-            info = torch.utils.data.get_worker_info()
-            self._reset(share=info.num_workers if info is not None else 1)
-
-    @property
-    def budget(self) -> int:
-        """This process's bytes: the budget divided among the DataLoader workers."""
-        self._own()
-        return self.max_bytes // self._share
 
     @property
     def folder(self) -> Path:

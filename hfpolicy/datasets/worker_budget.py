@@ -1,0 +1,40 @@
+"""`WorkerBudget`: the byte budget that the streaming caches (frame_lru.py's frames in memory, remote_files.py's
+files on disk) share with the DataLoader's workers.
+
+Each process keeps its own entries: a DataLoader worker drops what it inherited from the main process (by the
+process id it was made in) and keeps at most budget / num_workers, so all workers together stay within the budget.
+"""
+
+import os
+
+import torch
+
+
+class WorkerBudget:
+    """Base of a cache bounded by `max_bytes` over all DataLoader workers; a subclass empties its own entries in
+    `_clear()` and calls `self._own()` before each use."""
+
+    max_bytes: int
+
+    def _reset(self, share: int) -> None:
+        self._pid = os.getpid()
+        self._share = max(1, share)
+        self.bytes = 0  # held now
+        self.peak_bytes = 0  # the most ever held (or reserved) at once by this process
+        self.evictions = 0
+        self._clear()
+
+    def _clear(self) -> None:
+        raise NotImplementedError
+
+    def _own(self) -> None:
+        """In a new process (a DataLoader worker): start empty, with this worker's share of the budget."""
+        if os.getpid() != self._pid:
+            info = torch.utils.data.get_worker_info()
+            self._reset(share=info.num_workers if info is not None else 1)
+
+    @property
+    def budget(self) -> int:
+        """This process's bytes: the budget divided among the DataLoader workers."""
+        self._own()
+        return self.max_bytes // self._share
