@@ -2,9 +2,13 @@
 
 import ast
 import re
+import shlex
 from pathlib import Path
 
 import torch
+
+from hfpolicy.cli.commands import COMMANDS, load, split_command
+from hfpolicy.cli.flags import unknown_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,6 +52,40 @@ def test_readme_commands_name_real_files_and_flags():
     assert "accelerate launch examples/train_pusht.py" in text and (ROOT / "examples" / "train_pusht.py").is_file()
     for script in re.findall(r"bench/\w+\.py", text):
         assert (ROOT / script).is_file(), script
+    for test_file in re.findall(r"\btests/[\w/]+\.py", text):
+        assert (ROOT / test_file).is_file(), test_file
+    checked = 0
+    for command, flags in readme_command_flags():
+        assert not unknown_flags(load(COMMANDS[command].config), flags), (command, flags)
+        checked += 1
+    assert checked >= 15  # every `hfpolicy ...` and `examples/train_pusht.py` line of README's shell blocks
+
+
+# Flags examples/train_pusht.py takes before `hfpolicy train` parses the rest (choose_data_preset, split_num_processes).
+TRAIN_PUSHT_OWN_FLAGS = ("--preset", "--num_processes")
+
+
+def readme_command_flags() -> list[tuple[str, list[str]]]:
+    """(hfpolicy command, its --flags) of every README shell line running `hfpolicy ...` or examples/train_pusht.py
+    (whose flags are `hfpolicy train`'s); `--policy.path` of train is taken out as `parse_train_config` does."""
+    from hfpolicy.training.finetune import split_policy_path
+
+    found = []
+    for block in readme_commands():
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if "examples/train_pusht.py" in words:
+                command, rest = "train", words[words.index("examples/train_pusht.py") + 1 :]
+                rest = [w for w in rest if w.split("=", 1)[0] not in TRAIN_PUSHT_OWN_FLAGS]
+            elif words[:1] == ["hfpolicy"]:
+                command, rest = split_command(words[1:])
+                assert command is not None, line
+            else:
+                continue
+            if command == "train":
+                rest = split_policy_path(rest)[1]
+            found.append((command, [w for w in rest if w.startswith("--")]))
+    return found
 
 
 # --- the package's shape ---------------------------------------------------------------------------------------------

@@ -33,7 +33,6 @@ from hfpolicy.training.checkpoints import save_checkpoint, save_shareable_policy
 from hfpolicy.training.config import TrainConfig, TrainConfigError, validate_train_config
 from hfpolicy.training.curve import draw_training_curve
 from hfpolicy.training.progress import (
-    COMPILING_NOTE,
     NonFiniteLossGuard,
     RunningMeans,
     TrainingClock,
@@ -127,7 +126,7 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
         stops = StopControl(cfg.save_every_minutes)
         stops.training(accelerator)
     is_main = accelerator.is_main_process
-    clock = TrainingClock(cfg.steps, t.eval_plan)
+    clock = TrainingClock(cfg.steps, t.eval_plan, compiles=cfg.compile)
     bar = tqdm(
         total=cfg.steps,
         initial=t.start_step,
@@ -139,8 +138,8 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
     if is_main and t.eval_plan:  # the first estimate counts the evaluations too (a guess until one is timed)
         episode_length = getattr(t.env_cfg, "episode_length", 300)
         clock.estimate_eval(timed_eval_episode_s(accelerator.unwrap_model(policy), episode_length, accelerator.device))
-    if cfg.compile and t.start_step < cfg.steps:
-        bar.set_postfix_str(COMPILING_NOTE)  # the first step compiles: say so while the bar sits at its start
+    if t.start_step < cfg.steps:  # while the bar sits at its start: "compiling ..." (--compile=true), else "eta ?"
+        bar.set_postfix_str(clock.postfix(t.start_step))
     policy.train()
     eval_summary, hub_commit = None, None
     window = RunningMeans()  # losses and timings since the last log entry

@@ -95,18 +95,24 @@ def planned_evaluations(cfg: TrainConfig, start_step: int) -> dict[int, int]:
     return plan
 
 
+# The bar's text while the first step of a --compile=true run compiles (it sits at its start for minutes on a CPU).
+COMPILING_NOTE = "compiling the training step (torch.compile: a minute or more on a CPU, once)"
+
+
 class TrainingClock:
     """The time a run has left: steps at the median of the recent step times (the first step, which compiles and
     warms up, is left out) plus the evaluations still planned, at the measured seconds per eval episode. tqdm's own
-    ETA smooths over the first steps and ignores evaluations, so early on it is off by hours."""
+    ETA smooths over the first steps and ignores evaluations, so early on it is off by hours. A compiled run's bar
+    says so (COMPILING_NOTE) until its first step is done, not "eta ?" for minutes."""
 
     ANNOUNCE_AFTER_STEPS = 10  # steps after which the run's estimated total time is printed once
     WARN_ABOVE_S = 24 * 3600  # estimates above this get a warning line
 
     CURRENT_EVERY_S = 0.5  # the bar's loss and lr are read this often (reading a GPU loss waits for the GPU)
 
-    def __init__(self, total_steps: int, eval_plan: dict[int, int]):
+    def __init__(self, total_steps: int, eval_plan: dict[int, int], compiles: bool = False):
         self.total_steps, self.eval_plan = total_steps, eval_plan
+        self.compiles = compiles  # this process's first step compiles the training forward (--compile=true)
         self.step_times: list[float] = []
         self.n_steps_seen = 0
         self.eval_s_per_episode: float | None = None
@@ -146,6 +152,10 @@ class TrainingClock:
         return steps_s + episodes * (self.eval_s_per_episode or 0.0), True
 
     def postfix(self, step: int) -> str:
+        """The bar's text after `step`: COMPILING_NOTE before a compiling first step, else the time left (with the
+        evaluations, or "+ evals" until they can be estimated) and the current loss and lr."""
+        if self.compiles and self.n_steps_seen == 0:
+            return COMPILING_NOTE
         left, with_evals = self.remaining_s(step)
         eta = "eta ?" if left is None else f"eta {format_duration(left)}" + ("" if with_evals else " + evals")
         return ", ".join(part for part in (eta, self.last_log) if part)
@@ -190,9 +200,6 @@ def timed_eval_episode_s(policy: Any, episode_length: int, device: torch.device)
     finally:
         policy.train(was_training)
     return math.ceil(episode_length / config.n_action_steps) * chunk_s + episode_length * ENV_STEP_S
-
-
-COMPILING_NOTE = "compiling the training step (torch.compile: a minute or more on a CPU, once)"
 
 
 @contextlib.contextmanager

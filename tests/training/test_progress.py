@@ -1,16 +1,20 @@
 """Signs of life while training (hfpolicy.training.progress): the first estimate counts the evaluations, the bar
-shows the current loss and lr, and warnings do not land inside the bar's line."""
+shows the current loss and lr, a compiled run's bar says "compiling" until its first step is done (the clock alone,
+then a real tiny compiled run), and warnings do not land inside the bar's line."""
 
 import io
 import logging
 import sys
 import warnings
 
+import pytest
 import torch
 from policies.toy_policy import make_toy_policy
 from tqdm import tqdm
+from training.test_train_faults import flags
 
-from hfpolicy.training.progress import TrainingClock, timed_eval_episode_s, warnings_above_the_bar
+from hfpolicy.training import main
+from hfpolicy.training.progress import COMPILING_NOTE, TrainingClock, timed_eval_episode_s, warnings_above_the_bar
 
 
 def test_the_first_estimate_counts_the_evaluation_episodes():
@@ -39,6 +43,38 @@ def test_the_bar_shows_the_current_loss_and_lr():
     clock._current_read_at = float("-inf")  # as when CURRENT_EVERY_S has passed
     clock.note_current(torch.tensor(0.125), 5e-4)
     assert "loss=0.1250, lr=5.00e-04" in clock.postfix(2)
+
+
+def test_a_compiled_run_says_compiling_until_its_first_step_is_done():
+    clock = TrainingClock(total_steps=100, eval_plan={}, compiles=True)
+    assert clock.postfix(0) == COMPILING_NOTE  # the bar at its start, while the first step compiles
+    clock.add_step(240.0)  # the first step: four minutes of compiling
+    clock.note_current(torch.tensor(0.5), 1e-3)
+    assert clock.postfix(1) == "eta ?, loss=0.5000, lr=1.00e-03"  # done compiling; no estimate from that step
+    for _ in range(9):
+        clock.add_step(0.5)
+    assert clock.postfix(10).startswith("eta 00:45, ")  # 90 steps x 0.5 s: the compiling step is left out
+    resumed = TrainingClock(total_steps=100, eval_plan={}, compiles=True)  # a resumed process compiles again
+    assert resumed.postfix(50) == COMPILING_NOTE
+    assert TrainingClock(total_steps=100, eval_plan={}).postfix(0) == "eta ?"  # not compiled: no note
+
+
+def bar_lines(err: str) -> list[str]:
+    """The states of the "train" bar as written to stderr (tqdm redraws its line after a carriage return)."""
+    return [line.rstrip() for line in err.replace("\r", "\n").splitlines() if line.startswith("train:")]
+
+
+@pytest.mark.slow
+def test_a_compiled_run_shows_compiling_on_its_bar_until_the_first_step(pusht_state_dataset, tmp_path, capsys):
+    """A real --compile=true run of the tiny state Diffusion Policy (torch.compile of its training forward)."""
+    more = ["--compile=true", "--progress=true", "--steps=3", "--num_threads=1"]
+    assert main(flags(pusht_state_dataset, tmp_path / "run", *more)) == 0
+    lines = bar_lines(capsys.readouterr().err)
+    compiling = [i for i, line in enumerate(lines) if COMPILING_NOTE in line]
+    assert compiling, lines  # shown while the bar sat at its start
+    assert all("0/3" in lines[i] for i in compiling)  # ... and only there
+    assert "3/3" in lines[-1] and "eta " in lines[-1] and "loss=" in lines[-1]  # then the time left and the loss
+    assert all(line.endswith("]") for line in lines), lines  # no warning or log record spliced into the bar's line
 
 
 def test_a_warning_gets_its_own_line_above_the_bar():
