@@ -3,6 +3,7 @@ env-only floor, with a cheap deterministic policy and (when hfpolicy.policies.di
 Policy with DDIM 10 steps.
 
     python bench/eval_throughput.py [--episodes 50] [--batch_size 50] [--device cpu] [--skip_parallel]
+    python bench/eval_throughput.py --env aloha [--task AlohaInsertion-v0] [--no-shadows]   # ALOHA, batch 10
 
 - single_s: the episodes one after another in a vector env of 1 (one policy call per env step).
 - serial_s / parallel_s: SyncVectorEnv / AsyncVectorEnv of batch_size envs, one batched policy call per step.
@@ -17,6 +18,17 @@ Policy with DDIM 10 steps.
   episodes vs serial `--diffusion_batch_size` on `--diffusion_episodes`, compared per episode (target: serial >= 5x
   faster per episode). On a CPU one batch-1 prediction takes seconds: shorten the episodes there, e.g.
   `--diffusion_episode_length 16 --diffusion_episodes 16`.
+
+ALOHA (`--env aloha`, gym-aloha's scenes; defaults batch 10, 10 episodes of 400 steps): the cheap policy holds the
+arms where they are (action = current joints + offsets of 0.01), so no episode ends early and every run steps the
+same number of env steps. The floor steps the same envs (a plain env, same seeds) with the hold action (each
+episode's start joints), no policy and no vector env.
+- state: a state-input policy on `environment_state_agent_pos` envs (nothing rendered): serial batch 10 vs floor.
+- images: a policy reading `observation.images.top` too, on `pixels_agent_pos` envs, so every step renders the
+  480x640 top camera in the eval and in its floor alike; shorter episodes (`--image_episode_length`, default 10):
+  on a CPU a frame costs 0.1-0.5 s. `render_s_per_frame`: `env.render()` of a 480x640 frame, timed directly
+  (`--render_frames`, with the chosen shadows), and `render_s_per_frame_in_floor`: the image floor's time per step
+  less the state floor's.
 
 Prints a table, then, as its LAST line, one JSON object with the numbers.
 """
@@ -35,8 +47,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
-from hfpolicy.constants import ACTION, OBS_IMAGE, OBS_STATE  # noqa: E402
-from hfpolicy.envs import PushTEnvConfig  # noqa: E402
+from hfpolicy.constants import ACTION, OBS_IMAGE, OBS_IMAGES_PREFIX, OBS_STATE  # noqa: E402
+from hfpolicy.envs import AlohaEnvConfig, PushTEnvConfig  # noqa: E402
 from hfpolicy.eval import evaluate  # noqa: E402
 from hfpolicy.policies import FeatureType, Policy, PolicyConfig, PolicyFeature  # noqa: E402
 
@@ -50,6 +62,8 @@ class CheapConfig(PolicyConfig):
 
     n_obs_steps: int = 2  # observations per prediction
     n_action_steps: int = 8  # actions per predicted chunk
+    gain: float = 0.8  # chunk = gain * newest state + offsets
+    offset_scale: float = 0.3  # amplitude of the offsets (sines and cosines over the chunk)
 
 
 class CheapPolicy(Policy):
@@ -58,8 +72,10 @@ class CheapPolicy(Policy):
     def __init__(self, config: CheapConfig, dataset_stats=None):
         super().__init__(config, dataset_stats)
         steps = torch.arange(config.n_action_steps, dtype=torch.float32)
-        self.gain = nn.Parameter(torch.tensor([0.8, 0.8]))
-        self.register_buffer("offset", 0.3 * torch.stack([torch.sin(steps), torch.cos(steps)], dim=1))
+        dim = config.output_features[ACTION].shape[0]  # = the state's size (PushT 2, ALOHA 14)
+        self.gain = nn.Parameter(torch.full((dim,), config.gain))
+        waves = [torch.sin(steps + k // 2) if k % 2 == 0 else torch.cos(steps + k // 2) for k in range(dim)]
+        self.register_buffer("offset", config.offset_scale * torch.stack(waves, dim=1))
         self.recorded: list[list[np.ndarray]] | None = None  # when a list: the actions of each episode (batch 1)
 
     def generate_actions(self, observation: dict[str, Tensor], generator=None, noise=None) -> Tensor:
@@ -143,9 +159,10 @@ def diffusion_policy(device: str) -> Policy | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--episodes", type=int, default=50, help="episodes per measurement")
-    parser.add_argument("--batch_size", type=int, default=50, help="envs of the serial and parallel vector envs")
-    parser.add_argument("--episode_length", type=int, default=300, help="PushT time limit")
+    parser.add_argument("--env", choices=("pusht", "aloha"), default="pusht", help="the simulator")
+    parser.add_argument("--episodes", type=int, default=None, help="episodes per measurement (PushT 50, ALOHA 10)")
+    parser.add_argument("--batch_size", type=int, default=None, help="envs of the vector envs (PushT 50, ALOHA 10)")
+    parser.add_argument("--episode_length", type=int, default=None, help="time limit (PushT 300, ALOHA 400)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="policy device")
     parser.add_argument("--repeats", type=int, default=2, help="alternated floor / serial runs (the best is kept)")
     parser.add_argument("--skip_parallel", action="store_true", help="skip the AsyncVectorEnv runs")
@@ -158,7 +175,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--diffusion_episode_length", type=int, default=None, help="time limit of the Diffusion runs (episode_length)"
     )
+    parser.add_argument("--task", default="AlohaTransferCube-v0", help="ALOHA: the task")
+    parser.add_argument("--shadows", action=argparse.BooleanOptionalAction, default=True, help="ALOHA: render shadows")
+    parser.add_argument("--image_episode_length", type=int, default=10, help="ALOHA: time limit of the image runs")
+    parser.add_argument("--render_frames", type=int, default=10, help="ALOHA: frames of the direct render timing")
+    parser.add_argument("--skip_images", action="store_true", help="ALOHA: skip the image runs")
     args = parser.parse_args(argv)
+    if args.env == "aloha":
+        return aloha_main(args)
+    args.episodes, args.batch_size = args.episodes or 50, args.batch_size or 50
+    args.episode_length = args.episode_length or 300
     env_config = PushTEnvConfig(obs_type="pixels_agent_pos", episode_length=args.episode_length)
     inputs, outputs, stats = pusht_features()
     state_only = {OBS_STATE: inputs[OBS_STATE]}
@@ -254,6 +280,125 @@ def main(argv: list[str] | None = None) -> int:
     )
     if diffusion is not None:
         print(f"diffusion: serial is {results['diffusion_speedup_serial']:.2f}x faster per episode than batch 1")
+    print(json.dumps(results))
+    return 0
+
+
+ALOHA_TOP = f"{OBS_IMAGES_PREFIX}top"
+
+
+def aloha_policy(images: bool, device: str) -> Policy:
+    """The cheap policy holding the arms where they are: action = current joints + offsets of 0.01 (state and
+    action share their normalization, min -1 / max 1, so normalized and raw values are the same)."""
+    inputs = {OBS_STATE: PolicyFeature(FeatureType.STATE, (14,))}
+    if images:
+        inputs[ALOHA_TOP] = PolicyFeature(FeatureType.IMAGE, (3, 480, 640))
+    outputs = {ACTION: PolicyFeature(FeatureType.ACTION, (14,))}
+    stats = {key: {"min": [-1.0] * 14, "max": [1.0] * 14} for key in (OBS_STATE, ACTION)}
+    stats[ALOHA_TOP] = {"mean": [0.5] * 3, "std": [0.25] * 3}
+    config = CheapConfig(input_features=inputs, output_features=outputs, n_obs_steps=1, gain=1.0, offset_scale=0.01)
+    return CheapPolicy(config, dataset_stats=stats).to(device)
+
+
+def aloha_floor(env_config: AlohaEnvConfig, episodes: int) -> tuple[float, int]:
+    """(seconds, env steps) to reset and step one plain env through `episodes` episodes (seeds START_SEED..), each
+    holding its start joints until the time limit: no policy, no vector env."""
+    env = env_config.make_single()
+    steps = 0
+    try:
+        start = time.perf_counter()
+        for index in range(episodes):
+            observation, _ = env.reset(seed=START_SEED + index)
+            hold = observation["agent_pos"].astype(np.float32)
+            done = False
+            while not done:
+                _, _, terminated, truncated, _ = env.step(hold)
+                steps, done = steps + 1, terminated or truncated
+        return time.perf_counter() - start, steps
+    finally:
+        env.close()
+
+
+def render_cost(env_config: AlohaEnvConfig, frames: int) -> float:
+    """Seconds per `env.render()` frame (480x640 top camera), the first frame (the GL context) left out."""
+    env = env_config.make_single()
+    try:
+        env.reset(seed=START_SEED)
+        env.render()
+        start = time.perf_counter()
+        for _ in range(frames):
+            env.render()
+        return (time.perf_counter() - start) / frames
+    finally:
+        env.close()
+
+
+def aloha_runs(args, images: bool) -> dict:
+    """Floor and serial-eval seconds (the best of `--repeats` alternated runs; one run with images) and steps."""
+    length = args.image_episode_length if images else args.episode_length
+    obs_type = "pixels_agent_pos" if images else "environment_state_agent_pos"
+    env_config = AlohaEnvConfig(task=args.task, obs_type=obs_type, episode_length=length, shadows=args.shadows)
+    policy = aloha_policy(images, args.device)
+    floor_runs, serial_runs, serial_steps = [], [], 0
+    for _ in range(1 if images else args.repeats):  # alternated, so that a change in machine load hits both alike
+        floor_s, floor_steps = aloha_floor(env_config, args.episodes)
+        floor_runs.append(floor_s)
+        seconds, records = timed_eval(policy, env_config, args.batch_size, False, args.episodes)
+        serial_runs.append(seconds)
+        serial_steps = sum(r["length"] for r in records)
+    if serial_steps != floor_steps:
+        raise RuntimeError(
+            f"the eval stepped {serial_steps} env steps, the floor {floor_steps}: an episode ended early"
+        )
+    floor_s, serial_s = min(floor_runs), min(serial_runs)
+    return {"steps": floor_steps, "floor_s": floor_s, "serial_s": serial_s, "length": length,
+            "floor_runs_s": [round(x, 3) for x in floor_runs], "serial_runs_s": [round(x, 3) for x in serial_runs]}  # fmt: skip
+
+
+def aloha_main(args) -> int:
+    args.episodes, args.batch_size = args.episodes or 10, args.batch_size or 10
+    args.episode_length = args.episode_length or 400
+    print(
+        f"ALOHA eval throughput ({args.task}): {args.episodes} episodes, batch {args.batch_size}, shadows "
+        f"{args.shadows}, policy on {args.device}, torch threads {torch.get_num_threads()}, {os.cpu_count()} CPUs",
+        flush=True,
+    )
+    state = aloha_runs(args, images=False)
+    results = {"env": f"aloha/{args.task}", "episodes": args.episodes, "batch_size": args.batch_size,
+               "shadows": args.shadows, "episode_length": state["length"], "env_steps": state["steps"],
+               "env_floor_s": round(state["floor_s"], 3), "serial_s": round(state["serial_s"], 3),
+               "env_floor_runs_s": state["floor_runs_s"], "serial_runs_s": state["serial_runs_s"],
+               "floor_steps_per_s": round(state["steps"] / state["floor_s"], 1),
+               "serial_steps_per_s": round(state["steps"] / state["serial_s"], 1),
+               "serial_vs_floor": round(state["floor_s"] / state["serial_s"], 3)}  # fmt: skip
+    rows = [("state: env only (floor)", state["floor_s"], state["steps"]),
+            (f"state: serial batch {args.batch_size}", state["serial_s"], state["steps"])]  # fmt: skip
+    if not args.skip_images:
+        image = aloha_runs(args, images=True)
+        per_frame = image["floor_s"] / image["steps"] - state["floor_s"] / state["steps"]
+        render_config = AlohaEnvConfig(task=args.task, shadows=args.shadows)
+        results.update(
+            {
+                "image_episode_length": image["length"],
+                "image_env_steps": image["steps"],
+                "image_env_floor_s": round(image["floor_s"], 3),
+                "image_serial_s": round(image["serial_s"], 3),
+                "image_serial_vs_floor": round(image["floor_s"] / image["serial_s"], 3),
+                "render_s_per_frame": round(render_cost(render_config, args.render_frames), 4),
+                "render_s_per_frame_in_floor": round(per_frame, 4),
+            }
+        )
+        rows += [("images: env only (floor)", image["floor_s"], image["steps"]),
+                 (f"images: serial batch {args.batch_size}", image["serial_s"], image["steps"])]  # fmt: skip
+    print(f"\n{'run':<34}{'seconds':>10}{'env steps/s':>14}")
+    for name, seconds, steps in rows:
+        print(f"{name:<34}{seconds:>10.2f}{steps / seconds:>14.1f}")
+    print(f"\nstate: serial reaches {100 * results['serial_vs_floor']:.0f}% of the env-only floor (target >= 90%)")
+    if not args.skip_images:
+        print(
+            f"images: serial reaches {100 * results['image_serial_vs_floor']:.0f}% of the floor; a 480x640 frame "
+            f"costs {results['render_s_per_frame']:.3f} s (shadows {args.shadows})"
+        )
     print(json.dumps(results))
     return 0
 

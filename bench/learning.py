@@ -1,11 +1,15 @@
 """Does the main job produce a policy that works? Runs README's main command with the cpu recipe end to end, as a new
 user would (record the scripted demonstrations, train, evaluate on 500 seeds), and measures success and minutes.
+With --env aloha the same for ALOHA's cpu recipe (examples/train_aloha.py: 100 scripted demos, a state-input ACT,
+200 evaluation seeds).
 
     python bench/learning.py                          # accelerate launch examples/train_pusht.py --recipe=cpu
     python bench/learning.py --reuse-recording        # keep the recorded demos between runs (record_min ~ 0)
     python bench/learning.py -- --dataset.root=data/pusht_human --dataset.scripted_episodes=0   # other data
     python bench/learning.py --online                 # the cpu recipe with online training (ONLINE_FLAGS below)
     python bench/learning.py --human                  # the 206 human demos: ../shared/data zarr, converted first
+    python bench/learning.py --env aloha              # accelerate launch examples/train_aloha.py --recipe=cpu
+    python bench/learning.py --env aloha --env.task=AlohaInsertion-v0    # the insertion task
 
 With --human the zarr (--zarr, default ../shared/data/pusht_cchi_v7_replay.zarr beside the repo) is converted with
 `hfpolicy convert pusht-zarr --environment_state=true` into the run's work folder (record_min is then the conversion)
@@ -14,11 +18,12 @@ The JSON line then also has the paper's statistics over the periodic 50-episode 
 paper_best_success / paper_best_avg_max_reward (the best evaluation) and paper_last10_success /
 paper_last10_avg_max_reward (the mean of the last 10), as the diffusion_policy paper reports them (0.95 / 0.91).
 
-Flags after `--` go to examples/train_pusht.py. The recording goes to a fresh cache folder (so its time counts)
-unless --reuse-recording. Prints a table and, last, one JSON line: success_rate, avg_max_reward, ci95, n_episodes,
-wall_min, record_min, train_min, eval_min, train_steps, params_m, curve ([minutes, success_rate] per evaluation),
-and with --online also online_episodes, online_frames, online_min, labels and online_curve ([minutes, success rate
-of the round's 50 policy episodes] per round: the policy measured on fresh seeds while it trains).
+Flags after `--` go to examples/train_pusht.py (examples/train_aloha.py with --env aloha). The recording goes to a
+fresh cache folder (so its time counts) unless --reuse-recording. Prints a table and, last, one JSON line:
+success_rate, avg_max_reward, ci95, n_episodes, wall_min, record_min, train_min, eval_min, train_steps, params_m,
+curve ([minutes, success_rate] per evaluation), recipe, policy, dataset, env (pusht, or aloha/<task>), and with
+--online also online_episodes, online_frames, online_min, labels and online_curve ([minutes, success rate of the
+round's 50 policy episodes] per round: the policy measured on fresh seeds while it trains).
 """
 
 import argparse
@@ -60,8 +65,14 @@ def main() -> None:
     parser.add_argument("--compare", default=None, help="a JSON line of another run, drawn beside this one")
     parser.add_argument("--human", action="store_true", help="the 206 human demos (converted from --zarr)")
     parser.add_argument("--zarr", default=str(ROOT.parent / "shared" / "data" / "pusht_cchi_v7_replay.zarr"))
-    parser.add_argument("train_flags", nargs="*", help="flags for examples/train_pusht.py (after --)")
+    parser.add_argument("--env", choices=("pusht", "aloha"), default="pusht", help="the task family's example")
+    parser.add_argument("--env.task", dest="env_task", default=None, help="with --env aloha: AlohaInsertion-v0, ...")
+    parser.add_argument("train_flags", nargs="*", help="flags for the example (after --)")
     args = parser.parse_args()
+    if args.env == "aloha" and (args.online or args.human):
+        parser.error("--online and --human are PushT's (its expert, its human demos); leave them out with --env aloha")
+    if args.env_task is not None and args.env != "aloha":
+        parser.error("--env.task names an ALOHA task: add --env aloha")
 
     work = Path(tempfile.mkdtemp(prefix="hfpolicy-learning-"))
     output_dir = Path(args.output_dir) if args.output_dir else work / "run"
@@ -69,10 +80,12 @@ def main() -> None:
     if not args.reuse_recording:
         env["HFPOLICY_CACHE"] = str(work / "cache")
     data_flags = convert_human_demos(Path(args.zarr), work) if args.human else []
+    script = ROOT / "examples" / ("train_aloha.py" if args.env == "aloha" else "train_pusht.py")
+    task_flags = [f"--env.task={args.env_task}"] if args.env_task else []
     command = [
-        sys.executable, "-m", "accelerate.commands.launch", str(ROOT / "examples" / "train_pusht.py"),
+        sys.executable, "-m", "accelerate.commands.launch", str(script),
         "--recipe=cpu", f"--output_dir={output_dir}", "--progress=false", *(ONLINE_FLAGS if args.online else []),
-        *data_flags, *args.train_flags,
+        *data_flags, *task_flags, *args.train_flags,
     ]  # fmt: skip
     print("running:", " ".join(command), flush=True)
     load_before = os.getloadavg()
@@ -131,7 +144,9 @@ def main() -> None:
         "params_m": params_m,
         "curve": curve,
         "recipe": train_config.get("recipe"),
+        "policy": train_config["policy"]["type"],
         "dataset": train_config["dataset"].get("root") or train_config["dataset"]["repo_id"],
+        "env": env_name(train_config["env"]),
         **online_result(train_config, rounds, online_min, online_curve),
         **paper_statistics(evals),
         "load_avg_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
@@ -141,9 +156,10 @@ def main() -> None:
     print()
     print(f"| {'measure':<28} | {'value':<40} |")
     print(f"|{'-' * 30}|{'-' * 42}|")
+    reward_name = "avg max reward (0..4)" if args.env == "aloha" else "avg max overlap"
     rows = [
-        ("success (500 seeds)", f"{100 * result['success_rate']:.1f}% (95% CI {result['ci95']})"),
-        ("avg max overlap", f"{result['avg_max_reward']:.3f}"),
+        (f"success ({result['n_episodes']} seeds)", f"{100 * result['success_rate']:.1f}% (95% CI {result['ci95']})"),
+        (reward_name, f"{result['avg_max_reward']:.3f}"),
         ("wall time, whole command", f"{wall_min:.1f} min ({cpu_min:.1f} CPU min)"),
         ("  recording", f"{record_min:.1f} min"),
         ("  training (+ start-up)", f"{result['train_min']:.1f} min, {result['train_steps']} steps"),
@@ -171,6 +187,12 @@ def main() -> None:
     print(json.dumps(result))
 
 
+def env_name(env: dict) -> str:
+    """The JSON line's `env`: "pusht", or "aloha/<task>" (from train_config.json's env)."""
+    return f"{env['type']}/{env['task']}" if env.get("task") else env["type"]
+
+
+POLICY_NAMES = {"diffusion": "Diffusion Policy", "act": "ACT"}
 CONVERSION_MIN = [0.0]  # minutes the --human conversion took (counted in wall_min and reported as record_min)
 
 
@@ -240,7 +262,8 @@ def plot_curve(results: list[dict], path: Path) -> None:
         ax.errorbar([minutes[-1]], [final], yerr=[[final - low], [high - final]], fmt="s", color=color, capsize=4)
         ax.annotate(f"{final:.1f}%", (minutes[-1], final), textcoords="offset points", xytext=(-36, 8), color=color)
     ax.set_xlabel("minutes since the command started (record + train + eval)")
-    ax.set_ylabel("PushT success (%)")
+    env = results[0].get("env", "pusht")
+    ax.set_ylabel(f"{'PushT' if env == 'pusht' else env} success (%)")
     ax.set_ylim(0, 100)
     ax.set_xlim(0, max(65, max(r["wall_min"] for r in results) + 5))
     for minutes in (30, 60):
@@ -248,7 +271,9 @@ def plot_curve(results: list[dict], path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
     ax.set_title(
-        f"cpu recipe, {results[0]['params_m']} M-parameter Diffusion Policy, {results[0]['cpus']} CPU cores", fontsize=9
+        f"cpu recipe, {results[0]['params_m']} M-parameter {POLICY_NAMES.get(results[0].get('policy', 'diffusion'), 'policy')}, "
+        f"{results[0]['cpus']} CPU cores",
+        fontsize=9,
     )
     fig.tight_layout()
     fig.savefig(path)

@@ -13,10 +13,11 @@ ResNet18 + U-Net (263 M parameters), 200k steps at batch 64; about a day on one 
 small state-input Diffusion Policy learns from them; the whole command (record + train + a 500-episode evaluation)
 is measured by bench/learning.py (README).
 
-A recipe is a typed preset (a TrainConfig, and per policy type its policy config): the fields it sets are put before
-your flags as `hfpolicy train` flags, so every flag you give overrides it (`--help` lists them), with a preset per
-policy type (`--recipe=cpu --policy.type=act` gets a small ACT); with `--resume=true`
-the run's own train_config.json is the base and no recipe flag is added.
+A recipe is a typed preset (a TrainConfig, and per policy type its policy config; hfpolicy.training.recipes): the
+fields it sets are put before your flags as `hfpolicy train` flags, so every flag you give overrides it (`--help`
+lists them), with a preset per policy type (`--recipe=cpu --policy.type=act` gets a small ACT); with `--resume=true`
+the run's own train_config.json is the base and no recipe flag is added. examples/train_aloha.py is the same for
+ALOHA.
 
 `python examples/train_pusht.py` trains in this process (one process needs no launcher), and with `--num_processes=N`
 checks the flags first, then starts N processes through `accelerate launch` (hfpolicy.training.launch). Either way an
@@ -27,40 +28,16 @@ traceback and exit status 1 after the training's line.
 
 import argparse
 import dataclasses
-import json
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
-from hfpolicy.cli.flags import value_words
 from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
-from hfpolicy.policies import ACTConfig, DiffusionConfig, PolicyConfig
-from hfpolicy.training import describe_dataset, main
+from hfpolicy.policies import ACTConfig, DiffusionConfig
+from hfpolicy.training import recipes
 from hfpolicy.training.config import DatasetConfig, TrainConfig, TrainEvalConfig
-from hfpolicy.training.launch import check_before_launch, launch, report_result
+from hfpolicy.training.recipes import ChosenRecipe, PolicyPreset, Recipe, run_recipe, split_num_processes, user_choices
 
-RECIPE_CHOICES = ("auto", "paper", "cpu")
-
-
-@dataclass(frozen=True)
-class PolicyPreset:
-    """A policy type's preset within a recipe: its config, and the run settings that differ for it."""
-
-    policy: PolicyConfig
-    steps: int | None = None  # None: the recipe's
-    compile: bool | None = None  # None: the recipe's
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """A preset run: `run` sets the run's fields, `policies` the preset of each policy type it knows. The first
-    policy is the recipe's default."""
-
-    run: TrainConfig
-    policies: dict[str, PolicyPreset] = field(default_factory=dict)
-
+PROG = "train_pusht.py"
 
 RECIPES: dict[str, Recipe] = {
     "paper": Recipe(  # Diffusion Policy's PushT image setup: 200k steps at batch 64, 50 eval episodes every 20k steps
@@ -166,98 +143,26 @@ def choose_data_preset(recipe: str, flags: list[str]) -> tuple[str, list[str]]:
     return "human", rest
 
 
-def changed_flags(preset, base, prefix: str = "") -> list[str]:
-    """The flags that turn config `base` into `preset` (field by field, nested configs by prefix)."""
-    flags = []
-    for f in dataclasses.fields(preset):
-        value, default = getattr(preset, f.name), getattr(base, f.name)
-        if isinstance(value, PolicyConfig):
-            flags += [f"--{prefix}{f.name}.type={value.type}"]
-            flags += changed_flags(value, type(value)(), f"{prefix}{f.name}.")
-        elif dataclasses.is_dataclass(value) and type(value) is type(default):
-            flags += changed_flags(value, default, f"{prefix}{f.name}.")
-        elif value != default:
-            flags.append(f"--{prefix}{f.name}={value_words(value)}")
-    return flags
-
-
-def user_choices(flags: list[str]) -> argparse.Namespace:
-    """The user's --policy.type, --resume and data flags (parsed, not matched), which decide what a recipe adds."""
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--policy.type", dest="policy_type")
-    parser.add_argument("--resume", type=lambda text: text.lower() == "true", default=False)
-    parser.add_argument("--dataset.root", dest="dataset_root")
-    parser.add_argument("--dataset.repo_id", dest="dataset_repo_id")
-    return parser.parse_known_args(flags)[0]
-
-
 def choose_recipe(argv: list[str]) -> tuple[str, str, list[str]]:
     """(recipe, why it was chosen, the remaining flags) from `--recipe=auto|paper|cpu` (default auto)."""
-    parser = argparse.ArgumentParser(prog="train_pusht.py", add_help=False)
-    parser.add_argument("--recipe", choices=RECIPE_CHOICES, default="auto")
-    known, rest = parser.parse_known_args(argv)
-    if known.recipe != "auto":
-        return known.recipe, f"--recipe={known.recipe}", rest
-    if torch.cuda.is_available():
-        return "paper", f"auto: CUDA device {torch.cuda.get_device_name(0)} present", rest
-    return "cpu", "auto: no CUDA device, and the paper recipe would take weeks on a CPU", rest
+    return recipes.choose_recipe(argv, prog=PROG)
 
 
 def recipe_flags(recipe: str, flags: list[str], data_preset: str = "scripted") -> list[str]:
-    """The recipe's flags that go before the user's: none when resuming; the preset of the chosen `--policy.type`
-    (none for a type the recipe has no preset for); no scripted recording when the user names the data
-    (`--dataset.root=` or `--dataset.repo_id=`); the cpu recipe's human-demo preset with `data_preset="human"`."""
-    user = user_choices(flags)
-    if user.resume:
-        return []
+    """The recipe's flags that go before the user's (hfpolicy.training.recipes.preset_flags); the cpu recipe's
+    human-demo preset with `data_preset="human"`."""
     chosen = HUMAN_DEMOS if recipe == "cpu" and data_preset == "human" else RECIPES[recipe]
-    run = chosen.run
-    if user.dataset_root is not None or user.dataset_repo_id is not None:
-        run = dataclasses.replace(run, dataset=dataclasses.replace(run.dataset, scripted_episodes=0))
-    run_flags = [flag for flag in changed_flags(run, TrainConfig()) if not flag.startswith("--policy.")]
-    policy_type = user.policy_type or next(iter(chosen.policies))  # the first preset is the default policy
-    preset = chosen.policies.get(policy_type)
-    if preset is None:
-        return run_flags
-    changes = {name: getattr(preset, name) for name in ("steps", "compile") if getattr(preset, name) is not None}
-    return [*run_flags, *changed_flags(dataclasses.replace(run, policy=preset.policy, **changes), run)]
+    return recipes.preset_flags(chosen, flags)
 
 
 def state_inputs_missing(recipe: str, flags: list[str]) -> str | None:
     """The cpu recipe trains on state inputs (agent position + block keypoints): the one-line error for a
     `--dataset.root` that lacks them (an image-only dataset), naming the ways out, or None."""
-    user = user_choices(flags)
-    if (
-        recipe != "cpu"
-        or user.resume
-        or user.dataset_root is None
-        or any(f.startswith("--dataset.input_features") for f in flags)
-    ):
-        return None
-    info = Path(user.dataset_root) / "meta" / "info.json"
-    if not info.is_file():
-        return None  # hfpolicy train says what is wrong with the folder
-    features = json.loads(info.read_text()).get("features", {})
-    missing = [key for key in (OBS_STATE, OBS_ENV_STATE) if key not in features]
-    if not missing:
-        return None
-    return (
-        f"train_pusht.py: error: the cpu recipe trains a state-input policy ({OBS_STATE} + {OBS_ENV_STATE}), and "
-        f"--dataset.root={user.dataset_root} has no {', '.join(missing)}: record or convert it with "
-        "--environment_state=true, or train on its images with --recipe=paper (a GPU recipe)"
-    )
-
-
-def split_num_processes(argv: list[str]) -> tuple[int, list[str]]:
-    """(--num_processes, the other flags): `python examples/train_pusht.py --num_processes=2` launches 2 processes."""
-    parser = argparse.ArgumentParser(prog="train_pusht.py", add_help=False)
-    parser.add_argument("--num_processes", type=int, default=1)
-    known, rest = parser.parse_known_args(argv)
-    return known.num_processes, rest
+    return recipes.state_inputs_missing(recipe, flags, prog=PROG)
 
 
 def run(argv: list[str] | None = None) -> int:
-    num_processes, argv = split_num_processes(sys.argv[1:] if argv is None else argv)
+    num_processes, argv = split_num_processes(sys.argv[1:] if argv is None else argv, prog=PROG)
     recipe, reason, flags = choose_recipe(argv)
     data_preset, flags = choose_data_preset(recipe, flags)
     if data_preset == "human":
@@ -266,32 +171,9 @@ def run(argv: list[str] | None = None) -> int:
     if problem is not None:
         print(problem, file=sys.stderr)
         return 2
-    if "--help" in flags or "-h" in flags:
-        print("--num_processes N: train on N processes (accelerate launch; default 1: this process, no launcher)")
-        print(f"--recipe {{{','.join(RECIPE_CHOICES)}}}: defaults for the flags below (now {recipe}: {reason}):")
-        print(f"--preset {{{','.join(DATA_PRESETS)}}}: the cpu recipe's data preset (now {data_preset or 'none'})")
-        print("  " + " ".join(recipe_flags(recipe, [], data_preset)) + "\n")
-    # the reason is quoted: flag values are read as YAML, where "auto: ..." would be a mapping
-    train_flags = [
-        *recipe_flags(recipe, flags, data_preset),
-        f"--recipe={recipe}",
-        f"--recipe_reason={json.dumps(reason)}",
-        *flags,
-    ]
-    if num_processes > 1:  # flags checked here, then the launch; it ends with the training's line and status
-        problem = check_before_launch(train_flags, prog="train_pusht.py")
-        if problem is not None:
-            print(problem, file=sys.stderr)
-            return 2
-        return launch(__file__, num_processes, argv)
-    return report_result(  # a launched process reports its status and last line to the launching one
-        "train_pusht.py",
-        lambda: main(
-            train_flags,
-            announce=lambda cfg: f"recipe {recipe} ({reason}); data: {describe_dataset(cfg.dataset)}",
-            prog="train_pusht.py",
-        ),
-    )
+    chosen = ChosenRecipe(recipe, reason, recipe_flags(recipe, flags, data_preset))
+    preset_help = f"--preset {{{','.join(DATA_PRESETS)}}}: the cpu recipe's data preset (now {data_preset or 'none'})"
+    return run_recipe(__file__, PROG, argv, num_processes, chosen, flags, help_lines=[preset_help])
 
 
 if __name__ == "__main__":

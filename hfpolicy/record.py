@@ -25,6 +25,7 @@ from hfpolicy.datasets import DatasetWriter, push_dataset_to_hub
 from hfpolicy.datasets.pusht_zarr import PUSHT_TASK, pusht_features
 from hfpolicy.datasets.writer import check_dataset_destination
 from hfpolicy.envs import SUCCESS_INFO_KEY, AlohaEnvConfig, EnvConfig, PushTEnvConfig
+from hfpolicy.envs.aloha import TASK_NAMES
 from hfpolicy.envs.pusht_scorer import PushTScorer
 from hfpolicy.io.termination import stop_on_sigterm
 
@@ -188,8 +189,28 @@ def main(argv: list[str] | None = None) -> int:
     return run_command("record", argv)
 
 
-def scripted_dataset_root(n_episodes: int) -> Path:
-    """Where `--dataset.scripted_episodes=N` records by default: $HFPOLICY_CACHE (default ~/.cache/hfpolicy)."""
+def scripted_recording_env(env: EnvConfig | None) -> EnvConfig:
+    """The env whose expert `--dataset.scripted_episodes` records: the training's task (default PushT) with its default
+    episode length (PushT 300, ALOHA 400: full episodes, as the Hub's scripted datasets have)."""
+    if isinstance(env, AlohaEnvConfig):
+        return AlohaEnvConfig(task=env.task)
+    if env is None or isinstance(env, PushTEnvConfig):
+        return PushTEnvConfig()
+    raise ValueError(
+        f"--dataset.scripted_episodes records the scripted expert of PushT or ALOHA, and --env.type={env.type} has "
+        "none: record or convert a dataset and pass --dataset.root=DIR"
+    )
+
+
+def scripted_task_label(env: EnvConfig | None) -> str:
+    """What a scripted recording of `env` shows, for messages: "PushT", or the ALOHA task."""
+    env = scripted_recording_env(env)
+    return env.task if isinstance(env, AlohaEnvConfig) else "PushT"
+
+
+def scripted_dataset_root(n_episodes: int, env: EnvConfig | None = None) -> Path:
+    """Where `--dataset.scripted_episodes=N` records by default: $HFPOLICY_CACHE (default ~/.cache/hfpolicy), in a
+    folder named after the task (pusht_scripted_N, aloha_transfer_cube_scripted_N, aloha_insertion_scripted_N)."""
     cache = Path(os.environ.get("HFPOLICY_CACHE", Path.home() / ".cache" / "hfpolicy"))
     for folder in (cache, cache / "datasets"):
         if folder.exists() and not folder.is_dir():
@@ -197,19 +218,22 @@ def scripted_dataset_root(n_episodes: int) -> Path:
                 f"{folder} (under $HFPOLICY_CACHE, default ~/.cache/hfpolicy) is a file, not a folder, so the scripted "
                 "demonstrations cannot be recorded there: move that file away, or set HFPOLICY_CACHE to another folder"
             )
-    return cache / "datasets" / f"pusht_scripted_{n_episodes}"
+    env = scripted_recording_env(env)
+    name = f"aloha_{TASK_NAMES[env.task]}_scripted" if isinstance(env, AlohaEnvConfig) else "pusht_scripted"
+    return cache / "datasets" / f"{name}_{n_episodes}"
 
 
-def scripted_recording(n_episodes: int, root: str | Path | None, progress: bool) -> Path:
-    """The recording of `n_episodes` expert demos (seeds 0..n-1, state + block keypoints) in `root` (default:
-    `scripted_dataset_root`): reused when it exists, else recorded by the main process (atomically: an interrupted
-    recording leaves nothing behind, and the next run records again). ValueError for a folder holding other data."""
+def scripted_recording(n_episodes: int, root: str | Path | None, progress: bool, env: EnvConfig | None = None) -> Path:
+    """The recording of `n_episodes` expert demos of `env`'s task (default PushT; seeds 0..n-1, state-only: the agent
+    or joints and observation.environment_state) in `root` (default: `scripted_dataset_root`): reused when it exists,
+    else recorded by the main process (atomically: an interrupted recording leaves nothing behind, and the next run
+    records again). ValueError for a folder holding other data."""
     from accelerate import PartialState
 
     from hfpolicy.datasets import DatasetMeta
 
-    n = n_episodes
-    root = Path(root) if root is not None else scripted_dataset_root(n)
+    n, env = n_episodes, scripted_recording_env(env)
+    root = Path(root) if root is not None else scripted_dataset_root(n, env)
     if root.exists():
         try:
             meta = DatasetMeta.load(root)
@@ -217,16 +241,33 @@ def scripted_recording(n_episodes: int, root: str | Path | None, progress: bool)
             raise ValueError(
                 f"{root} exists but is not a readable dataset ({e}); delete it to record {n} episodes again"
             ) from e
-        if meta.total_episodes != n or OBS_ENV_STATE not in meta.features:
-            lacking = "" if OBS_ENV_STATE in meta.features else f" without {OBS_ENV_STATE}"
-            raise ValueError(
-                f"{root} holds {meta.total_episodes} episodes{lacking}, not the {n} scripted demonstrations "
-                f"--dataset.scripted_episodes={n} asks for: choose another --dataset.root, or delete that folder"
-            )
+        check_scripted_recording(root, meta, n, env)
         return root
     if PartialState().is_main_process:
-        print(f"recording {n} scripted PushT demonstrations into {root} (once; later runs reuse them)")
+        print(
+            f"recording {n} scripted {scripted_task_label(env)} demonstrations into {root} (once; later runs reuse them)"
+        )
         record(
-            RecordConfig(n_episodes=n, output_dir=str(root), environment_state=True, images=False, progress=progress)
+            RecordConfig(
+                env=env, n_episodes=n, output_dir=str(root), environment_state=True, images=False, progress=progress
+            )
         )
     return root
+
+
+def check_scripted_recording(root: Path, meta, n: int, env: EnvConfig) -> None:
+    """ValueError unless the dataset at `root` (its DatasetMeta `meta`) is the recording of `n` demos of `env`'s
+    task that `--dataset.scripted_episodes=n` asks for."""
+    if meta.total_episodes != n or OBS_ENV_STATE not in meta.features:
+        lacking = "" if OBS_ENV_STATE in meta.features else f" without {OBS_ENV_STATE}"
+        raise ValueError(
+            f"{root} holds {meta.total_episodes} episodes{lacking}, not the {n} scripted demonstrations "
+            f"--dataset.scripted_episodes={n} asks for: choose another --dataset.root, or delete that folder"
+        )
+    expected = tuple(env.observation_features("environment_state_agent_pos")[OBS_ENV_STATE].shape)
+    if tuple(meta.features[OBS_ENV_STATE]["shape"]) != expected:
+        raise ValueError(
+            f"{root} holds demonstrations of another task ({OBS_ENV_STATE} of shape "
+            f"{tuple(meta.features[OBS_ENV_STATE]['shape'])}, {scripted_task_label(env)} has {expected}): choose "
+            "another --dataset.root, or delete that folder"
+        )

@@ -306,7 +306,8 @@ def test_every_flag_of_every_command_has_its_doc():
     from hfpolicy.training.config import DatasetConfig
 
     scripted = field_docs(DatasetConfig)["scripted_episodes"]
-    assert scripted.startswith("> 0: train on this many PushT demos") and scripted.endswith("by later runs; no network")
+    assert scripted.startswith("> 0: train on this many demos of --env's scripted expert")
+    assert scripted.endswith("by later runs; no network")
 
 
 def test_python_dash_m_hfpolicy_runs_the_command():

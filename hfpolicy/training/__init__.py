@@ -10,6 +10,7 @@
     stopping.py     Ctrl-C / SIGTERM: a checkpoint of the current step; the --save_every_minutes timer
     resume_flags.py which flags a resume may change (refused or recorded in resume_history.json)
     launch.py       `--num_processes=N` of examples/train_pusht.py: flags checked, then accelerate launch
+    recipes.py      typed presets of `hfpolicy train` flags and the run of examples/train_pusht.py, train_aloha.py
     metrics_log.py  metrics.jsonl;  curve.py: the training curve PNG
     cli.py          `hfpolicy train`
 

@@ -41,8 +41,9 @@ class DatasetConfig:
     # '[dir_a,dir_b]' trains on several (their names: a repo_id list of the same length, else the folders)
     weights: list[float] | None = None  # several datasets: each one's share of the samples (default: its frames')
     rename_features: list[str] | None = None  # several datasets: [OLD=NEW,...] renames a feature wherever it exists
-    scripted_episodes: int = 0  # > 0: train on this many PushT demos of the scripted expert (state + block keypoints),
-    # recorded once into `root` (default: <cache>/datasets/pusht_scripted_<n>) and reused by later runs; no network
+    scripted_episodes: int = 0  # > 0: train on this many demos of --env's scripted expert (state-only: PushT agent +
+    # block keypoints, ALOHA joints + object poses), recorded once into `root` (default: <cache>/datasets/
+    # pusht_scripted_<n>, aloha_transfer_cube_scripted_<n>, ...) and reused by later runs; no network
     revision: str | None = None  # Hub branch, tag or commit of the dataset
     episodes: list[int] | None = None  # train on these episodes only (default: all)
     input_features: list[str] | None = None  # features the policy reads (default: every image and observation.* vector)
@@ -178,14 +179,16 @@ def online_config_problems(cfg: "TrainConfig") -> list[str]:
     return problems
 
 
-def describe_dataset(dataset: DatasetConfig) -> str:
-    """One phrase for the first line a run prints: where its data comes from."""
+def describe_dataset(dataset: DatasetConfig, env: EnvConfig | None = None) -> str:
+    """One phrase for the first line a run prints: where its data comes from (a scripted recording: of `env`'s
+    task, default PushT)."""
     if dataset.scripted_episodes > 0:
-        from hfpolicy.record import scripted_dataset_root
+        from hfpolicy.record import scripted_dataset_root, scripted_task_label
 
-        root = dataset.root or scripted_dataset_root(dataset.scripted_episodes)
+        root = dataset.root or scripted_dataset_root(dataset.scripted_episodes, env)
         state = "reused" if Path(root).exists() else "recorded now, reused by later runs"
-        return f"{dataset.scripted_episodes} scripted-expert PushT demonstrations in {root} ({state})"
+        label = scripted_task_label(env)
+        return f"{dataset.scripted_episodes} scripted-expert {label} demonstrations in {root} ({state})"
     if dataset.root is not None:
         return f"the local dataset {dataset.root}"
     return f"{dataset.repo_id} from the Hub"

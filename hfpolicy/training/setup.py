@@ -84,11 +84,13 @@ def is_launch_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def resolve_dataset_root(dataset: DatasetConfig, recipe: str | None = None, progress: bool = True) -> Path:
-    """The local folder of the dataset: `--dataset.root`, the scripted recording (made now if it does not exist yet),
-    or the Hub dataset downloaded into the HF cache."""
+def resolve_dataset_root(
+    dataset: DatasetConfig, recipe: str | None = None, progress: bool = True, env: EnvConfig | None = None
+) -> Path:
+    """The local folder of the dataset: `--dataset.root`, the scripted recording of `env`'s task (made now if it does
+    not exist yet), or the Hub dataset downloaded into the HF cache."""
     if dataset.scripted_episodes > 0:
-        return record_scripted_dataset(dataset, progress)
+        return record_scripted_dataset(dataset, progress, env)
     if dataset.root is not None:
         root = Path(dataset.root)
         if not root.is_dir():
@@ -204,12 +206,13 @@ def move_to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any
     return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
-def record_scripted_dataset(dataset: DatasetConfig, progress: bool) -> Path:
-    """The scripted recording `--dataset.scripted_episodes` asks for (hfpolicy.record makes or reuses it)."""
+def record_scripted_dataset(dataset: DatasetConfig, progress: bool, env: EnvConfig | None = None) -> Path:
+    """The scripted recording `--dataset.scripted_episodes` asks for, of `env`'s task (default PushT; hfpolicy.record
+    makes or reuses it)."""
     from hfpolicy.record import scripted_recording
 
     try:
-        return scripted_recording(dataset.scripted_episodes, dataset.root, progress)
+        return scripted_recording(dataset.scripted_episodes, dataset.root, progress, env)
     except ValueError as e:
         raise TrainConfigError(str(e)) from e
 
@@ -324,7 +327,7 @@ def load_training_data(cfg: TrainConfig, accelerator: Accelerator) -> tuple[Trai
         return load_mixture_data(cfg, accelerator, members)
     progress = accelerator.is_main_process and cfg.progress
     with accelerator.main_process_first():  # one process downloads or records, the others then read it
-        dataset_root = resolve_dataset_root(cfg.dataset, recipe=cfg.recipe, progress=progress)
+        dataset_root = resolve_dataset_root(cfg.dataset, recipe=cfg.recipe, progress=progress, env=cfg.env)
     if cfg.dataset.scripted_episodes > 0:  # train_config.json and the card name the recording's folder
         cfg = dataclasses.replace(cfg, dataset=dataclasses.replace(cfg.dataset, root=str(dataset_root)))
     name = dataset_label(cfg.dataset)

@@ -1,0 +1,195 @@
+"""Training recipes: typed presets of `hfpolicy train` flags, and the run of the example scripts built on them
+(examples/train_pusht.py, examples/train_aloha.py).
+
+A recipe is a TrainConfig (the run's fields) and, per policy type, that policy's config (`PolicyPreset`). The fields
+that differ from the defaults become `hfpolicy train` flags put before the user's, so every flag the user gives
+overrides the recipe; with `--resume=true` the run's own train_config.json is the base and no recipe flag is added.
+
+    recipe, reason, flags = choose_recipe(argv, prog="train_aloha.py")   # --recipe=auto|paper|cpu
+    chosen = ChosenRecipe(recipe, reason, preset_flags(RECIPES[recipe], flags))
+    return run_recipe(__file__, "train_aloha.py", argv, num_processes, chosen, flags)
+"""
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
+from hfpolicy.envs.configs import EnvConfig
+from hfpolicy.field_errors import value_words
+from hfpolicy.policies.config import PolicyConfig
+from hfpolicy.training.config import TrainConfig
+
+RECIPE_CHOICES = ("auto", "paper", "cpu")
+
+
+@dataclass(frozen=True)
+class PolicyPreset:
+    """A policy type's preset within a recipe: its config, and the run settings that differ for it."""
+
+    policy: PolicyConfig
+    steps: int | None = None  # None: the recipe's
+    compile: bool | None = None  # None: the recipe's
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A preset run: `run` sets the run's fields, `policies` the preset of each policy type it knows. The first
+    policy is the recipe's default."""
+
+    run: TrainConfig
+    policies: dict[str, PolicyPreset] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ChosenRecipe:
+    """The recipe a script runs: its name, why it was chosen (printed first, kept in the model card) and its flags."""
+
+    name: str  # "paper" / "cpu"
+    reason: str
+    flags: list[str]  # put before the user's flags
+
+
+def changed_flags(preset, base, prefix: str = "") -> list[str]:
+    """The flags that turn config `base` into `preset` (field by field, nested configs by prefix; a policy, or an
+    env of another type than the base's, as its `.type` flag first)."""
+    flags = []
+    for f in dataclasses.fields(preset):
+        value, default = getattr(preset, f.name), getattr(base, f.name)
+        other_choice = isinstance(value, EnvConfig) and type(value) is not type(default)
+        if isinstance(value, PolicyConfig) or other_choice:  # a registered choice: its type, then its own fields
+            flags += [f"--{prefix}{f.name}.type={value.type}"]
+            flags += changed_flags(value, type(value)(), f"{prefix}{f.name}.")
+        elif dataclasses.is_dataclass(value) and type(value) is type(default):
+            flags += changed_flags(value, default, f"{prefix}{f.name}.")
+        elif value != default:
+            flags.append(f"--{prefix}{f.name}={value_words(value)}")
+    return flags
+
+
+def user_choices(flags: list[str]) -> argparse.Namespace:
+    """The user's --policy.type, --resume, data and --env.task flags (parsed, not matched), which decide what a
+    recipe adds."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--policy.type", dest="policy_type")
+    parser.add_argument("--resume", type=lambda text: text.lower() == "true", default=False)
+    parser.add_argument("--dataset.root", dest="dataset_root")
+    parser.add_argument("--dataset.repo_id", dest="dataset_repo_id")
+    parser.add_argument("--env.task", dest="env_task")
+    return parser.parse_known_args(flags)[0]
+
+
+def choose_recipe(argv: list[str], prog: str) -> tuple[str, str, list[str]]:
+    """(recipe, why it was chosen, the remaining flags) from `--recipe=auto|paper|cpu` (default auto: `paper` with a
+    CUDA device, else `cpu`)."""
+    import torch
+
+    parser = argparse.ArgumentParser(prog=prog, add_help=False)
+    parser.add_argument("--recipe", choices=RECIPE_CHOICES, default="auto")
+    known, rest = parser.parse_known_args(argv)
+    if known.recipe != "auto":
+        return known.recipe, f"--recipe={known.recipe}", rest
+    if torch.cuda.is_available():
+        return "paper", f"auto: CUDA device {torch.cuda.get_device_name(0)} present", rest
+    return "cpu", "auto: no CUDA device, and the paper recipe would take weeks on a CPU", rest
+
+
+def preset_flags(chosen: Recipe, flags: list[str]) -> list[str]:
+    """Recipe `chosen`'s flags that go before the user's `flags`: none when resuming; the preset of the chosen
+    `--policy.type` (none for a type the recipe has no preset for); no scripted recording when the user names the
+    data (`--dataset.root=` or `--dataset.repo_id=`)."""
+    user = user_choices(flags)
+    if user.resume:
+        return []
+    run = chosen.run
+    if user.dataset_root is not None or user.dataset_repo_id is not None:
+        run = dataclasses.replace(run, dataset=dataclasses.replace(run.dataset, scripted_episodes=0))
+    run_flags = [flag for flag in changed_flags(run, TrainConfig()) if not flag.startswith("--policy.")]
+    policy_type = user.policy_type or next(iter(chosen.policies))  # the first preset is the default policy
+    preset = chosen.policies.get(policy_type)
+    if preset is None:
+        return run_flags
+    changes = {name: getattr(preset, name) for name in ("steps", "compile") if getattr(preset, name) is not None}
+    return [*run_flags, *changed_flags(dataclasses.replace(run, policy=preset.policy, **changes), run)]
+
+
+def state_inputs_missing(recipe: str, flags: list[str], prog: str) -> str | None:
+    """A cpu recipe trains on state inputs (observation.state + observation.environment_state): the one-line error
+    for a `--dataset.root` that lacks them (an image-only dataset), naming the ways out, or None."""
+    user = user_choices(flags)
+    if (
+        recipe != "cpu"
+        or user.resume
+        or user.dataset_root is None
+        or any(f.startswith("--dataset.input_features") for f in flags)
+    ):
+        return None
+    info = Path(user.dataset_root) / "meta" / "info.json"
+    if not info.is_file():
+        return None  # hfpolicy train says what is wrong with the folder
+    features = json.loads(info.read_text()).get("features", {})
+    missing = [key for key in (OBS_STATE, OBS_ENV_STATE) if key not in features]
+    if not missing:
+        return None
+    return (
+        f"{prog}: error: the cpu recipe trains a state-input policy ({OBS_STATE} + {OBS_ENV_STATE}), and "
+        f"--dataset.root={user.dataset_root} has no {', '.join(missing)}: record or convert it with "
+        "--environment_state=true, or train on its images with --recipe=paper (a GPU recipe)"
+    )
+
+
+def split_num_processes(argv: list[str], prog: str) -> tuple[int, list[str]]:
+    """(--num_processes, the other flags): `python examples/train_pusht.py --num_processes=2` launches 2 processes."""
+    parser = argparse.ArgumentParser(prog=prog, add_help=False)
+    parser.add_argument("--num_processes", type=int, default=1)
+    known, rest = parser.parse_known_args(argv)
+    return known.num_processes, rest
+
+
+def run_recipe(
+    script: str,
+    prog: str,
+    argv: list[str],
+    num_processes: int,
+    chosen: ChosenRecipe,
+    flags: list[str],
+    help_lines: Sequence[str] = (),
+) -> int:
+    """Trains with the recipe's flags before the user's `flags`: in this process, or with `num_processes` > 1 by
+    `accelerate launch` of `script` with `argv` (the flags checked here first; it ends with the training's line and
+    status). `--help` first prints the recipe, `help_lines` (the script's own) and the recipe's flags. An error ends
+    the output as one line starting with `prog`, with the training's exit status (2: bad input)."""
+    from hfpolicy.training.cli import main
+    from hfpolicy.training.config import describe_dataset
+    from hfpolicy.training.launch import check_before_launch, launch, report_result
+
+    if "--help" in flags or "-h" in flags:
+        print("--num_processes N: train on N processes (accelerate launch; default 1: this process, no launcher)")
+        print(
+            f"--recipe {{{','.join(RECIPE_CHOICES)}}}: defaults for the flags below (now {chosen.name}: {chosen.reason}):"
+        )
+        for line in help_lines:
+            print(line)
+        print("  " + " ".join(chosen.flags) + "\n")
+    # the reason is quoted: flag values are read as YAML, where "auto: ..." would be a mapping
+    train_flags = [*chosen.flags, f"--recipe={chosen.name}", f"--recipe_reason={json.dumps(chosen.reason)}", *flags]
+    if num_processes > 1:
+        problem = check_before_launch(train_flags, prog=prog)
+        if problem is not None:
+            print(problem, file=sys.stderr)
+            return 2
+        return launch(script, num_processes, argv)
+    return report_result(  # a launched process reports its status and last line to the launching one
+        prog,
+        lambda: main(
+            train_flags,
+            announce=lambda cfg: (
+                f"recipe {chosen.name} ({chosen.reason}); data: {describe_dataset(cfg.dataset, cfg.env)}"
+            ),
+            prog=prog,
+        ),
+    )
