@@ -3,23 +3,11 @@
 import dataclasses
 import json
 
-from hfpolicy.constants import METRICS_FILE, OBS_ENV_STATE, OBS_STATE
+from training.test_train_mixture import TINY  # the same tiny state Diffusion Policy run
+
+from hfpolicy.constants import METRICS_FILE
 from hfpolicy.datasets import push_dataset_to_hub
 from hfpolicy.training import main
-
-TINY = [
-    f"--dataset.input_features=[{OBS_STATE},{OBS_ENV_STATE}]",
-    "--policy.type=diffusion",
-    "--policy.down_dims=[16,32]",
-    "--policy.diffusion_step_embed_dim=16",
-    "--policy.noise_scheduler_type=DDIM",
-    "--policy.num_inference_steps=2",
-    "--batch_size=8",
-    "--tracker=none",
-    "--progress=false",
-    "--num_threads=1",
-    "--eval.freq=0",
-]
 
 
 def test_a_streamed_hub_dataset_trains(pusht_state_dataset, hub_server, tmp_path):
