@@ -35,6 +35,13 @@ def run_env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "1"}
 
 
+def default_sigint() -> None:
+    """preexec_fn of the Ctrl-C tests' runs: SIGINT at its default in the child, as under a terminal. A suite run as a
+    background job of a script (`bash .ci/run &`) starts with SIGINT ignored, which hfpolicy keeps ignored on purpose
+    (stopping.py), so without this the run would never see the Ctrl-C the test sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def logged_steps(out: Path, running: bool = False) -> list[int]:
     """The steps in metrics.jsonl (of a run still `running`: the last line may be half-written)."""
     if not (out / METRICS_FILE).is_file():
@@ -138,7 +145,11 @@ def test_ctrl_c_saves_the_current_step_says_how_to_resume_and_exits_130(pusht_st
     out = tmp_path / "run"
     command = [sys.executable, "-m", "hfpolicy.cli", "train", *flags(pusht_state_dataset, out)]
     process = subprocess.Popen(
-        [*command, "--steps=100000", "--save_freq=0"], env=run_env(), stderr=subprocess.PIPE, text=True
+        [*command, "--steps=100000", "--save_freq=0"],
+        env=run_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
     )
     wait_for_steps(process, out, 3)
     process.send_signal(signal.SIGINT)
@@ -171,6 +182,7 @@ def test_ctrl_c_during_an_evaluation_keeps_the_step_it_evaluated(pusht_state_dat
         env=run_env(),
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
     wait_for_steps(process, out, 1)  # step 2 is logged (the line after it is the evaluation's)
     time.sleep(1.0)
