@@ -38,10 +38,9 @@ class FrameLRU(WorkerBudget):
         can. Call before allocating the array, so that the bound holds while it is filled."""
         budget = self.budget
         if nbytes > budget:
-            per_worker = f" (its share in each of {self._share} DataLoader workers)" if self._share > 1 else ""
             raise ValueError(
                 f"{what} needs {nbytes / 1024**2:.2f} MiB of decoded frames, more than the streaming memory budget "
-                f"of {budget / 1024**2:.2f} MiB{per_worker}: raise {self.budget_words}, or use fewer workers"
+                f"of {budget / 1024**2:.2f} MiB{self.share_words()}: raise {self.budget_words}, or use fewer workers"
             )
         while self._entries and self.bytes + nbytes > budget:
             _, evicted = self._entries.popitem(last=False)

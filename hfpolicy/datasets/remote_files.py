@@ -121,10 +121,9 @@ class RemoteFiles(WorkerBudget):
     def _make_room(self, size: int, path: str, what: str) -> None:
         budget = self.budget
         if size > budget:
-            per_worker = f" (its share in each of {self._share} DataLoader workers)" if self._share > 1 else ""
             raise StreamingError(
                 f"{what}: {path} of {self.repo_id} is {size / 1024**2:.2f} MiB, more than the streaming disk budget "
-                f"of {budget / 1024**2:.2f} MiB{per_worker}: raise stream_disk_gb= / --dataset.stream_disk_gb, or "
+                f"of {budget / 1024**2:.2f} MiB{self.share_words()}: raise stream_disk_gb= / --dataset.stream_disk_gb, or "
                 "use fewer workers"
             )
         while self._files and self.bytes + size > budget:

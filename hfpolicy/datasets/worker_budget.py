@@ -38,3 +38,7 @@ class WorkerBudget:
         """This process's bytes: the budget divided among the DataLoader workers."""
         self._own()
         return self.max_bytes // self._share
+
+    def share_words(self) -> str:
+        """How errors name this process's share: "" in a single process."""
+        return f" (its share in each of {self._share} DataLoader workers)" if self._share > 1 else ""
