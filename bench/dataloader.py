@@ -26,7 +26,8 @@ video per item). Prints a table; the LAST line is one JSON object.
 --streaming (issue 22) compares the streamed path (StreamingPolicyDataset from the Hub-protocol test server of
 tests/hub_server.py on 127.0.0.1, in a ShuffleBufferSampler order, within --stream_ram_gb / --stream_disk_gb) with the
 in-memory one (PolicyDataset from the same local files, frames decoded up front, EpisodeAwareSampler), batched, with 0
-and 2 workers. Each of the four runs is a fresh process with an empty HF cache: first_batch_s counts from the start
+and 2 workers (the streamed order split into one shard per worker: each worker decodes its own episodes; video read
+as --stream_video says). Each of the four runs is a fresh process with an empty HF cache: first_batch_s counts from the start
 of its dataset's construction (meta, data columns, and for the in-memory path all decoding) to its first batch;
 samples_per_s is over the --batches batches after the first --warmup; peak_rss_mb is the process's own peak (VmHWM),
 and peak_worker_rss_mb the largest peak among its DataLoader workers (pages shared with the parent count in both).
@@ -76,6 +77,7 @@ def main() -> int:
     parser.add_argument("--shuffle_buffer_episodes", type=int, default=16)
     parser.add_argument("--stream_ram_gb", type=float, default=2.0)
     parser.add_argument("--stream_disk_gb", type=float, default=10.0)
+    parser.add_argument("--stream_video", choices=["auto", "range", "download"], default="auto")
     parser.add_argument("--measure", choices=["memory", "streaming"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--repo_id", default="bench/pusht", help=argparse.SUPPRESS)
@@ -205,9 +207,13 @@ def measure_one(args) -> dict:
     if args.measure == "streaming":
         dataset = StreamingPolicyDataset(
             args.repo_id, delta_timestamps=DELTA_TIMESTAMPS, stream_ram_gb=args.stream_ram_gb,
-            stream_disk_gb=args.stream_disk_gb,
+            stream_disk_gb=args.stream_disk_gb, stream_video=args.stream_video,
         )  # fmt: skip
-        sampler = ShuffleBufferSampler(dataset, args.shuffle_buffer_episodes, args.drop_last_frames, seed=0)
+        shards = max(1, args.workers)  # each worker decodes only its own shard's episodes
+        sampler = ShuffleBufferSampler(
+            dataset, args.shuffle_buffer_episodes, args.drop_last_frames, seed=0, shards=shards,
+            batch_size=args.batch_size,
+        )  # fmt: skip
     else:
         dataset = PolicyDataset(args.repo_id, root=args.root, delta_timestamps=DELTA_TIMESTAMPS)
         dataset.prefetch_frames(progress=False)  # as training does
@@ -277,7 +283,7 @@ def streaming_main(args) -> int:
             command = [sys.executable, __file__, f"--measure={path}", f"--workers={workers}", f"--root={root}"]
             command += [f"--{k}={getattr(args, k)}" for k in ("repo_id", "batch_size", "drop_last_frames", "batches")]
             command += [f"--{k}={getattr(args, k)}" for k in ("warmup", "shuffle_buffer_episodes", "stream_ram_gb")]
-            command += [f"--stream_disk_gb={args.stream_disk_gb}"] + (
+            command += [f"--stream_disk_gb={args.stream_disk_gb}", f"--stream_video={args.stream_video}"] + (
                 [f"--torch_threads={args.torch_threads}"] if args.torch_threads else []
             )
             done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)

@@ -30,6 +30,9 @@ Endpoints served:
     HEAD   /{prefix}{id}/resolve/{rev}/{path}               ETag, X-Linked-Etag, X-Linked-Size, X-Repo-Commit
     GET    /{prefix}{id}/resolve/{rev}/{path}               same headers, Range -> 206
 
+Faults for tests: `HubServer.fail_reads(path, after=n, times=m)` answers 501 (which the client does not retry) to the
+m GETs of a file that follow its next n, as a connection lost in the middle of reading a file by ranges would.
+
 Errors are JSON {"error": msg} with `X-Error-Code` RepoNotFound / RevisionNotFound / EntryNotFound where the Hub sends
 them (the client maps those to RepositoryNotFoundError / RevisionNotFoundError / EntryNotFoundError). Any other route
 answers 404 and is logged to stderr and to `HubServer.unhandled`, so a client change shows up at once; a request that
@@ -294,11 +297,36 @@ class HubServer:
         self.requests: list[tuple[str, str]] = []  # (method, path without query), every request in order
         self.unhandled: list[tuple[str, str]] = []  # (method, full path) answered 404 as an unknown route
         self.tree_page_size = 1000  # entries per /tree page (the Hub uses 1000; 50 with expand)
+        self._read_faults: dict[str, list[int]] = {}  # file path in a repo -> [GETs still served, GETs then failed]
+        self._faults_lock = threading.Lock()
         self._httpd = ThreadingHTTPServer((host, port), _make_handler(self))
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
         self.endpoint = f"http://{host}:{self.port}"
         self._thread: threading.Thread | None = None
+
+    def fail_reads(self, path: str, after: int = 0, times: int = 1) -> None:
+        """The GETs of file `path` (in any repo) after the next `after` answer 501, `times` of them; then all succeed
+        again. times=0 removes the fault."""
+        with self._faults_lock:
+            if times > 0:
+                self._read_faults[path] = [after, times]
+            else:
+                self._read_faults.pop(path, None)
+
+    def read_fails(self, path: str) -> bool:
+        """Whether this GET of `path` is one to fail (counts it)."""
+        with self._faults_lock:
+            fault = self._read_faults.get(path)
+            if fault is None:
+                return False
+            if fault[0] > 0:
+                fault[0] -= 1
+                return False
+            fault[1] -= 1
+            if fault[1] <= 0:
+                del self._read_faults[path]
+            return True
 
     def start(self) -> "HubServer":
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="hub-server", daemon=True)
@@ -683,6 +711,8 @@ def _make_handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
                 status = 206
                 headers["Content-Range"] = f"bytes {start}-{end}/{blob.size}"
             data = b""
+            if self.command == "GET" and server.read_fails(path):
+                raise HubError(501, f"hub_server: the read of {path} fails (HubServer.fail_reads)")
             if self.command == "GET":
                 with open(hub.object_path(blob.sha256), "rb") as f:
                     f.seek(start)

@@ -261,6 +261,33 @@ def test_hf_file_system_listing_paths_info_and_range_reads(api, hub_server):
             assert response.read() == blob[first : last + 1]
 
 
+def test_injected_read_failures_answer_501_then_the_file_reads_again(api, hub_server):
+    repo_id = "user/fs-faults"
+    api.create_repo(repo_id, repo_type="dataset")
+    api.upload_file(path_or_fileobj=b"0123456789", path_in_repo="v/a.bin", repo_id=repo_id, repo_type="dataset")
+    url = f"{hub_server.endpoint}/datasets/{repo_id}/resolve/main/v/a.bin"
+
+    def status(byte_range: str) -> int:
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers={"Range": byte_range})) as response:
+                return response.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    hub_server.fail_reads("v/a.bin", after=1, times=2)
+    assert [status("bytes=0-3") for _ in range(4)] == [206, 501, 501, 206]
+    assert status("bytes=-2") == 206  # no fault left
+    hub_server.fail_reads("v/a.bin")  # after=0, times=1: the next GET
+    with (
+        pytest.raises(HfHubHTTPError, match="501"),
+        HfFileSystem().open(f"datasets/{repo_id}/v/a.bin", "rb", block_size=4) as f,
+    ):
+        f.read(2)
+    with HfFileSystem().open(f"datasets/{repo_id}/v/a.bin", "rb", block_size=4) as f:
+        f.seek(5)
+        assert f.read(3) == b"567"
+
+
 class TinyNet(torch.nn.Module, PyTorchModelHubMixin):
     def __init__(self, hidden: int = 4):
         super().__init__()

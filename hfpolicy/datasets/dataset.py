@@ -313,13 +313,18 @@ class PolicyDataset(torch.utils.data.Dataset):
         episode = self.episodes[episode_pos]
         what = f"episode {episode} of {self.repo_id}, {key}"
         if self.features[key]["dtype"] == VIDEO:
-            path = self._video_path(episode, key, what)
             from_ts = float(self.meta.episodes.at[episode, ep_video_column(key, "from_timestamp")])
             episode_ts = self._columns[TIMESTAMP][start:end].astype(np.float64)
             tolerance = self.tolerance_s + float(np.max(self._timestamp_resolution(episode_ts)))
-            decode_video_segment(path, from_ts + episode_ts, tolerance, out, what)
+            self._decode_video(key, episode, from_ts + episode_ts, tolerance, out, what)
         else:
             _fill_from_image_bytes(self._image_column(key, episode_pos), out, what)
+
+    def _decode_video(
+        self, key: str, episode: int, timestamps: np.ndarray, tolerance: float, out: np.ndarray, what: str
+    ) -> None:
+        """Decodes the frames of camera `key` of `episode` at `timestamps` (times in its video file) into `out`."""
+        decode_video_segment(self._video_path(episode, key, what), timestamps, tolerance, out, what)
 
     def _video_path(self, episode: int, key: str, what: str) -> Path:
         """The local video file that holds camera `key` of `episode`."""

@@ -18,6 +18,7 @@ import os
 import uuid
 import weakref
 from pathlib import Path
+from typing import BinaryIO
 
 import av
 import numpy as np
@@ -25,7 +26,7 @@ import torch
 from av.video.reformatter import VideoReformatter
 
 from hfpolicy.datasets.format import DatasetFormatError, TimestampError
-from hfpolicy.io.video import NoVideoStreamError, decode_frames
+from hfpolicy.io.video import NoVideoStreamError, decode_frames, video_name
 
 FRAME_CACHE_RAM_CAP_GB = 8.0  # default cap: a bigger cache goes to a memory-mapped file instead of RAM
 _HEADER_BYTES = 64  # the per-episode "decoded" flags are padded to this alignment before the frames
@@ -105,7 +106,7 @@ class FrameCache:
 
 
 def decode_video_segment(
-    path: str | Path,
+    path: str | Path | BinaryIO,
     timestamps: np.ndarray,
     tolerance_s: float,
     out: np.ndarray,
@@ -116,6 +117,7 @@ def decode_video_segment(
     Seeks to the keyframe before the first timestamp and stops after the last, so only the episode's segment is
     decoded. Raises TimestampError naming `what` and the times with no frame within `tolerance_s`, and
     DatasetFormatError naming `what` and the file when the file is not a decodable video (truncated, garbage).
+    `path` may be a binary file object (a remote file read by byte ranges): the same decoder reads it.
     """
     timestamps = np.asarray(timestamps, dtype=np.float64)
     filled = np.zeros(len(timestamps), dtype=bool)
@@ -123,14 +125,14 @@ def decode_video_segment(
         _decode_into(path, timestamps, tolerance_s, out, what, filled)
     except av.error.FFmpegError as e:  # garbage, or cut short (a broken download, a full disk while writing)
         raise DatasetFormatError(
-            f"{what}: the video {path} cannot be decoded ({type(e).__name__}: {e}): it is truncated or not an mp4; "
+            f"{what}: the video {video_name(path)} cannot be decoded ({type(e).__name__}: {e}): it is truncated or not an mp4; "
             "download it again (delete it from the cache) or re-encode it"
         ) from e
     if not filled.all():
         missing = timestamps[~filled]
         shown = ", ".join(f"{t:.4f}" for t in missing[:5]) + (" ..." if len(missing) > 5 else "")
         raise TimestampError(
-            f"{what}: {len(missing)} of {len(timestamps)} frames are not in {path} within {tolerance_s} s of the "
+            f"{what}: {len(missing)} of {len(timestamps)} frames are not in {video_name(path)} within {tolerance_s} s of the "
             f"expected video times ({shown} s). The episode's from_timestamp / the data timestamps do not match the "
             "video; re-encode the video, or fix meta/episodes, or raise tolerance_s if the times are only slightly off."
         )
@@ -150,10 +152,12 @@ def _decode_into(path, timestamps: np.ndarray, tolerance_s: float, out: np.ndarr
                 continue
             if (frame.height, frame.width) != (height, width):
                 raise TimestampError(
-                    f"{what}: the video {path} has {frame.width}x{frame.height} frames but info.json declares "
+                    f"{what}: the video {video_name(path)} has {frame.width}x{frame.height} frames but info.json declares "
                     f"{width}x{height}; fix the feature shape in meta/info.json"
                 )
             out[j] = reformatter.reformat(frame, format="rgb24").to_ndarray().transpose(2, 0, 1)
             filled[j] = True
     except NoVideoStreamError as e:
-        raise DatasetFormatError(f"{what}: {path} holds no video stream: re-encode it, or download it again") from e
+        raise DatasetFormatError(
+            f"{what}: {video_name(path)} holds no video stream: re-encode it, or download it again"
+        ) from e

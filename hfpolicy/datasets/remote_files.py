@@ -1,8 +1,9 @@
 """`RemoteFiles`: the files of one commit of a Hub dataset repo, fetched one at a time (huggingface_hub's
-`hf_hub_download`) into a local cache bounded in bytes, the least recently used evicted first; the disk side of the
-streaming reader (streaming.py).
+`hf_hub_download`) into a local cache bounded in bytes, the least recently used evicted first, or read by byte
+ranges without touching the disk (`read_by_range`, range_reads.py); the remote side of the streaming reader
+(streaming.py).
 
-A fetch that fails (the network, the server, a file that is gone) is retried with exponential backoff; when it still
+A fetch or a range read that fails (the network, the server, a file that is gone) is retried with exponential backoff; when it still
 fails, StreamingError names the file, the commit and the flags that help. A failure is never skipped: a streamed
 epoch is the epoch its sampler promised, or an error.
 
@@ -18,11 +19,14 @@ import shutil
 import tempfile
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import httpx2  # huggingface_hub's HTTP client: its network errors are not OSErrors
 from tqdm.auto import tqdm
 
+from hfpolicy.datasets.range_reads import RANGE_BLOCK_BYTES, RangeFile
 from hfpolicy.datasets.worker_budget import WorkerBudget
 
 REPO_TYPE = "dataset"
@@ -30,6 +34,7 @@ RETRY_BASE_WAIT_S = 0.5  # waits 0.5, 1, 2, ... s between the attempts at one fi
 RETRY_MAX_WAIT_S = 8.0
 RETRIED_ERRORS = (OSError, httpx2.HTTPError)  # HfHubHTTPError and the other huggingface_hub errors are OSErrors
 QUIET_BAR = functools.partial(tqdm, disable=True)  # a streamed file is fetched without a progress bar of its own
+T = TypeVar("T")
 
 
 class StreamingError(OSError):
@@ -61,14 +66,26 @@ class RemoteFiles(WorkerBudget):
         max_bytes: the disk budget, over all DataLoader workers.
         retries: attempts per file before StreamingError.
         sizes: {path in the repo: bytes}; None lists the repo at `commit` now (with retries).
+        block_bytes: bytes per request of a range read.
     """
 
-    def __init__(self, repo_id: str, commit: str, max_bytes: int, retries: int, sizes: dict[str, int] | None = None):
+    def __init__(
+        self,
+        repo_id: str,
+        commit: str,
+        max_bytes: int,
+        retries: int,
+        sizes: dict[str, int] | None = None,
+        block_bytes: int = RANGE_BLOCK_BYTES,
+    ):
         if max_bytes <= 0:
             raise ValueError("stream_disk_gb= / --dataset.stream_disk_gb must be > 0")
         if retries < 1:
             raise ValueError(f"stream_retries= / --dataset.stream_retries must be >= 1, got {retries}")
+        if block_bytes < 1:
+            raise ValueError(f"range_block_bytes= must be >= 1, got {block_bytes}")
         self.repo_id, self.commit, self.max_bytes, self.retries = repo_id, commit, int(max_bytes), retries
+        self.block_bytes = int(block_bytes)
         self.sizes = sizes if sizes is not None else self._with_retries(self._list_sizes, "the file list")
         self._reset(share=1)
 
@@ -76,6 +93,8 @@ class RemoteFiles(WorkerBudget):
         self._folder: Path | None = None  # made at the first fetch
         self._files: OrderedDict[str, int] = OrderedDict()  # path -> bytes, least recently used first
         self.fetches = 0  # downloads (a file evicted and needed again is fetched again)
+        self.range_reads = 0  # attempts at reading a file by byte ranges
+        self.range_bytes = 0  # bytes those fetched
 
     @property
     def folder(self) -> Path:
@@ -105,18 +124,50 @@ class RemoteFiles(WorkerBudget):
         if path in self._files:
             self._files.move_to_end(path)
             return self.folder / path
-        size = self.sizes.get(path)
-        if size is None:
-            raise StreamingError(
-                f"{what}: {path} is not a file of the Hub dataset {self.repo_id} at commit {self.commit[:8]}, "
-                "though its meta/ points to it: the dataset is incomplete there"
-            )
+        size = self.size_of(path, what)
         self._make_room(size, path, what)
         local = self._with_retries(lambda: self._download(path), f"{path} ({what})")
         self._files[path] = size
         self.bytes += size
         self.fetches += 1
         return local
+
+    def size_of(self, path: str, what: str) -> int:
+        """The bytes of `path`; StreamingError when the commit has no such file."""
+        size = self.sizes.get(path)
+        if size is None:
+            raise StreamingError(
+                f"{what}: {path} is not a file of the Hub dataset {self.repo_id} at commit {self.commit[:8]}, "
+                "though its meta/ points to it: the dataset is incomplete there"
+            )
+        return size
+
+    def read_by_range(self, path: str, use: Callable[[RangeFile], T], what: str, block_bytes: int | None = None) -> T:
+        """`use(file)` with `path` open as a RangeFile (fetched by byte ranges of `block_bytes`, at most and by
+        default `self.block_bytes`; nothing on disk). A read that fails makes the whole of `use` run again from the
+        start, with the retries of a fetch; StreamingError after them. `use` must be repeatable (decoding an
+        episode again into the same array is)."""
+        self._own()
+        size = self.size_of(path, what)
+        block = min(self.block_bytes, block_bytes or self.block_bytes)
+        return self._with_retries(
+            lambda: self._range_attempt(path, size, block, use), f"{path} ({what}, read by range)"
+        )
+
+    def _range_attempt(self, path: str, size: int, block: int, use: Callable[[RangeFile], T]) -> T:
+        self.range_reads += 1
+        with RangeFile(self.repo_id, self.commit, path, size, block) as file:
+            try:
+                result = use(file)
+            except Exception as e:
+                if file.error is None or e is file.error:
+                    raise  # the file itself (not the network): not retried; or the read's own error, as PyAV passed it on
+                raise file.error from e  # the decoder's view of a failed read: the read's own error is retried
+            finally:
+                self.range_bytes += file.fetched_bytes
+            if file.error is not None:  # a failed read the decoder took for the end of the file
+                raise file.error
+            return result
 
     def _make_room(self, size: int, path: str, what: str) -> None:
         budget = self.budget
@@ -125,6 +176,11 @@ class RemoteFiles(WorkerBudget):
                 f"{what}: {path} of {self.repo_id} is {size / 1024**2:.2f} MiB, more than the streaming disk budget "
                 f"of {budget / 1024**2:.2f} MiB{self.share_words()}: raise stream_disk_gb= / --dataset.stream_disk_gb, or "
                 "use fewer workers"
+                + (
+                    ", or read videos by byte range (stream_video= / --dataset.stream_video=range)"
+                    if path.endswith(".mp4")
+                    else ""
+                )
             )
         while self._files and self.bytes + size > budget:
             self._evict(next(iter(self._files)))
@@ -169,7 +225,7 @@ class RemoteFiles(WorkerBudget):
     # Pickling (DataLoader workers started with spawn/forkserver): the repo, commit, budget and file sizes travel;
     # the worker starts an empty cache of its own.
     def __getstate__(self) -> dict:
-        return {k: getattr(self, k) for k in ("repo_id", "commit", "max_bytes", "retries", "sizes")}
+        return {k: getattr(self, k) for k in ("repo_id", "commit", "max_bytes", "retries", "sizes", "block_bytes")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)

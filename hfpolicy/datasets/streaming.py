@@ -3,9 +3,13 @@
 meta/ is downloaded first (it is small). Then each data parquet file is fetched in turn into a disk cache bounded in
 bytes (remote_files.py), the chosen episodes' rows of its numeric and string columns are read row group by row group
 into memory (a few bytes to a few hundred bytes per frame), and the file is deleted again. Camera frames are decoded
-when an item of their episode is first read: the video file is fetched into the disk cache, the episode's segment is
-decoded by the shared decoder (frame_cache.decode_video_segment), and its uint8 frames are kept in an in-memory LRU
-bounded in bytes (frame_lru.py). Image features stored in the parquet are read per episode the same way.
+when an item of their episode is first read, by the shared decoder (frame_cache.decode_video_segment), and its uint8
+frames are kept in an in-memory LRU bounded in bytes (frame_lru.py). The video is read one of two ways
+(`stream_video`): by byte ranges of the Hub file (range_reads.py: the file's header and the episode's stretch,
+nothing on disk, the read buffers reserved in the memory budget while decoding), or fetched whole into the disk
+cache. "auto" (the default) fetches whole files when all the chosen episodes' video files fit the disk budget at
+once (each is then fetched once and read from disk in later epochs), else reads by range (the disk budget no longer
+has to hold a file). Image features stored in the parquet are read per episode from their data file.
 
 This is a PolicyDataset subclass that changes only where files and frames come from: the windows, `*_is_pad`, the
 columns, the checks and the stats are PolicyDataset's own code, so both readers give the same items. Pair it with an
@@ -25,15 +29,20 @@ import torch
 
 from hfpolicy.constants import EPISODE_INDEX, FRAME_INDEX, INDEX, TASK_INDEX, TIMESTAMP
 from hfpolicy.datasets.dataset import PolicyDataset
-from hfpolicy.datasets.features import IMAGE, image_chw
-from hfpolicy.datasets.format import DatasetFormatError
+from hfpolicy.datasets.features import IMAGE, VIDEO, image_chw
+from hfpolicy.datasets.format import DatasetFormatError, ep_video_column
+from hfpolicy.datasets.frame_cache import decode_video_segment
 from hfpolicy.datasets.frame_lru import FrameLRU
+from hfpolicy.datasets.range_reads import RANGE_BLOCK_BYTES, block_for, read_buffer_bytes
 from hfpolicy.datasets.remote_files import RemoteFiles
+from hfpolicy.datasets.shuffle_buffer import open_episodes_per_worker
 
 STREAM_RAM_GB = 2.0  # decoded frames in memory, over all DataLoader workers
 STREAM_DISK_GB = 10.0  # fetched files on disk, over all DataLoader workers
 STREAM_RETRIES = 4  # attempts per file
 SHUFFLE_BUFFER_EPISODES = 16  # episodes open at once in the epoch order of a streamed run
+STREAM_VIDEO = "auto"  # how video is read: "auto", "range" (byte ranges) or "download" (whole files)
+STREAM_VIDEO_CHOICES = ("auto", "range", "download")
 GB = 1024**3
 
 
@@ -48,6 +57,12 @@ class StreamingPolicyDataset(PolicyDataset):
         stream_ram_gb: decoded frames kept in memory, over all DataLoader workers (each keeps its share).
         stream_disk_gb: fetched files kept on disk, over all DataLoader workers.
         stream_retries: attempts per file (with exponential backoff) before StreamingError names it.
+        stream_video: "range" reads each episode's video by byte ranges of the Hub file (nothing on disk; the file
+            may be larger than the disk budget), "download" fetches whole video files into the disk cache, "auto"
+            downloads when the chosen episodes' video files all fit the disk budget (each worker's share), else
+            reads by range.
+        range_block_bytes: the most bytes per range request (reading by range; smaller episodes take smaller
+            blocks, range_reads.block_for).
 
     Items are PolicyDataset's. `frames` (a FrameLRU) and `files` (a RemoteFiles) say what this process holds.
     """
@@ -65,15 +80,25 @@ class StreamingPolicyDataset(PolicyDataset):
         stream_disk_gb: float = STREAM_DISK_GB,
         stream_retries: int = STREAM_RETRIES,
         download_videos: bool = True,
+        stream_video: str = STREAM_VIDEO,
+        range_block_bytes: int = RANGE_BLOCK_BYTES,
     ):
         from hfpolicy.datasets.hub import download_meta
 
         self.frames = FrameLRU(round(stream_ram_gb * GB), "stream_ram_gb= / --dataset.stream_ram_gb")
         if not stream_disk_gb > 0:  # before any download
             raise ValueError(f"stream_disk_gb= / --dataset.stream_disk_gb must be > 0, got {stream_disk_gb}")
+        if stream_video not in STREAM_VIDEO_CHOICES:
+            raise ValueError(
+                f"stream_video= / --dataset.stream_video must be one of {', '.join(STREAM_VIDEO_CHOICES)}, got "
+                f"{stream_video!r}"
+            )
+        self.stream_video = stream_video
         meta_root = download_meta(repo_id, revision)
         commit = meta_root.name  # snapshots/<commit sha>: every later fetch reads this one version
-        self.files = RemoteFiles(repo_id, commit, round(stream_disk_gb * GB), stream_retries)
+        self.files = RemoteFiles(
+            repo_id, commit, round(stream_disk_gb * GB), stream_retries, block_bytes=range_block_bytes
+        )
         super().__init__(
             repo_id,
             root=meta_root,
@@ -108,29 +133,68 @@ class StreamingPolicyDataset(PolicyDataset):
         self._caches = {}
         self.frame_cache_storage = "stream"
         self._chw = {key: image_chw(key, self.features[key]) for key in self.camera_keys}
+        videos = {self.meta.video_file(ep, key) for ep in self.episodes for key in self._video_keys()}
+        self._video_bytes = sum(self.files.size_of(path, f"the videos of {self.repo_id}") for path in videos)
+        self._video_seconds: dict[str, float] = {}  # video file -> its duration (the last episode's end in it)
+        for episode in self.meta.episodes.index:
+            for key in self._video_keys():
+                path = self.meta.video_file(int(episode), key)
+                end = float(self.meta.episodes.at[episode, ep_video_column(key, "to_timestamp")])
+                self._video_seconds[path] = max(self._video_seconds.get(path, 0.0), end)
+        data_files = {self.meta.data_file(ep) for ep in self.episodes} if self._image_keys() else set()
+        self._largest_data_file = max(
+            (self.files.size_of(p, f"the data of {self.repo_id}") for p in data_files), default=0
+        )
         self.check_buffer_fits(1)  # the largest episode alone must fit
+
+    def _video_keys(self) -> list[str]:
+        return [key for key in self.camera_keys if self.features[key]["dtype"] == VIDEO]
+
+    def _image_keys(self) -> list[str]:
+        return [key for key in self.camera_keys if self.features[key]["dtype"] == IMAGE]
+
+    def video_by_range(self, num_workers: int | None = None) -> bool:
+        """Whether video is read by byte ranges in this process (or, given `num_workers`, in each DataLoader
+        worker): always with stream_video="range", never with "download"; with "auto" when the chosen episodes'
+        video files (and the largest data file, for image features) do not all fit the disk budget's share."""
+        if self.stream_video != "auto":
+            return self.stream_video == "range"
+        share = self.files.budget if num_workers is None else self.files.max_bytes // max(1, num_workers)
+        return self._video_bytes + self._largest_data_file > share
+
+    def _read_reserve(self, key: str, num_workers: int | None = None) -> int:
+        """Memory held by the read buffers while camera `key` of an episode is decoded (reading by range)."""
+        if self.features[key]["dtype"] != VIDEO or not self.video_by_range(num_workers):
+            return 0
+        return read_buffer_bytes(self.files.block_bytes)
 
     def episode_nbytes(self, episode_pos: int) -> int:
         """The decoded frames of the `episode_pos`-th chosen episode, all cameras, in bytes."""
         start, end = (int(v) for v in self.episode_bounds[episode_pos])
         return (end - start) * sum(math.prod(chw) for chw in self._chw.values())
 
-    def check_buffer_fits(self, buffer_episodes: int, num_workers: int = 0) -> None:
-        """ValueError naming the settings when the decoded frames of `buffer_episodes` of the largest episodes do not
-        fit the memory budget (each DataLoader worker's share of it): the open episodes would be decoded again and
-        again."""
+    def check_buffer_fits(self, buffer_episodes: int, num_workers: int = 0, shards: int = 1) -> None:
+        """ValueError naming the settings when the decoded frames of the largest episodes one process keeps open (of
+        `buffer_episodes` split into `shards`, over `num_workers` DataLoader workers), with the read buffers of a
+        range read, do not fit the memory budget (each worker's share of it): the open episodes would be decoded
+        again and again."""
         if not self.camera_keys:
             return
+        held = open_episodes_per_worker(buffer_episodes, shards, num_workers)
         sizes = sorted((self.episode_nbytes(pos) for pos in range(self.num_episodes)), reverse=True)
-        need = sum(sizes[:buffer_episodes])
+        reserve = max(self._read_reserve(key, max(1, num_workers)) for key in self.camera_keys)
+        need = sum(sizes[:held]) + reserve
         budget = self.frames.max_bytes // max(1, num_workers)
         if need > budget:
             shared = f" per DataLoader worker ({num_workers} workers share it)" if num_workers > 1 else ""
+            buffers = f" and {reserve / 1024**2:.2f} MiB of read buffers" if reserve else ""
             raise ValueError(
-                f"{buffer_episodes} open episode(s) of {self.repo_id} need up to {need / 1024**2:.2f} MiB of decoded "
-                f"frames, more than the streaming memory budget of {budget / 1024**2:.2f} MiB{shared}: raise "
+                f"{held} open episode(s) of {self.repo_id} need up to {need / 1024**2:.2f} MiB of decoded frames"
+                f"{buffers}, more than the streaming memory budget of {budget / 1024**2:.2f} MiB{shared}: raise "
                 "stream_ram_gb= / --dataset.stream_ram_gb, or keep fewer episodes open (buffer_episodes= / "
-                "--dataset.shuffle_buffer_episodes)" + (", or use fewer workers (--num_workers)" if shared else "")
+                "--dataset.shuffle_buffer_episodes)"
+                + (", or split them among the workers (--dataset.shuffle_buffer_shards)" if shared else "")
+                + (", or use fewer workers (--num_workers)" if shared else "")
             )
 
     def _camera_frames(self, key: str, rows: np.ndarray, episode_pos: np.ndarray) -> np.ndarray:
@@ -148,7 +212,8 @@ class StreamingPolicyDataset(PolicyDataset):
             start, end = (int(v) for v in self.episode_bounds[episode_pos])
             shape = (end - start, *self._chw[key])
             what = f"episode {self.episodes[episode_pos]} of {self.repo_id}, {key}"
-            self.frames.make_room(math.prod(shape), what)  # before allocating: the bound holds while decoding
+            # before allocating: the bound holds while decoding, the read buffers of a range read included
+            self.frames.make_room(math.prod(shape) + self._read_reserve(key), what)
             frames = np.empty(shape, dtype=np.uint8)
             self._decode_episode(key, episode_pos, frames)
             self.frames.put((key, episode_pos), frames, what)
@@ -156,6 +221,27 @@ class StreamingPolicyDataset(PolicyDataset):
 
     def _video_path(self, episode: int, key: str, what: str) -> Path:
         return self.files.fetch(self.meta.video_file(episode, key), what)
+
+    def _decode_video(
+        self, key: str, episode: int, timestamps: np.ndarray, tolerance: float, out: np.ndarray, what: str
+    ) -> None:
+        if not self.video_by_range():
+            super()._decode_video(key, episode, timestamps, tolerance, out, what)  # the file fetched whole
+            return
+        path = self.meta.video_file(episode, key)
+        self.files.read_by_range(
+            path,
+            lambda file: decode_video_segment(file, timestamps, tolerance, out, what),
+            what,
+            block_for(self.files.sizes[path] * self._video_share(episode, key), self.files.block_bytes),
+        )
+
+    def _video_share(self, episode: int, key: str) -> float:
+        """About which part of its video file camera `key` of `episode` is: its share of the file's duration."""
+        columns = self.meta.episodes
+        start = float(columns.at[episode, ep_video_column(key, "from_timestamp")])
+        end = float(columns.at[episode, ep_video_column(key, "to_timestamp")])
+        return min(1.0, max(0.0, end - start) / max(self._video_seconds[self.meta.video_file(episode, key)], 1e-9))
 
     def _image_column(self, key: str, episode_pos: int) -> pa.Array:
         episode = self.episodes[episode_pos]

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import BinaryIO
 
 import av
 import numpy as np
@@ -131,21 +132,29 @@ def encode_video(frames: Iterable[np.ndarray], path: str | Path, fps: float, crf
 
 
 THREADED_DECODE_MIN_PIXELS = 320 * 240  # decode with frame threads from this frame size up
+AV_IO_BUFFER_BYTES = 32 * 1024  # PyAV's read buffer for a file object (its own default)
 
 
 class NoVideoStreamError(ValueError):
     """The file opens, but holds no video stream."""
 
 
-def decode_frames(path: str | Path, start_s: float = 0.0, end_s: float | None = None) -> Iterator[tuple]:
+def video_name(path: str | Path | BinaryIO) -> str:
+    """How messages name a video: its path, or a file object's `name`."""
+    return str(getattr(path, "name", path)) if hasattr(path, "read") else str(path)
+
+
+def decode_frames(path: str | Path | BinaryIO, start_s: float = 0.0, end_s: float | None = None) -> Iterator[tuple]:
     """The one PyAV decoder: yields (time in s, av.VideoFrame) for the frames from the keyframe before `start_s` up
     to the first past `end_s` (that one included, so a caller can tell the range ended), in order; frames without
     a time are skipped. Only that segment is decoded (a seek). Frame threads are used for large frames only (they
     cost more than they save on small ones). Raises NoVideoStreamError, or av's FFmpegError for a file that is no
-    decodable video."""
-    with av.open(str(path)) as container:
+    decodable video. `path` may also be a binary file object with read/seek/tell (a file read by byte ranges): PyAV
+    reads it through an I/O buffer of AV_IO_BUFFER_BYTES."""
+    source = path if hasattr(path, "read") else str(path)
+    with av.open(source, buffer_size=AV_IO_BUFFER_BYTES) as container:
         if not container.streams.video:
-            raise NoVideoStreamError(f"{path} holds no video stream")
+            raise NoVideoStreamError(f"{video_name(path)} holds no video stream")
         stream = container.streams.video[0]
         if stream.codec_context.width * stream.codec_context.height >= THREADED_DECODE_MIN_PIXELS:
             stream.thread_type = "AUTO"

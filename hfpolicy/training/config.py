@@ -50,6 +50,13 @@ class DatasetConfig:
     streaming: bool = False  # read the Hub dataset as training goes instead of downloading it first: files fetched one
     # at a time into a bounded cache, each episode decoded when first drawn (one --dataset.repo_id, not --dataset.root)
     shuffle_buffer_episodes: int = 16  # streaming: episodes open at once; each sample is drawn from their frames
+    shuffle_buffer_shards: int = 1  # streaming: the open episodes split into this many groups, batch k drawn from group
+    # k mod this: with --num_workers dividing it each worker decodes only its own episodes (with --num_workers > 1 it
+    # must be a multiple of --num_workers). Part of the data order, as the seed is; the order does not depend on
+    # --num_workers
+    stream_video: str = "auto"  # streaming: how video is read: "range" (byte ranges of the Hub file: the episode's
+    # part, nothing on disk), "download" (whole files into the --dataset.stream_disk_gb cache), "auto" (download when
+    # the chosen episodes' video files all fit --dataset.stream_disk_gb, else range)
     stream_ram_gb: float = 2.0  # streaming: decoded frames kept in memory per process, over its --num_workers workers
     stream_disk_gb: float = 10.0  # streaming: fetched files kept on disk per process, over its --num_workers workers
     stream_retries: int = 4  # streaming: attempts per file (exponential backoff) before the run stops, naming it

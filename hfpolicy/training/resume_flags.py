@@ -35,6 +35,7 @@ MAY_CHANGE = (
     "dataset.stream_ram_gb",  # streaming: how much is cached, not what is read
     "dataset.stream_disk_gb",
     "dataset.stream_retries",
+    "dataset.stream_video",  # streaming: how the video bytes are read, not which frames
     "eval.",  # how the policy is measured, not how it is trained
     "hub.",
     "policy.device",

@@ -1,6 +1,7 @@
 """The training data of a run that streams its Hub dataset (`--dataset.streaming=true`): a StreamingPolicyDataset
 within `--dataset.stream_ram_gb` / `--dataset.stream_disk_gb`, in the epoch order of a ShuffleBufferSampler that
-keeps `--dataset.shuffle_buffer_episodes` episodes open (a function of seed and epoch: a resume is exact)."""
+keeps `--dataset.shuffle_buffer_episodes` episodes open, split into `--dataset.shuffle_buffer_shards` groups that the
+DataLoader workers read apart (a function of seed, epoch and shards, not of --num_workers: a resume is exact)."""
 
 import dataclasses
 
@@ -9,6 +10,7 @@ from accelerate import Accelerator
 from hfpolicy.datasets import DatasetMeta
 from hfpolicy.datasets.sampler import EpochBatchSampler
 from hfpolicy.datasets.shuffle_buffer import ShuffleBufferSampler
+from hfpolicy.datasets.streaming import STREAM_VIDEO_CHOICES
 from hfpolicy.training.config import DatasetConfig, TrainConfig, TrainConfigError
 
 
@@ -24,13 +26,36 @@ def streaming_problems(cfg: TrainConfig) -> list[str]:
         problems.append("--dataset.streaming=true streams one dataset: give one --dataset.repo_id, not a list")
     if cfg.online.every > 0:
         problems.append("--online.every does not work with --dataset.streaming=true yet: leave one of them out")
-    for name in ("shuffle_buffer_episodes", "stream_retries"):
+    for name in ("shuffle_buffer_episodes", "shuffle_buffer_shards", "stream_retries"):
         if getattr(dataset, name) < 1:
             problems.append(f"--dataset.{name} must be >= 1, got {getattr(dataset, name)}")
+    problems += shard_problems(dataset.shuffle_buffer_episodes, dataset.shuffle_buffer_shards, cfg.num_workers)
+    if dataset.stream_video not in STREAM_VIDEO_CHOICES:
+        problems.append(
+            f"--dataset.stream_video must be one of {', '.join(STREAM_VIDEO_CHOICES)}, got {dataset.stream_video!r}"
+        )
     for name in ("stream_ram_gb", "stream_disk_gb"):
         if not getattr(dataset, name) > 0:
             problems.append(f"--dataset.{name} must be > 0, got {getattr(dataset, name)}")
     return problems
+
+
+def shard_problems(buffer_episodes: int, shards: int, num_workers: int) -> list[str]:
+    """Shards that cannot be filled, or that leave DataLoader workers decoding the same episodes."""
+    if shards < 1 or buffer_episodes < 1:
+        return []  # said above
+    if shards > buffer_episodes:
+        return [
+            f"--dataset.shuffle_buffer_shards={shards} is more than --dataset.shuffle_buffer_episodes="
+            f"{buffer_episodes}: each shard needs an open episode; lower the shards or raise the buffer"
+        ]
+    if num_workers > 1 and shards % num_workers:
+        return [
+            f"--num_workers={num_workers} with --dataset.shuffle_buffer_shards={shards}: the workers would decode the "
+            f"same episodes; set --dataset.shuffle_buffer_shards to a multiple of {num_workers} (each worker then "
+            "reads only its own shards' episodes), or use --num_workers=0"
+        ]
+    return []
 
 
 def open_streaming_meta(dataset: DatasetConfig) -> DatasetMeta:
@@ -77,10 +102,12 @@ def load_streaming_data(cfg: TrainConfig, accelerator: Accelerator):
                 stream_disk_gb=dataset_cfg.stream_disk_gb,
                 stream_retries=dataset_cfg.stream_retries,
                 download_videos=bool(policy_cfg.image_features),
+                stream_video=dataset_cfg.stream_video,
             )
         except StreamingError as e:
             raise TrainConfigError(str(e)) from e
-        dataset.check_buffer_fits(dataset_cfg.shuffle_buffer_episodes, cfg.num_workers)
+        shards = dataset_cfg.shuffle_buffer_shards
+        dataset.check_buffer_fits(dataset_cfg.shuffle_buffer_episodes, cfg.num_workers, shards)
         sampler = ShuffleBufferSampler(
             dataset,
             buffer_episodes=dataset_cfg.shuffle_buffer_episodes,
@@ -88,7 +115,9 @@ def load_streaming_data(cfg: TrainConfig, accelerator: Accelerator):
             seed=cfg.seed,
             num_replicas=accelerator.num_processes,
             rank=accelerator.process_index,
-        )  # each process reads its own shard of one shared (seed, epoch) order
+            shards=shards,
+            batch_size=cfg.batch_size,
+        )  # each process reads its own part of one shared (seed, epoch) order, its workers their own shards
         batch_sampler = EpochBatchSampler(sampler, cfg.batch_size)  # a resumed run starts mid-epoch
     dataloader = make_dataloader(dataset, batch_sampler, cfg, accelerator)
     data = TrainingData(dataset_cfg.repo_id, dataset, sampler, batch_sampler, dataloader)
