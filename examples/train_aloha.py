@@ -71,11 +71,11 @@ def paper_recipe(task: str) -> Recipe:
 # - chunks of 50 actions (1 s at 50 fps; ACT's 100 would double those two costs), executed 25 at a time: re-planning
 #   every 0.5 s from the current poses (the PushT presets execute half a chunk or less: Diffusion Policy there
 #   succeeded 58% executing 4 of 16 actions against 51% executing 8);
-# - batch 64 and 3000 steps: this config's step measured 3.0-3.6 s at batch 128 (2 threads, load 3-4 from other jobs
-#   on the 2 cores: 2026-12-01, issue-21 notes), so ~0.75 s at batch 64 on an idle machine if the load halved the
-#   speed; 3000 such steps fill the ~40 minutes left after recording (~2), start-up (~1), the periodic evaluations
-#   (~4) and the final one (~3). Not yet measured on an idle machine: bench/learning.py --env aloha prints the
-#   minutes, and --steps / --batch_size are the knobs;
+# - batch 64 and 3000 steps: sized first from a step measured under load (3.0-3.6 s at batch 128); measured alone
+#   (2026-12-01, 2 threads, load 1.7-2.0) a step takes 0.27-0.33 s at batch 64 and the whole transfer-cube command
+#   17.3 minutes (record 1.0, train 14.6, evaluations 1.7), ending at 100% over 200 seeds; its 50-episode checks
+#   were at 100% from step 1800 on, so the budget was kept, not grown to the hour (--steps / --batch_size are the
+#   knobs);
 # - a 50-episode evaluation every STEPS / 5 steps (the curve), 200 episodes at the end, 50 envs a batch (a batch's
 #   cost is its episodes' steps: successes end at ~step 210 of 400 for the cube), one video per evaluation at
 #   240x320 without shadows (~4x fewer pixels, ~3x cheaper frames: the video does not change what the policy sees).
