@@ -12,10 +12,8 @@ disk). Prints a table; the LAST line is one JSON object.
 
 import argparse
 import json
-import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -75,17 +73,10 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--block_kb", type=int, default=1024, help="bytes per range request, in KiB")
     args = parser.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="bench_ranges_"))
-    token = "hf_bench_token"
-    os.environ.update(
-        HF_HOME=str(workdir / "hf_home"), HF_TOKEN=token, HF_HUB_DISABLE_XET="1", HF_HUB_OFFLINE="0",
-        HF_HUB_DISABLE_PROGRESS_BARS="1", HF_HUB_DISABLE_TELEMETRY="1",
-    )  # fmt: skip
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from hub_server import HubServer
+    from local_hub import start_local_hub
 
-    server = HubServer(workdir / "hub", token=token).start()
-    os.environ["HF_ENDPOINT"] = server.endpoint  # read by huggingface_hub at import: it is imported below
+    workdir = Path(tempfile.mkdtemp(prefix="bench_ranges_"))
+    server = start_local_hub(workdir)  # before huggingface_hub is imported (below)
     try:
         from hfpolicy.datasets import push_dataset_to_hub
         from hfpolicy.datasets.pusht_zarr import convert_pusht_zarr

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from hfpolicy.datasets import DatasetWriter
 
@@ -78,3 +79,19 @@ def write_tiny_dataset(
                 data.episode_of_frame.append(episode)
             writer.save_episode()
     return data
+
+
+def assert_same_batch(a: dict, b: dict) -> None:
+    """Two items or batches are equal: the same keys, tensors equal in dtype and value, other values equal."""
+    assert set(a) == set(b)
+    for key, value in a.items():
+        if isinstance(value, torch.Tensor):
+            assert value.dtype == b[key].dtype and torch.equal(value, b[key]), key
+        else:
+            assert value == b[key], key
+
+
+def episode_rows(dataset, episode_pos: int) -> list[int]:
+    """The dataset's row indices of its `episode_pos`-th episode."""
+    start, end = dataset.episode_bounds[episode_pos]
+    return list(range(int(start), int(end)))

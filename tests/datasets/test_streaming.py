@@ -4,7 +4,7 @@ the training's batch stream, memory and disk within tiny budgets, and a failed f
 import numpy as np
 import pytest
 import torch
-from dataset_helpers import FPS, TASKS, TINY_FEATURES, smooth_image
+from dataset_helpers import FPS, TASKS, TINY_FEATURES, assert_same_batch, episode_rows, smooth_image
 
 from hfpolicy.datasets import (
     DatasetWriter,
@@ -58,20 +58,6 @@ def streamed(hub_server, tmp_path_factory):
             writer.save_episode()
     push_dataset_to_hub(root, "user/stream-tiny")
     return root, "user/stream-tiny", np.stack(images), np.stack(wrists)
-
-
-def assert_same_batch(a: dict, b: dict) -> None:
-    assert set(a) == set(b)
-    for key, value in a.items():
-        if isinstance(value, torch.Tensor):
-            assert value.dtype == b[key].dtype and torch.equal(value, b[key]), key
-        else:
-            assert value == b[key], key
-
-
-def episode_rows(dataset: PolicyDataset, episode_pos: int) -> list[int]:
-    start, end = dataset.episode_bounds[episode_pos]
-    return list(range(int(start), int(end)))
 
 
 def test_streamed_items_equal_the_in_memory_ones(streamed):

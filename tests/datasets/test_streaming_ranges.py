@@ -4,8 +4,7 @@ memory budget, and a read that fails midway retried, then named."""
 
 import numpy as np
 import pytest
-import torch
-from dataset_helpers import FPS, TINY_FEATURES
+from dataset_helpers import FPS, TINY_FEATURES, assert_same_batch, episode_rows
 
 from hfpolicy.datasets import (
     DatasetWriter,
@@ -50,20 +49,6 @@ def ranged(hub_server, tmp_path_factory):
     push_dataset_to_hub(root, "user/stream-ranges")
     assert (root / VIDEO).stat().st_size > 4 * read_buffer_bytes(BLOCK)  # the premise of the byte counts below
     return root, "user/stream-ranges"
-
-
-def assert_same_batch(a: dict, b: dict) -> None:
-    assert set(a) == set(b)
-    for key, value in a.items():
-        if isinstance(value, torch.Tensor):
-            assert value.dtype == b[key].dtype and torch.equal(value, b[key]), key
-        else:
-            assert value == b[key], key
-
-
-def episode_rows(dataset: PolicyDataset, episode_pos: int) -> list[int]:
-    start, end = dataset.episode_bounds[episode_pos]
-    return list(range(int(start), int(end)))
 
 
 def small_disk_budget(root) -> float:
