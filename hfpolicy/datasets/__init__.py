@@ -13,7 +13,7 @@ from hfpolicy.datasets.format import (
 from hfpolicy.datasets.hub import download_dataset, make_dataset_card, push_dataset_to_hub
 from hfpolicy.datasets.metadata import DatasetMeta
 from hfpolicy.datasets.remote_files import StreamingError
-from hfpolicy.datasets.sampler import EpisodeAwareSampler, EpochBatchSampler, split_episodes
+from hfpolicy.datasets.sampler import BatchIndices, EpisodeAwareSampler, EpochBatchSampler, split_episodes
 from hfpolicy.datasets.shuffle_buffer import ShuffleBufferSampler
 from hfpolicy.datasets.streaming import StreamingPolicyDataset
 from hfpolicy.datasets.writer import DatasetWriter
@@ -24,6 +24,7 @@ __all__ = [
     "DatasetMeta",
     "DatasetWriter",
     "EpisodeAwareSampler",
+    "BatchIndices",
     "EpochBatchSampler",
     "PolicyDataset",
     "ShuffleBufferSampler",

@@ -24,6 +24,7 @@ from hfpolicy.datasets.format import EP_LENGTH, INFO_PATH, DatasetFormatError, T
 from hfpolicy.datasets.frame_cache import FRAME_CACHE_RAM_CAP_GB, FrameCache, decode_video_segment
 from hfpolicy.datasets.metadata import DatasetMeta
 from hfpolicy.datasets.stats import array_stats, stats_to_torch
+from hfpolicy.datasets.worker_batch import WorkerBatch, shared_empty, uint8_to_float
 
 
 class PolicyDataset(torch.utils.data.Dataset):
@@ -365,6 +366,9 @@ class PolicyDataset(torch.utils.data.Dataset):
         batch of those items, so `DataLoader(dataset, sampler=BatchSampler(sampler, 64, drop_last=False),
         batch_size=None)` fetches whole batches without building per-item dicts and stacking them again."""
         if isinstance(idx, (list, tuple, np.ndarray, torch.Tensor)) and np.ndim(idx) == 1:
+            if self.image_transforms is None and torch.utils.data.get_worker_info() is not None:
+                # a DataLoader worker sends the images as uint8 and the rest in one buffer (worker_batch.py)
+                return WorkerBatch(self.get_batch(np.asarray(idx), uint8_images=True), to_float=self.camera_keys)
             batch = self.get_batch(np.asarray(idx))
             if self.image_transforms is not None:
                 for key in self.camera_keys:
@@ -385,9 +389,10 @@ class PolicyDataset(torch.utils.data.Dataset):
                     item[key] = self.image_transforms(item[key])
         return items
 
-    def get_batch(self, indices: Sequence[int]) -> dict[str, Any]:
+    def get_batch(self, indices: Sequence[int], uint8_images: bool = False) -> dict[str, Any]:
         """The collated batch of `indices` without per-item dicts: tensors with a leading batch dim (images float32
-        in [0, 1], not passed through `image_transforms`), lists for strings and `task`."""
+        in [0, 1], not passed through `image_transforms`; with `uint8_images` their uint8 0..255 frames, as a
+        DataLoader worker sends them), lists for strings and `task`."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         idx = np.where(idx < 0, idx + self.num_frames, idx)
         if len(idx) and (idx.min() < 0 or idx.max() >= self.num_frames):
@@ -410,10 +415,11 @@ class PolicyDataset(torch.utils.data.Dataset):
             batch[key] = [values[i] for i in rows]
         for key in self.camera_keys:
             frames = self._camera_frames(key, windows.get(key, idx), episode_pos)
-            # numpy, not torch: single-threaded, so it does not stall when other processes hold the cores
-            images = _empty_float32(frames.shape)
-            np.divide(frames, np.float32(255), out=images.numpy())  # uint8 -> float32 in [0, 1]
-            batch[key] = images
+            batch[key] = shared_empty(frames.shape, torch.uint8) if uint8_images else torch.empty(frames.shape)
+            if uint8_images:
+                batch[key].numpy()[...] = frames
+            else:
+                uint8_to_float(frames, batch[key])
         batch[TASK] = [self.tasks.get(t, "") for t in self._columns[TASK_INDEX][idx].tolist()]
         return batch
 
@@ -432,16 +438,6 @@ class PolicyDataset(torch.utils.data.Dataset):
             f"frames={self.num_frames}, fps={self.fps}, features={list(self.features)}, "
             f"delta_timestamps={self.delta_timestamps or None})"
         )
-
-
-def _empty_float32(shape: tuple[int, ...]) -> torch.Tensor:
-    """An uninitialized float32 tensor; in a DataLoader worker it is allocated in shared memory, so sending the
-    batch to the main process passes a handle instead of copying the images once more (as torch's default collate
-    does for the batches it stacks)."""
-    if torch.utils.data.get_worker_info() is None:
-        return torch.empty(shape, dtype=torch.float32)
-    storage = torch.empty(0, dtype=torch.float32)._typed_storage()._new_shared(math.prod(shape))
-    return torch.empty(0, dtype=torch.float32).new(storage).view(shape)
 
 
 def _fill_from_image_bytes(column: pa.Array, out: np.ndarray, what: str) -> None:

@@ -26,7 +26,7 @@ import torch
 from av.video.reformatter import VideoReformatter
 
 from hfpolicy.datasets.format import DatasetFormatError, TimestampError
-from hfpolicy.io.video import NoVideoStreamError, decode_frames, video_name
+from hfpolicy.io.video import NoVideoStreamError, decode_frames, rgb_threads, video_name
 
 FRAME_CACHE_RAM_CAP_GB = 8.0  # default cap: a bigger cache goes to a memory-mapped file instead of RAM
 _HEADER_BYTES = 64  # the per-episode "decoded" flags are padded to this alignment before the frames
@@ -142,9 +142,13 @@ def _decode_into(path, timestamps: np.ndarray, tolerance_s: float, out: np.ndarr
     """The decoding loop of `decode_video_segment`: fills `out[j]` and sets `filled[j]` for each frame found."""
     _, height, width = out.shape[1:]
     reformatter = VideoReformatter()  # one for all frames: a new one per frame costs more than the decoding
-    first, last = timestamps[0] - tolerance_s, timestamps[-1] + tolerance_s
+    threads = rgb_threads(width, height)
+    last = timestamps[-1] + tolerance_s
     try:
-        for t, frame in decode_frames(path, first, last):
+        # the seek lands on the keyframe at or before the first frame's time + tolerance: an episode that starts
+        # with a keyframe is decoded from it (from the first time - tolerance, the seek went back one keyframe more,
+        # decoding the previous episode too: twice the frames for PushT's one-keyframe-per-episode videos)
+        for t, frame in decode_frames(path, timestamps[0] + tolerance_s, last):
             if t > last:
                 break
             j = int(np.searchsorted(timestamps, t - tolerance_s))
@@ -155,7 +159,7 @@ def _decode_into(path, timestamps: np.ndarray, tolerance_s: float, out: np.ndarr
                     f"{what}: the video {video_name(path)} has {frame.width}x{frame.height} frames but info.json declares "
                     f"{width}x{height}; fix the feature shape in meta/info.json"
                 )
-            out[j] = reformatter.reformat(frame, format="rgb24").to_ndarray().transpose(2, 0, 1)
+            out[j] = reformatter.reformat(frame, format="rgb24", threads=threads).to_ndarray().transpose(2, 0, 1)
             filled[j] = True
     except NoVideoStreamError as e:
         raise DatasetFormatError(

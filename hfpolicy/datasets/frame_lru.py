@@ -24,6 +24,7 @@ class FrameLRU(WorkerBudget):
 
     def _clear(self) -> None:
         self._entries: OrderedDict[Hashable, np.ndarray] = OrderedDict()  # least recently used first
+        self.reserved = 0  # bytes of arrays being filled outside the LRU (read_ahead.py), counted in the bound
         self.loads = 0  # arrays put (a decode each)
 
     def get(self, key: Hashable) -> np.ndarray | None:
@@ -42,11 +43,26 @@ class FrameLRU(WorkerBudget):
                 f"{what} needs {nbytes / 1024**2:.2f} MiB of decoded frames, more than the streaming memory budget "
                 f"of {budget / 1024**2:.2f} MiB{self.share_words()}: raise {self.budget_words}, or use fewer workers"
             )
-        while self._entries and self.bytes + nbytes > budget:
+        while self._entries and self.bytes + self.reserved + nbytes > budget:
             _, evicted = self._entries.popitem(last=False)
             self.bytes -= evicted.nbytes
             self.evictions += 1
-        self.peak_bytes = max(self.peak_bytes, self.bytes + nbytes)
+        self.peak_bytes = max(self.peak_bytes, self.bytes + self.reserved + nbytes)
+
+    def reserve(self, nbytes: int, what: str) -> None:
+        """Makes room for `nbytes` and holds them for an array filled elsewhere (a decode ahead) until `release`."""
+        self._own()
+        self.make_room(nbytes, what)
+        self.reserved += nbytes
+
+    def release(self, nbytes: int) -> None:
+        self._own()
+        self.reserved -= nbytes
+
+    def __contains__(self, key: Hashable) -> bool:
+        """Whether `key` is held (without making it the most recently used)."""
+        self._own()
+        return key in self._entries
 
     def put(self, key: Hashable, array: np.ndarray, what: str) -> None:
         """Keeps `array` as the most recently used (after `make_room(array.nbytes)`, evicting if it was not called)."""

@@ -20,6 +20,7 @@ from hfpolicy.datasets.dataset import PolicyDataset
 from hfpolicy.datasets.format import DatasetFormatError
 from hfpolicy.datasets.sampler import rank_share
 from hfpolicy.datasets.stats import STAT_KEYS, aggregate_stats, stats_to_torch
+from hfpolicy.datasets.worker_batch import WorkerBatch
 
 DATASET_INDEX = "dataset_index"  # items of a mixture say which dataset they come from
 
@@ -151,9 +152,9 @@ class MixtureDataset(torch.utils.data.Dataset):
         for ds in self.datasets:
             ds.prefetch_frames(progress=progress)
 
-    def get_batch(self, indices: Sequence[int]) -> dict[str, Any]:
+    def get_batch(self, indices: Sequence[int], uint8_images: bool = False) -> dict[str, Any]:
         """The collated batch of mixture positions: each dataset fetches its own, then the rows are put back in
-        the order asked for."""
+        the order asked for (`uint8_images` as for PolicyDataset.get_batch)."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if len(idx) and (idx.min() < 0 or idx.max() >= self.num_frames):
             raise IndexError(f"positions must be in [0, {self.num_frames}), got {idx.min()}..{idx.max()}")
@@ -162,7 +163,7 @@ class MixtureDataset(torch.utils.data.Dataset):
         parts = []
         for d in np.unique(which).tolist():
             local = idx[order][which[order] == d] - self.offsets[d]
-            part = {renamed_key(k, self.renames): v for k, v in self.datasets[d].get_batch(local).items()}
+            part = {renamed_key(k, self.renames): v for k, v in self.datasets[d].get_batch(local, uint8_images).items()}
             part[DATASET_INDEX] = torch.full((len(local),), d, dtype=torch.int64)
             parts.append(part)
         keys = [key for key in parts[0] if all(key in part for part in parts) and _kept(key, self.features)]
@@ -179,7 +180,10 @@ class MixtureDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, idx):
         if isinstance(idx, (list, tuple, np.ndarray, torch.Tensor)) and np.ndim(idx) == 1:
-            return self.get_batch(np.asarray(idx))
+            if torch.utils.data.get_worker_info() is None:
+                return self.get_batch(np.asarray(idx))
+            # a DataLoader worker sends the images as uint8 and the rest in one buffer (worker_batch.py)
+            return WorkerBatch(self.get_batch(np.asarray(idx), uint8_images=True), to_float=self.camera_keys)
         batch = self.get_batch([int(idx)])
         return {key: value[0] for key, value in batch.items()}
 

@@ -34,6 +34,7 @@ from hfpolicy.datasets.format import DatasetFormatError, ep_video_column
 from hfpolicy.datasets.frame_cache import decode_video_segment
 from hfpolicy.datasets.frame_lru import FrameLRU
 from hfpolicy.datasets.range_reads import RANGE_BLOCK_BYTES, block_for, read_buffer_bytes
+from hfpolicy.datasets.read_ahead import ReadAhead
 from hfpolicy.datasets.remote_files import RemoteFiles
 from hfpolicy.datasets.shuffle_buffer import open_episodes_per_worker
 
@@ -86,6 +87,7 @@ class StreamingPolicyDataset(PolicyDataset):
         from hfpolicy.datasets.hub import download_meta
 
         self.frames = FrameLRU(round(stream_ram_gb * GB), "stream_ram_gb= / --dataset.stream_ram_gb")
+        self.read_ahead = ReadAhead()
         if not stream_disk_gb > 0:  # before any download
             raise ValueError(f"stream_disk_gb= / --dataset.stream_disk_gb must be > 0, got {stream_disk_gb}")
         if stream_video not in STREAM_VIDEO_CHOICES:
@@ -184,6 +186,7 @@ class StreamingPolicyDataset(PolicyDataset):
         sizes = sorted((self.episode_nbytes(pos) for pos in range(self.num_episodes)), reverse=True)
         reserve = max(self._read_reserve(key, max(1, num_workers)) for key in self.camera_keys)
         need = sum(sizes[:held]) + reserve
+        self._open_bytes = need  # what read-ahead leaves room for
         budget = self.frames.max_bytes // max(1, num_workers)
         if need > budget:
             shared = f" per DataLoader worker ({num_workers} workers share it)" if num_workers > 1 else ""
@@ -206,18 +209,62 @@ class StreamingPolicyDataset(PolicyDataset):
         return out
 
     def _episode_array(self, key: str, episode_pos: int) -> np.ndarray:
-        """The decoded uint8 frames (len, C, H, W) of camera `key` of an episode, from the LRU or decoded now."""
+        """The decoded uint8 frames (len, C, H, W) of camera `key` of an episode: from the LRU, from the read-ahead
+        thread (waiting for it if it is decoding them), or decoded now."""
         frames = self.frames.get((key, episode_pos))
-        if frames is None:
-            start, end = (int(v) for v in self.episode_bounds[episode_pos])
-            shape = (end - start, *self._chw[key])
-            what = f"episode {self.episodes[episode_pos]} of {self.repo_id}, {key}"
+        if frames is not None:
+            return frames
+        what = f"episode {self.episodes[episode_pos]} of {self.repo_id}, {key}"
+        ahead = self.read_ahead.take((key, episode_pos))
+        if ahead is not None:
+            future, reserved = ahead
+            try:
+                frames = future.result()  # its decode's error, if any, is raised here, where it is needed
+            finally:
+                self.frames.release(reserved)
+        else:
             # before allocating: the bound holds while decoding, the read buffers of a range read included
-            self.frames.make_room(math.prod(shape) + self._read_reserve(key), what)
-            frames = np.empty(shape, dtype=np.uint8)
-            self._decode_episode(key, episode_pos, frames)
-            self.frames.put((key, episode_pos), frames, what)
+            self.frames.make_room(self._decode_bytes(key, episode_pos), what)
+            with self.read_ahead.lock:
+                frames = self._decode_new(key, episode_pos)
+        self.frames.put((key, episode_pos), frames, what)
         return frames
+
+    def _decode_bytes(self, key: str, episode_pos: int) -> int:
+        """The memory a decode of camera `key` of an episode holds: its frames and, reading by range, the buffers."""
+        start, end = (int(v) for v in self.episode_bounds[episode_pos])
+        return (end - start) * math.prod(self._chw[key]) + self._read_reserve(key)
+
+    def _decode_new(self, key: str, episode_pos: int) -> np.ndarray:
+        start, end = (int(v) for v in self.episode_bounds[episode_pos])
+        frames = np.empty((end - start, *self._chw[key]), dtype=np.uint8)
+        self._decode_episode(key, episode_pos, frames)
+        return frames
+
+    # --- read-ahead: the episodes of the coming batches decoded in a thread (read_ahead.py) -------------------
+    def __getitem__(self, idx):
+        """As PolicyDataset's; a batch that says which positions come next (`BatchIndices.ahead`, from
+        EpochBatchSampler(read_ahead=...)) has their episodes decoded ahead, in a thread, once it is gathered."""
+        batch = super().__getitem__(idx)
+        ahead = getattr(idx, "ahead", None)
+        if ahead is not None and len(ahead) and self.camera_keys:
+            self._decode_ahead(np.asarray(ahead, dtype=np.int64))
+        return batch
+
+    def _decode_ahead(self, positions: np.ndarray) -> None:
+        """Submits the episodes of `positions` that are neither held nor decoding, while the budget keeps room for
+        the open episodes (check_buffer_fits's bound) besides the decodes ahead: read-ahead evicts only episodes
+        the LRU would evict next anyway, never the room the shuffle buffer needs."""
+        for episode_pos in np.unique(self._row_episode[positions]).tolist():
+            for key in self.camera_keys:
+                entry = (key, episode_pos)
+                if entry in self.frames or entry in self.read_ahead:
+                    continue
+                nbytes = self._decode_bytes(key, episode_pos)
+                if self.frames.reserved + nbytes + self._open_bytes > self.frames.budget:
+                    return
+                self.frames.reserve(nbytes, f"episode {self.episodes[episode_pos]} of {self.repo_id}, {key}")
+                self.read_ahead.submit(entry, nbytes, lambda key=key, pos=episode_pos: self._decode_new(key, pos))
 
     def _video_path(self, episode: int, key: str, what: str) -> Path:
         return self.files.fetch(self.meta.video_file(episode, key), what)

@@ -7,6 +7,7 @@ plays and the Hub previews. yuv420p needs even width and height.
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
@@ -15,6 +16,7 @@ from typing import BinaryIO
 
 import av
 import numpy as np
+from av.video.reformatter import VideoReformatter
 
 from hfpolicy.io.atomic import temporary_path
 
@@ -131,7 +133,7 @@ def encode_video(frames: Iterable[np.ndarray], path: str | Path, fps: float, crf
     return Path(path)
 
 
-THREADED_DECODE_MIN_PIXELS = 320 * 240  # decode with frame threads from this frame size up
+THREADED_DECODE_MIN_PIXELS = 320 * 240  # decode (and convert to RGB) with threads from this frame size up
 AV_IO_BUFFER_BYTES = 32 * 1024  # PyAV's read buffer for a file object (its own default)
 
 
@@ -144,28 +146,88 @@ def video_name(path: str | Path | BinaryIO) -> str:
     return str(getattr(path, "name", path)) if hasattr(path, "read") else str(path)
 
 
+def rgb_threads(width: int, height: int) -> int:
+    """Threads for a frame's conversion to RGB (swscale): 1 below THREADED_DECODE_MIN_PIXELS, else 0 (swscale's
+    choice). Measured on 96x96 PushT frames (2-core AVX2 machine): 14 us with 1 thread, 45-95 us with swscale's
+    default (its threads cost more than the work), identical pixels."""
+    return 0 if width * height >= THREADED_DECODE_MIN_PIXELS else 1
+
+
+class _OpenVideo(threading.local):
+    """The last video file this thread decoded from a path, still open (a thread's own: a container is not shared)."""
+
+    key: tuple | None = None
+    container = None
+    pid: int = -1
+
+
+_open_video = _OpenVideo()
+
+
+@contextlib.contextmanager
+def _container(source: str | BinaryIO):
+    """An open container of `source`. A path's stays open for this thread's next segment of the same file (same
+    inode, size and mtime): opening an mp4 parses its whole index, which took 6.4 ms for PushT's 25,650-frame file,
+    more than seeking and decoding a 100-frame episode (4.4 ms). A file replaced or deleted since is opened anew (a
+    deleted one stays open, its disk space held, until this thread's next decode); a file object is opened each time."""
+    if not isinstance(source, str):
+        with av.open(source, buffer_size=AV_IO_BUFFER_BYTES) as container:
+            yield container, True
+        return
+    cached = _open_video
+    if cached.pid != os.getpid():  # a forked worker: the parent's container shares its file offset, leave it
+        cached.key, cached.container, cached.pid = None, None, os.getpid()
+    info = os.stat(source)
+    key = (source, info.st_ino, info.st_size, info.st_mtime_ns)
+    fresh = cached.key != key
+    if fresh:
+        close_open_videos()
+        cached.container = av.open(source, buffer_size=AV_IO_BUFFER_BYTES)
+        cached.key = key
+    try:
+        yield cached.container, fresh
+    except GeneratorExit:  # a caller that stopped reading: the next one seeks anyway
+        raise
+    except BaseException:
+        close_open_videos()  # a failed read may leave the demuxer anywhere
+        raise
+
+
+def close_open_videos() -> None:
+    """Closes the video file this thread keeps open (decode_frames reopens it when needed)."""
+    cached = _open_video
+    container, cached.key, cached.container = cached.container, None, None
+    if container is not None and cached.pid == os.getpid():
+        with contextlib.suppress(av.error.FFmpegError, OSError):
+            container.close()
+
+
 def decode_frames(path: str | Path | BinaryIO, start_s: float = 0.0, end_s: float | None = None) -> Iterator[tuple]:
-    """The one PyAV decoder: yields (time in s, av.VideoFrame) for the frames from the keyframe before `start_s` up
+    """The one PyAV decoder: yields (time in s, av.VideoFrame) for the frames from the keyframe at or before `start_s` up
     to the first past `end_s` (that one included, so a caller can tell the range ended), in order; frames without
     a time are skipped. Only that segment is decoded (a seek). Frame threads are used for large frames only (they
     cost more than they save on small ones). Raises NoVideoStreamError, or av's FFmpegError for a file that is no
     decodable video. `path` may also be a binary file object with read/seek/tell (a file read by byte ranges): PyAV
     reads it through an I/O buffer of AV_IO_BUFFER_BYTES."""
     source = path if hasattr(path, "read") else str(path)
-    with av.open(source, buffer_size=AV_IO_BUFFER_BYTES) as container:
+    with _container(source) as (container, fresh):
         if not container.streams.video:
             raise NoVideoStreamError(f"{video_name(path)} holds no video stream")
         stream = container.streams.video[0]
-        if stream.codec_context.width * stream.codec_context.height >= THREADED_DECODE_MIN_PIXELS:
+        large = stream.codec_context.width * stream.codec_context.height >= THREADED_DECODE_MIN_PIXELS
+        if fresh and large:  # before the decoder opens
             stream.thread_type = "AUTO"
         time_base = Fraction(stream.time_base)
-        if start_s > 0:
-            target = int(Fraction(start_s).limit_denominator(10**9) / time_base)
+        if start_s > 0 or not fresh:  # a reused container is rewound, flushing its decoder
+            target = int(Fraction(max(start_s, 0.0)).limit_denominator(10**9) / time_base)
             container.seek(target, stream=stream, backward=True, any_frame=False)
+        # pts * num / den in Python ints: the correctly rounded float(pts * time_base), without a Fraction per frame
+        # (those took a quarter of the decoding time of a 96x96 frame)
+        num, den = time_base.numerator, time_base.denominator
         for frame in container.decode(stream):
             if frame.pts is None:
                 continue
-            t = float(frame.pts * time_base)
+            t = frame.pts * num / den
             yield t, frame
             if end_s is not None and t > end_s:
                 return
@@ -178,13 +240,15 @@ def read_video_frames(path: str | Path, start_s: float = 0.0, end_s: float | Non
     Timestamps are compared with a tolerance of a quarter frame.
     """
     tolerance = 0.25 / probe_video(path).fps
-    frames = []
-    for t, frame in decode_frames(path, max(start_s - tolerance, 0.0), None if end_s is None else end_s - tolerance):
+    frames, reformatter = [], VideoReformatter()  # one for all frames (a new one per frame costs more)
+    # seek to the keyframe at or before start_s + tolerance (before start_s - tolerance would be one keyframe early)
+    for t, frame in decode_frames(path, start_s + tolerance, None if end_s is None else end_s - tolerance):
         if t < start_s - tolerance:
             continue
         if end_s is not None and t >= end_s - tolerance:
             break
-        frames.append(frame.to_ndarray(format="rgb24"))
+        threads = rgb_threads(frame.width, frame.height)
+        frames.append(reformatter.reformat(frame, format="rgb24", threads=threads).to_ndarray())
     if not frames:
         return np.zeros((0, 0, 0, 3), dtype=np.uint8)
     return np.stack(frames)

@@ -60,6 +60,8 @@ class DatasetConfig:
     stream_ram_gb: float = 2.0  # streaming: decoded frames kept in memory per process, over its --num_workers workers
     stream_disk_gb: float = 10.0  # streaming: fetched files kept on disk per process, over its --num_workers workers
     stream_retries: int = 4  # streaming: attempts per file (exponential backoff) before the run stops, naming it
+    stream_read_ahead: int = 4  # streaming: each process (each worker) decodes in a thread the episodes of its next
+    # this many batches, while the budget keeps room for the open episodes; 0: decode each when it is drawn
 
 
 ONLINE_LABELS = ("expert", "recovery", "policy")

@@ -29,6 +29,8 @@ def streaming_problems(cfg: TrainConfig) -> list[str]:
     for name in ("shuffle_buffer_episodes", "shuffle_buffer_shards", "stream_retries"):
         if getattr(dataset, name) < 1:
             problems.append(f"--dataset.{name} must be >= 1, got {getattr(dataset, name)}")
+    if dataset.stream_read_ahead < 0:
+        problems.append(f"--dataset.stream_read_ahead must be >= 0 (0: no read-ahead), got {dataset.stream_read_ahead}")
     problems += shard_problems(dataset.shuffle_buffer_episodes, dataset.shuffle_buffer_shards, cfg.num_workers)
     if dataset.stream_video not in STREAM_VIDEO_CHOICES:
         problems.append(
@@ -118,7 +120,8 @@ def load_streaming_data(cfg: TrainConfig, accelerator: Accelerator):
             shards=shards,
             batch_size=cfg.batch_size,
         )  # each process reads its own part of one shared (seed, epoch) order, its workers their own shards
-        batch_sampler = EpochBatchSampler(sampler, cfg.batch_size)  # a resumed run starts mid-epoch
+        # a resumed run starts mid-epoch; each batch names the coming ones, whose episodes are decoded ahead
+        batch_sampler = EpochBatchSampler(sampler, cfg.batch_size, read_ahead=dataset_cfg.stream_read_ahead)
     dataloader = make_dataloader(dataset, batch_sampler, cfg, accelerator)
     data = TrainingData(dataset_cfg.repo_id, dataset, sampler, batch_sampler, dataloader)
     return dataclasses.replace(cfg, policy=policy_cfg), data

@@ -7,6 +7,7 @@ import torch
 from dataset_helpers import FPS, TASKS, TINY_FEATURES, assert_same_batch, episode_rows, smooth_image
 
 from hfpolicy.datasets import (
+    BatchIndices,
     DatasetWriter,
     EpochBatchSampler,
     PolicyDataset,
@@ -221,3 +222,51 @@ def test_a_fetch_that_keeps_failing_stops_the_epoch_naming_the_file(streamed, hu
     # nothing was dropped for good: with the file back, episode 3 reads as it should
     local = PolicyDataset(repo_id, root=root, delta_timestamps=DELTAS)
     assert_same_batch(dataset.get_batch(episode_rows(dataset, 3)), local.get_batch(episode_rows(local, 3)))
+
+
+def test_read_ahead_decodes_the_coming_episodes_in_a_thread_and_changes_no_item(streamed):
+    root, repo_id = streamed[:2]
+    local = PolicyDataset(repo_id, root=root, delta_timestamps=DELTAS)
+    largest_episode = max(LENGTHS) * (32 * 32 * 3 + 8 * 8 * 3)
+    ram = int(2.25 * largest_episode)  # the open episode, those ahead; less than the 4 episodes (2.3 largest)
+    dataset = StreamingPolicyDataset(repo_id, delta_timestamps=DELTAS, stream_ram_gb=ram / GB)
+    dataset.check_buffer_fits(1)
+    sampler = ShuffleBufferSampler(dataset, buffer_episodes=1, drop_last_frames=2, seed=3)
+    plain = list(EpochBatchSampler(sampler, 4))
+    batches = list(EpochBatchSampler(sampler, 4, read_ahead=2))
+    assert batches == plain and all(b.ahead == sum(plain[k + 1 : k + 3], []) for k, b in enumerate(batches))
+    for epoch in range(2):
+        for batch_indices in batches:
+            assert_same_batch(dataset[batch_indices], local.get_batch(batch_indices))
+            assert dataset.frames.bytes + dataset.frames.reserved <= ram
+        if epoch == 0:  # episode by episode, each one but the first was decoded ahead, once per camera
+            assert dataset.read_ahead.decoded_ahead == 2 * (len(LENGTHS) - 1)
+            assert dataset.frames.loads == 2 * len(LENGTHS)
+    assert dataset.frames.peak_bytes <= ram and dataset.frames.evictions > 0  # the budget was binding
+
+    # a budget with no room beside the open episode decodes nothing ahead (it would crowd the buffer out)
+    tight = StreamingPolicyDataset(repo_id, delta_timestamps=DELTAS, stream_ram_gb=largest_episode / GB)
+    for batch_indices in batches:
+        assert_same_batch(tight[batch_indices], local.get_batch(batch_indices))
+    assert tight.read_ahead.decoded_ahead == 0 and tight.frames.peak_bytes <= largest_episode
+
+
+def test_a_decode_ahead_that_fails_raises_when_its_episode_is_needed(streamed, hub_server, monkeypatch):
+    root, repo_id = streamed[:2]
+    dataset = StreamingPolicyDataset(repo_id, delta_timestamps=DELTAS, stream_retries=2, stream_video="download")
+    monkeypatch.setattr(remote_files, "_wait", lambda seconds: None)
+    path = "videos/observation.image/chunk-000/file-001.mp4"
+    first, second = episode_rows(dataset, 0), episode_rows(dataset, 1)
+    hub_server.fail_reads(path, times=1000)
+    try:
+        batch = dataset[BatchIndices(first, ahead=second)]  # episode 1 is decoded ahead, in the thread: it fails
+        with pytest.raises(StreamingError) as caught:
+            dataset[second]
+    finally:
+        hub_server.fail_reads(path, times=0)
+    assert path in str(caught.value) and "episode 1 of user/stream-tiny" in str(caught.value)
+    assert dataset.read_ahead.decoded_ahead == 2  # both cameras of episode 1
+    local = PolicyDataset(repo_id, root=root, delta_timestamps=DELTAS)
+    assert_same_batch(batch, local.get_batch(first))
+    assert_same_batch(dataset[second], local.get_batch(second))  # read again once the file is back
+    assert dataset.frames.reserved == 0 and ("observation.wrist", 1) in dataset.frames  # nothing held back

@@ -19,8 +19,8 @@ class CountingStream(StreamingPolicyDataset):
     """The streaming reader; each batch also says which DataLoader worker made it (-1: the main process) and how
     many episodes that process has decoded so far."""
 
-    def get_batch(self, indices):
-        batch = super().get_batch(indices)
+    def get_batch(self, indices, uint8_images=False):
+        batch = super().get_batch(indices, uint8_images)
         info = torch.utils.data.get_worker_info()
         batch["worker"] = torch.tensor(-1 if info is None else info.id)
         batch["decodes"] = torch.tensor(self.frames.loads)

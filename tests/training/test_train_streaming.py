@@ -43,8 +43,10 @@ def test_streaming_flags_are_checked_before_training(pusht_state_dataset, tmp_pa
     err = capsys.readouterr().err
     assert "--dataset.shuffle_buffer_shards=3 is more than --dataset.shuffle_buffer_episodes=2" in err
     assert "--dataset.stream_video must be one of auto, range, download, got 'all'" in err
-    assert main([*hub, "--num_workers=2", f"--output_dir={out}", *TINY]) == 2
-    assert "set --dataset.shuffle_buffer_shards to a multiple of 2" in capsys.readouterr().err
+    assert main([*hub, "--num_workers=2", "--dataset.stream_read_ahead=-1", f"--output_dir={out}", *TINY]) == 2
+    err = capsys.readouterr().err
+    assert "set --dataset.shuffle_buffer_shards to a multiple of 2" in err
+    assert "--dataset.stream_read_ahead must be >= 0 (0: no read-ahead), got -1" in err
 
 
 def test_a_run_saved_before_the_streaming_flags_existed_resumes_without_changes(tmp_path):
@@ -54,7 +56,7 @@ def test_a_run_saved_before_the_streaming_flags_existed_resumes_without_changes(
     cfg = TrainConfig()
     older = train_config_to_dict(cfg)
     new_fields = ("streaming", "shuffle_buffer_episodes", "shuffle_buffer_shards", "stream_ram_gb", "stream_disk_gb")
-    for name in (*new_fields, "stream_retries", "stream_video"):
+    for name in (*new_fields, "stream_retries", "stream_video", "stream_read_ahead"):
         del older["dataset"][name]
     saved = tmp_path / "train_config.json"
     saved.write_text(json.dumps(older))
