@@ -16,14 +16,17 @@ import pytest
 
 GB, MIB = 1024**3, 1024**2
 HEIGHT, WIDTH = 120, 160
-LENGTHS = [30] * 16
+LENGTHS = [30] * 24
 BATCH = 4
 CAMERA = "observation.image"
 DELTAS = {CAMERA: [-0.1, 0.0]}
 EPISODE_BYTES = LENGTHS[0] * HEIGHT * WIDTH * 3
 BUDGET = 2 * EPISODE_BYTES + MIB // 2  # two open episodes and the read buffers of a range read (64 KiB blocks)
 BATCH_BYTES = BATCH * len(DELTAS[CAMERA]) * HEIGHT * WIDTH * 3 * 5  # uint8 gather + float32 images
-SLACK = 2 * MIB  # the decoder's and the allocator's own
+# The decoder's and the allocator's own: glibc raises its mmap threshold to the size of a freed mmapped block, so
+# later episode-sized arrays come from its heap, and freed heap blocks are not always returned to the system (the
+# growth varied from B + 1 to B + 6.5 MiB between runs; with MALLOC_MMAP_THRESHOLD_ fixed, B + 1.7 to B + 2.5)
+SLACK = 8 * MIB
 
 
 def status_kb(field: str) -> int:
