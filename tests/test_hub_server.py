@@ -5,6 +5,7 @@ The server lives for the whole session, so each test uses its own repo names; ea
 """
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -72,6 +73,25 @@ def test_subprocesses_reach_the_server_and_use_the_test_cache(api, hf_cache):
     path = Path(result.stdout.strip())
     assert path.read_bytes() == b"hi"
     assert path.is_relative_to(hf_cache / "hub")
+
+
+def test_agent_harness_registry_for_the_user_agent(hub_server, hf_cache, monkeypatch):
+    """With telemetry on, the client's user-agent header names the AI agent that runs it, from the Hub's registry
+    (fetched once, then cached in the HF home)."""
+    from huggingface_hub.utils import _detect_agent, build_hf_headers
+
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", False)
+    monkeypatch.setattr(constants, "AGENT_HARNESSES_PATH", str(hf_cache / "agent_harnesses.json"))
+    monkeypatch.setattr(_detect_agent, "_registry", None)
+    monkeypatch.delenv("AGENT", raising=False)
+    monkeypatch.setenv("AI_AGENT", "some-agent")
+    start = len(hub_server.requests)
+    assert "; agent/unknown" in build_hf_headers()["user-agent"]
+    assert "; agent/" in build_hf_headers()["user-agent"]  # the second from the process's copy
+    assert hub_server.requests[start:].count(("GET", "/api/agent-harnesses")) == 1
+    assert json.loads((hf_cache / "agent_harnesses.json").read_text()) == {
+        "standardEnvVars": ["AI_AGENT", "AGENT"], "harnesses": {}
+    }  # fmt: skip
 
 
 def test_whoami_and_create_repo_twice(api, hub_server):
