@@ -372,6 +372,10 @@ def print_streaming_table(runs: list[dict], args, pushed_mb: float) -> None:
     print(
         f"streaming / in-memory: {result['streaming_vs_memory_w0']:.2f} (0 workers), {result['streaming_vs_memory_w2']:.2f} (2)"
     )
+    if any(r["frames"] < r["buffer_size"] for r in runs if r["path"] == "lerobot_streaming"):
+        from lerobot_streaming import BURST_NOTE
+
+        print(BURST_NOTE)
     if "streaming_vs_lerobot_w0" in result:
         print(
             f"streaming / LeRobot streaming: {result['streaming_vs_lerobot_w0']:.2f} (0 workers), "

@@ -48,6 +48,10 @@ import time
 from dataloader import peak_rss_mb  # standard library only, so it imports in the side venv
 
 FPS = 10
+BURST_NOTE = (
+    "note: the dataset has fewer frames than LeRobot's shuffle buffer, so each epoch comes all at once at its end and "
+    "its samples/s measures nothing; use a dataset of several buffers (--buffer_size frames)"
+)
 DELTA_TIMESTAMPS = {
     "observation.image": [-0.1, 0.0],
     "observation.state": [-0.1, 0.0],
@@ -159,6 +163,8 @@ def main() -> int:
         f"{row:<44} {r['samples_per_s']:>9.0f}  {r['first_batch_s']:>9.2f} s  {r['peak_rss_mb']:>5} MiB "
         f"({r['peak_worker_rss_mb']} MiB)"
     )
+    if r["frames"] < r["buffer_size"]:
+        print(BURST_NOTE)
     print(json.dumps(r))
     return 0
 

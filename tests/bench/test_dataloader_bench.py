@@ -16,10 +16,14 @@ KEYS = ("samples_per_s", "first_batch_s", "peak_rss_mb", "peak_worker_rss_mb")
 
 @pytest.fixture(scope="module")
 def bench():
+    sys.path.insert(0, str(ROOT / "bench"))  # as when it runs as a script: its sibling modules import
     spec = importlib.util.spec_from_file_location("dataloader_bench", ROOT / "bench" / "dataloader.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module
+    yield module
+    sys.path.remove(str(ROOT / "bench"))
+    sys.modules.pop("lerobot_streaming", None)
+    sys.modules.pop("dataloader", None)
 
 
 def run(path: str, workers: int, rate: float, **extra) -> dict:
@@ -27,12 +31,13 @@ def run(path: str, workers: int, rate: float, **extra) -> dict:
             "peak_rss_mb": 700 + workers, "peak_worker_rss_mb": 100 * workers, "frames": 579, "episodes": 4} | extra  # fmt: skip
 
 
-def table(bench, capsys, runs: list[dict]) -> dict:
+def table(bench, capsys, runs: list[dict]) -> tuple[dict, list[str]]:
     args = argparse.Namespace(
         batch_size=64, batches=5, shuffle_buffer_episodes=16, stream_ram_gb=2.0, stream_disk_gb=10.0
     )
     bench.print_streaming_table(runs, args, pushed_mb=0.1)
-    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    lines = capsys.readouterr().out.strip().splitlines()
+    return json.loads(lines[-1]), lines[:-1]
 
 
 def test_lerobot_runs_add_their_keys_and_leave_the_others(bench, capsys):
@@ -42,11 +47,15 @@ def test_lerobot_runs_add_their_keys_and_leave_the_others(bench, capsys):
         run("streaming", 0, 3000.0),
         run("streaming", 2, 1500.0),
     ]
-    before = table(bench, capsys, ours)
+    before, lines = table(bench, capsys, ours)
+    assert not any("lerobot" in line.lower() for line in lines)
     lerobot = [
-        run("lerobot_streaming", w, r, streaming_processes=1, lerobot="0.6.1") for w, r in [(0, 60.0), (2, 300.0)]
+        run("lerobot_streaming", w, r, streaming_processes=1, lerobot="0.6.1", buffer_size=1000)
+        for w, r in [(0, 60.0), (2, 300.0)]
     ]
-    after = table(bench, capsys, ours + lerobot)
+    after, lines = table(bench, capsys, ours + lerobot)
+    assert sum(line.startswith("lerobot 0.6.1 (1 reader), ") for line in lines) == 2
+    assert any(line.startswith("note: the dataset has fewer frames than LeRobot's shuffle buffer") for line in lines)
     assert {k: after[k] for k in before} == before
     assert before["streaming_vs_memory_w2"] == 0.75
     added = {k: v for k, v in after.items() if k not in before}
