@@ -7,6 +7,13 @@ side venv; bench/dataloader.py --streaming runs it beside hfpolicy's streamed an
 Alone, against a server that already serves the dataset (HF_ENDPOINT, HF_TOKEN and a fresh HF_HOME in the environment):
 
     /work/lerobot-venv/bin/python bench/lerobot_streaming.py --repo_id bench/pusht --workers 0 [--batches 100]
+    /work/lerobot-venv/bin/python bench/lerobot_streaming.py --repo_id bench/pusht --hfpolicy_npz DUMP.npz
+
+The second times nothing: it streams one epoch and compares every item, key by key and exactly (images as uint8),
+with hfpolicy's PolicyDataset items of the served dataset's folder, dumped with the same windows by
+`python bench/hfpolicy_dataset_dump.py FOLDER DUMP.npz --delta observation.image=-0.1,0 --delta
+observation.state=-0.1,0 --delta action=0,0.1,...,1.5` (hfpolicy's venv; the dump holds every frame's window, so
+keep FOLDER small).
 
 One run per process: `StreamingLeRobotDataset(repo_id, delta_timestamps=DP windows, buffer_size=1000,
 return_uint8=True)` in a `DataLoader(batch_size=64, num_workers=N)` built as lerobot-train builds it for a streamed
@@ -44,6 +51,7 @@ import os
 import re
 import sys
 import time
+from pathlib import Path
 
 from dataloader import peak_rss_mb  # standard library only, so it imports in the side venv
 
@@ -89,6 +97,37 @@ def make_loader(args):
         multiprocessing_context="spawn" if workers else None,
     )  # fmt: skip
     return dataset, loader
+
+
+def check_items(args) -> dict:
+    """One whole epoch of LeRobot's streamed items against hfpolicy's dump of the same dataset (every item, in index
+    order, with its delta_timestamps: bench/hfpolicy_dataset_dump.py): item by item, every key of the dump."""
+    import numpy as np
+    from lerobot.datasets.streaming_dataset import StreamingLeRobotDataset
+
+    with np.load(args.hfpolicy_npz, allow_pickle=False) as dump:
+        ref = {k: dump[k] for k in dump.files}
+    delta = {k[len("__delta__.") :]: ref.pop(k).tolist() for k in list(ref) if k.startswith("__delta__.")}
+    dataset = StreamingLeRobotDataset(args.repo_id, delta_timestamps=delta or None, return_uint8=True)
+    row = {int(index): i for i, index in enumerate(ref["index"])}
+    seen, scalars = set(), set()
+    bad = dict.fromkeys(sorted(ref), 0)
+    for item in dataset:
+        index = int(item["index"])
+        seen.add(index)
+        for key in bad:
+            got = item.get(key)
+            if got is not None and not hasattr(got, "numpy"):  # a Python number: only its value can be compared
+                scalars.add(key)
+                got = np.asarray(got, dtype=ref[key].dtype)
+            got = got.numpy() if hasattr(got, "numpy") else got
+            bad[key] += got is None or got.dtype != ref[key].dtype or not np.array_equal(got, ref[key][row[index]])
+    missing = len(row) - len(seen)
+    return {
+        "path": "lerobot_streaming_items", "items": len(seen), "items_missing": missing, "mismatches": sum(bad.values()),
+        "mismatching_items_by_key": bad, "python_numbers": sorted(scalars), "delta_timestamps": delta,
+        "frames": dataset.num_frames,
+    }  # fmt: skip
 
 
 def measure(args) -> dict:
@@ -149,11 +188,20 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--float_images", action="store_true", help="float32 images (lerobot-train asks for uint8)")
     parser.add_argument("--torch_threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--hfpolicy_npz", type=Path, default=None, help="no timing: compare one epoch's items with "
+                        "this dump of hfpolicy's (bench/hfpolicy_dataset_dump.py)")  # fmt: skip
     args = parser.parse_args()
     if "HF_ENDPOINT" not in os.environ:
         print("HF_ENDPOINT is not set: point it at the server that serves --repo_id", file=sys.stderr)
         return 2
     check_torchcodec()
+    if args.hfpolicy_npz is not None:
+        r = check_items(args)
+        print(f"{r['items']} items of {args.repo_id}, {r['items_missing']} missing; mismatching items by key:")
+        for key, count in r["mismatching_items_by_key"].items():
+            print(f"  {key:<40} {count}")
+        print(json.dumps(r))
+        return 0
     r = measure(args)
     title = f"LeRobot {r['lerobot']} streaming, batch {r['batch_size']}"
     print(f"{title:<44} samples/s  first batch  peak RSS (worker)")
