@@ -33,6 +33,9 @@ samples_per_s is over the --batches batches after the first --warmup of the firs
 decoded as it is first drawn), warm_samples_per_s over the first --batches of the second epoch (the episodes that
 --stream_ram_gb kept are not decoded again: all of PushT's 709 MB at the default 2 GB); peak_rss_mb is the process's own peak (VmHWM),
 and peak_worker_rss_mb the largest peak among its DataLoader workers (pages shared with the parent count in both).
+With --lerobot_python (LeRobot 0.6.1's side venv), two more runs, 0 and 2 workers, time LeRobot's
+StreamingLeRobotDataset on the same served dataset (bench/lerobot_streaming.py says how, and what it does
+differently); their rows and `*_lerobot_streaming_w*` keys are added, the other keys stay as they are.
 """
 
 import argparse
@@ -83,6 +86,10 @@ def main() -> int:
     parser.add_argument(
         "--read_ahead", type=int, default=0, help="--streaming: batches whose episodes are decoded ahead"
     )
+    parser.add_argument("--lerobot_python", type=Path, default=None, help="--streaming: also time LeRobot's streaming "
+                        "dataset with this python (LeRobot 0.6.1's side venv)")  # fmt: skip
+    parser.add_argument("--lerobot_lib_path", default="", help="--lerobot_python: FFmpeg library folders for "
+                        "torchcodec (':'-separated; see bench/lerobot_streaming.py)")  # fmt: skip
     parser.add_argument("--measure", choices=["memory", "streaming"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--repo_id", default="bench/pusht", help=argparse.SUPPRESS)
@@ -90,6 +97,10 @@ def main() -> int:
     if args.measure is not None:  # one run of --streaming, in its own process
         print(json.dumps(measure_one(args)))
         return 0
+    if args.lerobot_python is not None and not args.streaming:
+        parser.error("--lerobot_python needs --streaming")
+    if args.lerobot_python is not None and not args.lerobot_python.is_file():
+        parser.error(f"--lerobot_python={args.lerobot_python} is not a file: pass the side venv's bin/python")
     if args.streaming:
         return streaming_main(args)
 
@@ -311,14 +322,48 @@ def streaming_main(args) -> int:
                 print(done.stdout + done.stderr, file=sys.stderr)
                 return 1
             runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        for workers in (0, 2) if args.lerobot_python is not None else ():
+            done = run_lerobot(args, workers, workdir)
+            if done.returncode != 0:
+                print(done.stdout + done.stderr, file=sys.stderr)
+                return 1
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     finally:
         server.stop()
+        if server.unhandled:  # routes the test server lacks: what its clients got was a 404, not the Hub's answer
+            print(f"tests/hub_server.py answered 404 to routes it does not serve: {server.unhandled}", file=sys.stderr)
         shutil.rmtree(workdir, ignore_errors=True)
     print_streaming_table(runs, args, pushed_mb)
     return 0
 
 
+def lerobot_library_path(dirs: str) -> str:
+    """LD_LIBRARY_PATH entries for the FFmpeg library folders `dirs` (':'-separated), each followed by its blas/ and
+    lapack/ folders (where Debian's libblas.so.3 and liblapack.so.3, which its FFmpeg needs, are unpacked)."""
+    found = []
+    for folder in filter(None, dirs.split(":")):
+        found += [folder] + [str(Path(folder) / sub) for sub in ("blas", "lapack") if (Path(folder) / sub).is_dir()]
+    return ":".join(found)
+
+
+def run_lerobot(args, workers: int, workdir: Path):
+    """One run of bench/lerobot_streaming.py in the side venv, against the server of this process's environment."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "HF_HOME": str(workdir / f"hf_home_lerobot_{workers}")}
+    lib_path = ":".join(filter(None, [lerobot_library_path(args.lerobot_lib_path), env.get("LD_LIBRARY_PATH")]))
+    if lib_path:
+        env["LD_LIBRARY_PATH"] = lib_path
+    env.pop("PYTHONPATH", None)  # the project's packages are not the side venv's
+    command = [str(args.lerobot_python), str(Path(__file__).with_name("lerobot_streaming.py")), f"--workers={workers}"]
+    command += [f"--{k}={getattr(args, k)}" for k in ("repo_id", "batch_size", "batches", "warmup")]
+    command += [f"--torch_threads={args.torch_threads}"] if args.torch_threads else []
+    return subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+
+
 def print_streaming_table(runs: list[dict], args, pushed_mb: float) -> None:
+    nan = float("nan")  # LeRobot's runs time one stretch of batches, not two epochs
     by = {(r["path"], r["workers"]): r for r in runs}
     keys = ("samples_per_s", "warm_samples_per_s", "first_batch_s", "peak_rss_mb", "peak_worker_rss_mb")
     result = {
@@ -331,6 +376,13 @@ def print_streaming_table(runs: list[dict], args, pushed_mb: float) -> None:
         for kind in ("", "warm_"):
             ratio = by["streaming", workers][f"{kind}samples_per_s"] / by["memory", workers][f"{kind}samples_per_s"]
             result[f"{kind}streaming_vs_memory_w{workers}"] = round(ratio, 3)
+    for workers in (0, 2) if ("lerobot_streaming", 0) in by else ():
+        lerobot = by["lerobot_streaming", workers]
+        for key in ("samples_per_s", "first_batch_s", "peak_rss_mb", "peak_worker_rss_mb", "streaming_processes"):
+            result[f"{key}_lerobot_streaming_w{workers}"] = lerobot[key]
+        ratio = by["streaming", workers]["samples_per_s"] / lerobot["samples_per_s"]
+        result[f"streaming_vs_lerobot_w{workers}"] = round(ratio, 3)
+        result["lerobot"] = lerobot["lerobot"]
     result |= {
         "frames": runs[0]["frames"], "episodes": runs[0]["episodes"], "dataset_mb": round(pushed_mb, 1),
         "batch_size": args.batch_size, "batches": args.batches, "shuffle_buffer_episodes": args.shuffle_buffer_episodes,
@@ -341,8 +393,11 @@ def print_streaming_table(runs: list[dict], args, pushed_mb: float) -> None:
         "  first batch  peak RSS (worker)"
     )
     for (path, workers), r in by.items():
+        if path == "lerobot_streaming":
+            readers = r["streaming_processes"]
+            path = f"lerobot {r['lerobot']} ({readers} reader{'s' * (readers != 1)})"
         print(
-            f"{path + f', {workers} workers':<32} {r['samples_per_s']:>20.0f} {r['warm_samples_per_s']:>10.0f}"
+            f"{path + f', {workers} workers':<32} {r['samples_per_s']:>20.0f} {r.get('warm_samples_per_s', nan):>10.0f}"
             f"  {r['first_batch_s']:>9.2f} s  {r['peak_rss_mb']:>5} MiB ({r['peak_worker_rss_mb']} MiB)"
         )
     for kind, words in (
@@ -352,6 +407,15 @@ def print_streaming_table(runs: list[dict], args, pushed_mb: float) -> None:
         print(
             f"streaming / in-memory, {words}: {result[f'{kind}streaming_vs_memory_w0']:.2f} (0 workers), "
             f"{result[f'{kind}streaming_vs_memory_w2']:.2f} (2 workers)"
+        )
+    if any(r["frames"] < r["buffer_size"] for r in runs if r["path"] == "lerobot_streaming"):
+        from lerobot_streaming import BURST_NOTE
+
+        print(BURST_NOTE)
+    if "streaming_vs_lerobot_w0" in result:
+        print(
+            f"streaming / LeRobot streaming: {result['streaming_vs_lerobot_w0']:.2f} (0 workers), "
+            f"{result['streaming_vs_lerobot_w2']:.2f} (2)"
         )
     print(json.dumps(result))
 

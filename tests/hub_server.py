@@ -11,6 +11,8 @@ are stored once per sha256 under `<root>/objects/`, and each repo's state is mir
 
 Endpoints served:
     GET    /api/whoami-v2                                   user "user" (any token equal to the server's token)
+    GET    /api/agent-harnesses                             the AI-agent registry a client's user-agent header
+                                                            consults unless HF_HUB_DISABLE_TELEMETRY: no harness
     POST   /api/repos/create                                409 + {"url"} when the repo exists
     DELETE /api/repos/delete
     POST   /api/validate-yaml                               always valid
@@ -68,6 +70,9 @@ LFS_EXTENSIONS = (  # the Hub's default .gitattributes (abridged): these always 
 # fmt: on
 DEFAULT_GITATTRIBUTES = "".join(f"*.{ext} filter=lfs diff=lfs merge=lfs -text\n" for ext in LFS_EXTENSIONS)
 SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
+# The agent-harness registry: the two variables any tool may set to its name, and no harness of its own, so a client
+# run by an agent that sets them reports "agent/unknown" in its user-agent and any other reports none.
+AGENT_REGISTRY = {"standardEnvVars": ["AI_AGENT", "AGENT"], "harnesses": {}}
 
 
 def _now() -> str:
@@ -429,6 +434,8 @@ def _make_handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
             if s[0] == "api":
                 if s[1:] == ["whoami-v2"] and method == "GET":
                     return self._whoami()
+                if s[1:] == ["agent-harnesses"] and method == "GET":
+                    return self._json(AGENT_REGISTRY)
                 if s[1] == "repos" and len(s) == 3 and method in ("POST", "DELETE"):
                     return self._repos(s[2], self._body_json(body))
                 if s[1:] == ["validate-yaml"] and method == "POST":

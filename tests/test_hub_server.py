@@ -5,6 +5,7 @@ The server lives for the whole session, so each test uses its own repo names; ea
 """
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -72,6 +73,25 @@ def test_subprocesses_reach_the_server_and_use_the_test_cache(api, hf_cache):
     path = Path(result.stdout.strip())
     assert path.read_bytes() == b"hi"
     assert path.is_relative_to(hf_cache / "hub")
+
+
+def test_agent_harness_registry_for_the_user_agent(hub_server, hf_cache, monkeypatch):
+    """With telemetry on, the client's user-agent header names the AI agent that runs it, from the Hub's registry
+    (fetched once, then cached in the HF home)."""
+    from huggingface_hub.utils import _detect_agent, build_hf_headers
+
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", False)
+    monkeypatch.setattr(constants, "AGENT_HARNESSES_PATH", str(hf_cache / "agent_harnesses.json"))
+    monkeypatch.setattr(_detect_agent, "_registry", None)
+    monkeypatch.delenv("AGENT", raising=False)
+    monkeypatch.setenv("AI_AGENT", "some-agent")
+    start = len(hub_server.requests)
+    assert "; agent/unknown" in build_hf_headers()["user-agent"]
+    assert "; agent/" in build_hf_headers()["user-agent"]  # the second from the process's copy
+    assert hub_server.requests[start:].count(("GET", "/api/agent-harnesses")) == 1
+    assert json.loads((hf_cache / "agent_harnesses.json").read_text()) == {
+        "standardEnvVars": ["AI_AGENT", "AGENT"], "harnesses": {}
+    }  # fmt: skip
 
 
 def test_whoami_and_create_repo_twice(api, hub_server):
@@ -350,6 +370,38 @@ def test_parquet_files_load_dataset(api, tmp_path, with_card):
     assert sorted(ds) == ["test", "train"]
     assert sorted(ds["train"]["x"]) == list(range(12))
     assert ds["test"]["x"] == [99]
+
+
+def test_streamed_load_dataset_at_a_tag_reads_the_tagged_parquet_files(api, tmp_path, hub_server):
+    """What LeRobot's StreamingLeRobotDataset asks of the Hub: `load_dataset(repo, data_files=glob, revision=tag,
+    streaming=True)` (one shard per parquet file, rows of the tagged commit), and the video over `hf://` at main."""
+    import datasets
+    import fsspec
+
+    repo_id, kind = "user/streamed-lerobot", {"repo_type": "dataset"}
+    api.create_repo(repo_id, **kind)
+    folder = tmp_path / "ds"
+    (folder / "data" / "chunk-000").mkdir(parents=True)
+    for i, rows in enumerate([range(0, 5), range(5, 8)]):
+        pq.write_table(pa.table({"index": list(rows)}), folder / "data" / "chunk-000" / f"file-{i:03d}.parquet")
+    (folder / "videos").mkdir()
+    (folder / "videos" / "file-000.mp4").write_bytes(bytes(range(256)) * 40)
+    api.upload_folder(folder_path=folder, repo_id=repo_id, **kind)
+    api.create_tag(repo_id, tag="v3.0", **kind)
+    api.upload_file(path_or_fileobj=folder / "data" / "chunk-000" / "file-001.parquet",
+                    path_in_repo="data/chunk-000/file-002.parquet", repo_id=repo_id, **kind)  # fmt: skip
+
+    stream = datasets.load_dataset(
+        repo_id, split="train", streaming=True, data_files="data/*/*.parquet", revision="v3.0"
+    )
+    assert stream.num_shards == 2  # the files of the tag, not main's three
+    assert sorted(row["index"] for row in stream) == list(range(8))
+    assert [row["index"] for row in stream.shard(2, index=1)] == [5, 6, 7]
+    start = len(hub_server.requests)
+    with fsspec.open(f"hf://datasets/{repo_id}/videos/file-000.mp4", "rb", block_size=1024) as f:
+        f.seek(5000)
+        assert f.read(10) == (bytes(range(256)) * 40)[5000:5010]
+    assert any("/resolve/main/videos/file-000.mp4" in path for _, path in hub_server.requests[start:])
 
 
 def test_dataset_push_to_hub_and_load_back():
