@@ -162,6 +162,7 @@ class _OpenVideo(threading.local):
 
 
 _open_video = _OpenVideo()
+_INHERITED_CONTAINERS: list = []  # containers a forked process got from its parent, kept (see _container)
 
 
 @contextlib.contextmanager
@@ -169,13 +170,19 @@ def _container(source: str | BinaryIO):
     """An open container of `source`. A path's stays open for this thread's next segment of the same file (same
     inode, size and mtime): opening an mp4 parses its whole index, which took 6.4 ms for PushT's 25,650-frame file,
     more than seeking and decoding a 100-frame episode (4.4 ms). A file replaced or deleted since is opened anew (a
-    deleted one stays open, its disk space held, until this thread's next decode); a file object is opened each time."""
+    deleted one stays open, its disk space held, until this thread's next decode); a file object is opened each time.
+    Only decoders without FFmpeg threads stay open (decode_frames): a forked DataLoader worker that inherits one
+    with threads deadlocks when it frees it (FFmpeg joins threads the fork did not copy), so the worker never frees
+    the one it inherits (_INHERITED_CONTAINERS) and large frames, decoded with threads, are opened each time."""
     if not isinstance(source, str):
         with av.open(source, buffer_size=AV_IO_BUFFER_BYTES) as container:
             yield container, True
         return
     cached = _open_video
     if cached.pid != os.getpid():  # a forked worker: the parent's container shares its file offset, leave it
+        if cached.container is not None:
+            # never freed here: freeing joins FFmpeg's decoder threads, which a fork did not copy (a deadlock)
+            _INHERITED_CONTAINERS.append(cached.container)
         cached.key, cached.container, cached.pid = None, None, os.getpid()
     info = os.stat(source)
     key = (source, info.st_ino, info.st_size, info.st_mtime_ns)
@@ -184,13 +191,24 @@ def _container(source: str | BinaryIO):
         close_open_videos()
         cached.container = av.open(source, buffer_size=AV_IO_BUFFER_BYTES)
         cached.key = key
+    container = cached.container
     try:
-        yield cached.container, fresh
+        yield container, fresh
     except GeneratorExit:  # a caller that stopped reading: the next one seeks anyway
         raise
     except BaseException:
         close_open_videos()  # a failed read may leave the demuxer anywhere
         raise
+    finally:
+        if cached.key is None and cached.container is container:  # forgotten (a threaded decoder): close it now
+            close_open_videos()
+
+
+def forget_open_video(source) -> None:
+    """Stops keeping `source`'s container for the next call (it is closed when the caller's `with` ends)."""
+    cached = _open_video
+    if isinstance(source, str) and cached.key is not None and cached.key[0] == source and cached.pid == os.getpid():
+        cached.key = None  # the next call opens anew; this one's container is closed by _container's exit
 
 
 def close_open_videos() -> None:
@@ -215,8 +233,12 @@ def decode_frames(path: str | Path | BinaryIO, start_s: float = 0.0, end_s: floa
             raise NoVideoStreamError(f"{video_name(path)} holds no video stream")
         stream = container.streams.video[0]
         large = stream.codec_context.width * stream.codec_context.height >= THREADED_DECODE_MIN_PIXELS
-        if fresh and large:  # before the decoder opens
-            stream.thread_type = "AUTO"
+        if fresh:  # before the decoder opens
+            if large:
+                stream.thread_type = "AUTO"
+                forget_open_video(source)  # a decoder with threads is not kept open (see _container)
+            else:
+                stream.codec_context.thread_count = 1  # no FFmpeg threads: one kept open survives a fork
         time_base = Fraction(stream.time_base)
         if start_s > 0 or not fresh:  # a reused container is rewound, flushing its decoder
             target = int(Fraction(max(start_s, 0.0)).limit_denominator(10**9) / time_base)
