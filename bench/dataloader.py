@@ -86,6 +86,8 @@ def main() -> int:
     parser.add_argument(
         "--read_ahead", type=int, default=0, help="--streaming: batches whose episodes are decoded ahead"
     )
+    parser.add_argument("--step_ms", type=float, default=0.0, help="--streaming: a wait after each batch that leaves "
+                        "the CPU free, as a GPU training step does (time.sleep releases the GIL)")  # fmt: skip
     parser.add_argument("--lerobot_python", type=Path, default=None, help="--streaming: also time LeRobot's streaming "
                         "dataset with this python (LeRobot 0.6.1's side venv)")  # fmt: skip
     parser.add_argument("--lerobot_lib_path", default="", help="--lerobot_python: FFmpeg library folders for "
@@ -259,6 +261,8 @@ def measure_one(args) -> dict:
         for i, batch in enumerate(loader):
             if clock["first_batch_s"] is None:
                 clock["first_batch_s"] = time.perf_counter() - start
+            if args.step_ms:
+                time.sleep(args.step_ms / 1000)
             if i == skip:
                 begun = time.perf_counter()
             elif begun is not None and seconds is None:
@@ -314,7 +318,7 @@ def streaming_main(args) -> int:
             command += [f"--{k}={getattr(args, k)}" for k in ("repo_id", "batch_size", "drop_last_frames", "batches")]
             command += [f"--{k}={getattr(args, k)}" for k in ("warmup", "shuffle_buffer_episodes", "stream_ram_gb")]
             command += [f"--stream_disk_gb={args.stream_disk_gb}", f"--stream_video={args.stream_video}"]
-            command += [f"--read_ahead={args.read_ahead}"] + (
+            command += [f"--read_ahead={args.read_ahead}", f"--step_ms={args.step_ms}"] + (
                 [f"--torch_threads={args.torch_threads}"] if args.torch_threads else []
             )
             done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
@@ -387,6 +391,7 @@ def print_streaming_table(runs: list[dict], args, pushed_mb: float) -> None:
         "frames": runs[0]["frames"], "episodes": runs[0]["episodes"], "dataset_mb": round(pushed_mb, 1),
         "batch_size": args.batch_size, "batches": args.batches, "shuffle_buffer_episodes": args.shuffle_buffer_episodes,
         "stream_ram_gb": args.stream_ram_gb, "stream_disk_gb": args.stream_disk_gb, "read_ahead": args.read_ahead,
+        "step_ms": getattr(args, "step_ms", 0.0),
     }  # fmt: skip
     print(
         f"{'dataloader (PushT DP windows), batch ' + str(args.batch_size):<32} samples/s: 1st epoch  2nd epoch"
