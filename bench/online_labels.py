@@ -14,21 +14,14 @@ reward, success rate, online episodes kept and frames, and the rounds' seconds.
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
-
 LABELS = ("offline", "recovery", "expert", "policy")
-FLAGS = [
-    "--dataset.scripted_episodes=4", f"--dataset.input_features=[{OBS_STATE},{OBS_ENV_STATE}]",
-    "--policy.type=act", "--policy.dim_model=64", "--policy.dim_feedforward=128", "--policy.n_encoder_layers=2",
-    "--policy.chunk_size=16", "--policy.n_action_steps=8", "--policy.use_vae=false", "--policy.optimizer_lr=1e-3",
-    "--batch_size=64", "--steps=600", "--eval.freq=600", "--eval.n_episodes=16", "--eval.batch_size=16",
-    "--eval.n_videos=0", "--env.episode_length=80", "--tracker=none", "--progress=false", "--num_threads=1",
-]  # fmt: skip
-ONLINE_FLAGS = ["--online.every=150", "--online.n_episodes=8", "--online.ratio=0.5"]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from training.tiny_online_run import FLAGS, ONLINE_FLAGS  # noqa: E402  (the learning test's run)
 
 
 def run_one(labels: str, seed: int, work: Path) -> dict:

@@ -10,6 +10,7 @@ import pytest
 import torch
 from accelerate import Accelerator
 from policies.toy_policy import make_toy_policy
+from training.tiny_online_run import FLAGS, ONLINE_FLAGS
 
 from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_STATE, REWARD, SUCCESS
 from hfpolicy.datasets import PolicyDataset
@@ -168,14 +169,8 @@ def test_a_small_online_run_beats_the_same_run_offline(tmp_path, monkeypatch):
     from hfpolicy.training import parse_train_config, train
 
     monkeypatch.setenv("HFPOLICY_CACHE", str(tmp_path / "cache"))  # the 4 demos are recorded once, for both runs
-    flags = [
-        "--dataset.scripted_episodes=4", f"--dataset.input_features=[{OBS_STATE},{OBS_ENV_STATE}]",
-        "--policy.type=act", "--policy.dim_model=64", "--policy.dim_feedforward=128", "--policy.n_encoder_layers=2",
-        "--policy.chunk_size=16", "--policy.n_action_steps=8", "--policy.use_vae=false", "--policy.optimizer_lr=1e-3",
-        "--batch_size=64", "--steps=600", "--eval.freq=600", "--eval.n_episodes=16", "--eval.batch_size=16",
-        "--eval.n_videos=0", "--env.episode_length=80", "--tracker=none", "--progress=false", "--num_threads=1",
-    ]  # fmt: skip
-    online_flags = ["--online.every=150", "--online.n_episodes=8", "--online.labels=recovery", "--online.ratio=0.5"]
+    flags = FLAGS
+    online_flags = [*ONLINE_FLAGS, "--online.labels=recovery"]
     offline = train(parse_train_config([*flags, f"--output_dir={tmp_path / 'offline'}"]))
     online = train(parse_train_config([*flags, *online_flags, f"--output_dir={tmp_path / 'online'}"]))
     before, after = offline.eval_summary["avg_max_reward"], online.eval_summary["avg_max_reward"]
