@@ -36,6 +36,9 @@ and peak_worker_rss_mb the largest peak among its DataLoader workers (pages shar
 With --lerobot_python (LeRobot 0.6.1's side venv), two more runs, 0 and 2 workers, time LeRobot's
 StreamingLeRobotDataset on the same served dataset (bench/lerobot_streaming.py says how, and what it does
 differently); their rows and `*_lerobot_streaming_w*` keys are added, the other keys stay as they are.
+--step_ms waits after each batch with the CPU free, as a GPU step does; --uint8_images has the batches carry uint8
+frames, as a training run's do (a run makes them float on its device: on a GPU one kernel, left out here; on a CPU
+the same division the float rows time).
 """
 
 import argparse
@@ -88,6 +91,8 @@ def main() -> int:
     )
     parser.add_argument("--step_ms", type=float, default=0.0, help="--streaming: a wait after each batch that leaves "
                         "the CPU free, as a GPU training step does (time.sleep releases the GIL)")  # fmt: skip
+    parser.add_argument("--uint8_images", action="store_true", help="--streaming: batches carry uint8 frames, as "
+                        "a training run's do (made float on the device: on a GPU a kernel, not timed here)")  # fmt: skip
     parser.add_argument("--lerobot_python", type=Path, default=None, help="--streaming: also time LeRobot's streaming "
                         "dataset with this python (LeRobot 0.6.1's side venv)")  # fmt: skip
     parser.add_argument("--lerobot_lib_path", default="", help="--lerobot_python: FFmpeg library folders for "
@@ -242,6 +247,7 @@ def measure_one(args) -> dict:
         dataset = PolicyDataset(args.repo_id, root=args.root, delta_timestamps=DELTA_TIMESTAMPS)
         dataset.prefetch_frames(progress=False)  # as training does
         sampler = EpisodeAwareSampler(dataset, drop_last_frames=args.drop_last_frames, shuffle=True, seed=0)
+    dataset.uint8_images = args.uint8_images
     if args.measure == "streaming":  # as training builds it: each batch names the coming ones, decoded ahead
         batches = EpochBatchSampler(sampler, args.batch_size, read_ahead=args.read_ahead)
     else:
@@ -318,7 +324,8 @@ def streaming_main(args) -> int:
             command += [f"--{k}={getattr(args, k)}" for k in ("repo_id", "batch_size", "drop_last_frames", "batches")]
             command += [f"--{k}={getattr(args, k)}" for k in ("warmup", "shuffle_buffer_episodes", "stream_ram_gb")]
             command += [f"--stream_disk_gb={args.stream_disk_gb}", f"--stream_video={args.stream_video}"]
-            command += [f"--read_ahead={args.read_ahead}", f"--step_ms={args.step_ms}"] + (
+            command += [f"--read_ahead={args.read_ahead}", f"--step_ms={args.step_ms}"]
+            command += (["--uint8_images"] if args.uint8_images else []) + (
                 [f"--torch_threads={args.torch_threads}"] if args.torch_threads else []
             )
             done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
@@ -391,7 +398,7 @@ def print_streaming_table(runs: list[dict], args, pushed_mb: float) -> None:
         "frames": runs[0]["frames"], "episodes": runs[0]["episodes"], "dataset_mb": round(pushed_mb, 1),
         "batch_size": args.batch_size, "batches": args.batches, "shuffle_buffer_episodes": args.shuffle_buffer_episodes,
         "stream_ram_gb": args.stream_ram_gb, "stream_disk_gb": args.stream_disk_gb, "read_ahead": args.read_ahead,
-        "step_ms": getattr(args, "step_ms", 0.0),
+        "step_ms": getattr(args, "step_ms", 0.0), "uint8_images": getattr(args, "uint8_images", False),
     }  # fmt: skip
     print(
         f"{'dataloader (PushT DP windows), batch ' + str(args.batch_size):<32} samples/s: 1st epoch  2nd epoch"

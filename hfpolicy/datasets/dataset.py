@@ -19,12 +19,13 @@ import torch
 from tqdm.auto import tqdm
 
 from hfpolicy.constants import EPISODE_INDEX, FRAME_INDEX, INDEX, TASK, TASK_INDEX, TIMESTAMP, pad_key
+from hfpolicy.datasets.batch_images import uint8_to_float
 from hfpolicy.datasets.features import IMAGE, STRING, VIDEO, column_to_numpy, image_chw, is_visual
 from hfpolicy.datasets.format import EP_LENGTH, INFO_PATH, DatasetFormatError, TimestampError, ep_video_column
 from hfpolicy.datasets.frame_cache import FRAME_CACHE_RAM_CAP_GB, FrameCache, decode_video_segment
 from hfpolicy.datasets.metadata import DatasetMeta
 from hfpolicy.datasets.stats import array_stats, stats_to_torch
-from hfpolicy.datasets.worker_batch import WorkerBatch, shared_empty, uint8_to_float
+from hfpolicy.datasets.worker_batch import loader_batch, shared_empty
 
 
 class PolicyDataset(torch.utils.data.Dataset):
@@ -47,7 +48,12 @@ class PolicyDataset(torch.utils.data.Dataset):
     Items are dicts: every feature as a tensor (images float32 [0, 1] (C, H, W); windowed keys with a leading time
     dim and a bool `{key}_is_pad` (T,)), the bookkeeping columns (index, episode_index, frame_index, timestamp,
     task_index) and `task` (the task string).
+
+    `uint8_images = True` (a training run sets it) makes batches fetched by an index list (`dataset[[i, j, ...]]`,
+    without image_transforms) carry their frames as uint8 0..255, for `batch_images.frames_to_float` on the device.
     """
+
+    uint8_images = False
 
     def __init__(
         self,
@@ -366,9 +372,8 @@ class PolicyDataset(torch.utils.data.Dataset):
         batch of those items, so `DataLoader(dataset, sampler=BatchSampler(sampler, 64, drop_last=False),
         batch_size=None)` fetches whole batches without building per-item dicts and stacking them again."""
         if isinstance(idx, (list, tuple, np.ndarray, torch.Tensor)) and np.ndim(idx) == 1:
-            if self.image_transforms is None and torch.utils.data.get_worker_info() is not None:
-                # a DataLoader worker sends the images as uint8 and the rest in one buffer (worker_batch.py)
-                return WorkerBatch(self.get_batch(np.asarray(idx), uint8_images=True), to_float=self.camera_keys)
+            if self.image_transforms is None:  # a DataLoader worker sends it in one buffer (worker_batch.py)
+                return loader_batch(self.get_batch, np.asarray(idx), self.camera_keys, self.uint8_images)
             batch = self.get_batch(np.asarray(idx))
             if self.image_transforms is not None:
                 for key in self.camera_keys:

@@ -20,7 +20,7 @@ from hfpolicy.datasets.dataset import PolicyDataset
 from hfpolicy.datasets.format import DatasetFormatError
 from hfpolicy.datasets.sampler import rank_share
 from hfpolicy.datasets.stats import STAT_KEYS, aggregate_stats, stats_to_torch
-from hfpolicy.datasets.worker_batch import WorkerBatch
+from hfpolicy.datasets.worker_batch import loader_batch
 
 DATASET_INDEX = "dataset_index"  # items of a mixture say which dataset they come from
 
@@ -109,7 +109,10 @@ class MixtureDataset(torch.utils.data.Dataset):
 
     `dataset[[i, j, ...]]` gives the collated batch of those positions, as a PolicyDataset does, with a
     `dataset_index` entry; `episode_bounds` are the episodes of all datasets in concatenated positions.
+    `uint8_images` as for PolicyDataset.
     """
+
+    uint8_images = False
 
     def __init__(
         self,
@@ -180,10 +183,8 @@ class MixtureDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, idx):
         if isinstance(idx, (list, tuple, np.ndarray, torch.Tensor)) and np.ndim(idx) == 1:
-            if torch.utils.data.get_worker_info() is None:
-                return self.get_batch(np.asarray(idx))
-            # a DataLoader worker sends the images as uint8 and the rest in one buffer (worker_batch.py)
-            return WorkerBatch(self.get_batch(np.asarray(idx), uint8_images=True), to_float=self.camera_keys)
+            # a DataLoader worker sends it in one buffer (worker_batch.py)
+            return loader_batch(self.get_batch, np.asarray(idx), self.camera_keys, self.uint8_images)
         batch = self.get_batch([int(idx)])
         return {key: value[0] for key, value in batch.items()}
 

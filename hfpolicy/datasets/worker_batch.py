@@ -19,15 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from hfpolicy.datasets.batch_images import uint8_to_float
+
 PACK_MAX_BYTES = 1 << 20  # tensors up to this size are packed; larger ones (images) travel as they are
 _ALIGN = 64
-
-
-def uint8_to_float(frames: np.ndarray, out: torch.Tensor) -> torch.Tensor:
-    """uint8 frames as float32 in [0, 1] into `out` (numpy, not torch: single-threaded, so it does not stall when
-    other processes hold the cores)."""
-    np.divide(frames, np.float32(255), out=out.numpy())
-    return out
 
 
 def shared_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -78,3 +73,11 @@ class WorkerBatch(dict):
         packed = {key for key, _ in small}
         rest = {k: v for k, v in self.items() if k not in packed}
         return _unpack, (buffer, layout, rest, list(self), self.to_float)
+
+
+def loader_batch(get_batch, indices: np.ndarray, camera_keys, uint8_images: bool) -> dict[str, Any]:
+    """The batch of `indices` as a DataLoader carries it: gathered by `get_batch(indices, uint8_images=...)`; in a
+    worker, as a WorkerBatch whose frames become float32 on arrival, or stay uint8 with `uint8_images`."""
+    if torch.utils.data.get_worker_info() is None:
+        return get_batch(indices, uint8_images=uint8_images)
+    return WorkerBatch(get_batch(indices, uint8_images=True), to_float=() if uint8_images else camera_keys)

@@ -152,7 +152,7 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
             batch = (
                 next(t.batches) if t.online is None else t.online.mix(next(t.batches), step, accelerator.process_index)
             )
-            batch = move_to_device(batch, accelerator.device)
+            batch = move_to_device(batch, accelerator.device, t.image_keys)
             data_s += time.perf_counter() - data_start
             with accelerator.accumulate(policy), accelerator.autocast():
                 loss = policy(batch)["loss"]

@@ -201,7 +201,8 @@ class OnlineTraining:
             int(np.random.SeedSequence([self.seed, step, rank]).generate_state(1)[0])
         )
         picks = torch.randint(len(self._valid), (k,), generator=generator).numpy()
-        online = self.dataset.get_batch(self._valid[picks])
+        uint8_images = any(batch[key].dtype == torch.uint8 for key in self.dataset.camera_keys if key in batch)
+        online = self.dataset.get_batch(self._valid[picks], uint8_images=uint8_images)  # frames as the batch's
         mixed = {}
         for key, value in batch.items():
             if key not in online:

@@ -23,6 +23,7 @@ from hfpolicy.datasets import (
     PolicyDataset,
     dataset_to_policy_features,
 )
+from hfpolicy.datasets.batch_images import frames_to_float
 from hfpolicy.datasets.format import INFO_PATH
 from hfpolicy.envs import EnvConfig
 from hfpolicy.io.atomic import write_json_atomically
@@ -202,8 +203,14 @@ def endless_batches(dataloader, batch_sampler: EpochBatchSampler, start_batch: i
         epoch, skip = epoch + 1, 0
 
 
-def move_to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+def move_to_device(batch: dict[str, Any], device: torch.device, image_keys=()) -> dict[str, Any]:
+    """The batch's tensors on `device`; the uint8 frames of `image_keys` (how a run's batches carry them) become
+    float32 in [0, 1] there (hfpolicy.datasets.batch_images)."""
+    moved = {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    for key in image_keys:
+        if key in moved and moved[key].dtype == torch.uint8:
+            moved[key] = frames_to_float(moved[key])
+    return moved
 
 
 def record_scripted_dataset(dataset: DatasetConfig, progress: bool, env: EnvConfig | None = None) -> Path:
@@ -234,6 +241,7 @@ class Training:
     samples_per_step: int  # over all processes and accumulation steps
     eval_plan: dict[int, int]  # {step: episodes} of the evaluations still to come
     online: Any = None  # hfpolicy.training.online.OnlineTraining with --online.every > 0, else None
+    image_keys: tuple[str, ...] = ()  # the camera keys of the batches: uint8 until move_to_device
     threads: int = 1  # torch intra-op threads of this process (CPU)
 
     @property
@@ -296,6 +304,7 @@ def build_training(cfg: TrainConfig, run: RunFolder) -> Training:
         samples_per_step=cfg.batch_size * cfg.gradient_accumulation_steps * accelerator.num_processes,
         eval_plan=planned_evaluations(cfg, start_step) if env_cfg is not None else {},
         online=online,
+        image_keys=tuple(data.dataset.camera_keys),
         threads=threads,
     )
     announce_training(training, data)
@@ -358,7 +367,9 @@ def load_training_data(cfg: TrainConfig, accelerator: Accelerator) -> tuple[Trai
 
 
 def make_dataloader(dataset, batch_sampler: EpochBatchSampler, cfg: TrainConfig, accelerator: Accelerator):
-    """The run's DataLoader: whole batches from the dataset, in the batch sampler's order, in --num_workers workers."""
+    """The run's DataLoader: whole batches from the dataset, in the batch sampler's order, in --num_workers workers,
+    their frames uint8 (made float on the device by move_to_device)."""
+    dataset.uint8_images = True
     return torch.utils.data.DataLoader(
         dataset,
         sampler=batch_sampler,

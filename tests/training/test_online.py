@@ -12,8 +12,9 @@ from accelerate import Accelerator
 from policies.toy_policy import make_toy_policy
 from training.tiny_online_run import FLAGS, ONLINE_FLAGS
 
-from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_STATE, REWARD, SUCCESS
+from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE, REWARD, SUCCESS
 from hfpolicy.datasets import PolicyDataset
+from hfpolicy.datasets.batch_images import frames_to_float
 from hfpolicy.datasets.pusht_zarr import pusht_features
 from hfpolicy.envs import PushTEnvConfig
 from hfpolicy.policies.scripted import PushTExpert, run_expert_episode
@@ -177,3 +178,20 @@ def test_a_small_online_run_beats_the_same_run_offline(tmp_path, monkeypatch):
     assert after > before + 0.06 and after > 1.25 * before, f"avg max reward offline {before:.3f}, online {after:.3f}"
     meta = json.loads((tmp_path / "online" / ONLINE_DATA_DIR / "meta" / "hfpolicy_online.json").read_text())
     assert [r["step"] for r in meta["rounds"]] == [150, 300, 450]  # none after the last step
+
+
+def test_online_rows_carry_their_frames_as_the_offline_batch_does(tmp_path):
+    # A run's batches carry uint8 frames (made float on the device): the online rows mixed in must be uint8 too,
+    # the same frames as in a float batch, not floats in [0, 1] cast to uint8.
+    env = PushTEnvConfig(obs_type="pixels_agent_pos", episode_length=20)
+    deltas = {OBS_STATE: [-0.1, 0.0], OBS_IMAGE: [-0.1, 0.0], ACTION: [0.1 * i for i in range(-1, 15)]}
+    features = pusht_features(images=True)
+    online = OnlineTraining(OnlineConfig(every=10, n_episodes=2), tmp_path, env, features, 10, deltas, 7, seed=3)
+    online.collect(Accelerator(cpu=True), make_toy_policy("pixels_agent_pos"), None, 10)
+    shapes = {key: value.shape[1:] for key, value in online.dataset.get_batch([0]).items() if torch.is_tensor(value)}
+    as_float = {key: torch.zeros((8, *shape)) for key, shape in shapes.items()}
+    as_uint8 = {**as_float, OBS_IMAGE: torch.zeros((8, *shapes[OBS_IMAGE]), dtype=torch.uint8)}
+    mixed_float, mixed_uint8 = online.mix(as_float, 21, 0), online.mix(as_uint8, 21, 0)
+    assert mixed_uint8[OBS_IMAGE].dtype == torch.uint8 and mixed_float[OBS_IMAGE].dtype == torch.float32
+    assert mixed_float[OBS_IMAGE][4:].max() > 0.5  # the rendered frames, not the zeros of the offline rows
+    assert torch.equal(frames_to_float(mixed_uint8[OBS_IMAGE]), mixed_float[OBS_IMAGE])
