@@ -229,6 +229,7 @@ def measure_one(args) -> dict:
         ShuffleBufferSampler,
         StreamingPolicyDataset,
     )  # fmt: skip
+    from hfpolicy.datasets.worker_batch import as_fetched
 
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
@@ -255,8 +256,13 @@ def measure_one(args) -> dict:
     if len(batches) == 0:
         raise SystemExit(f"an epoch has fewer than --batch_size={args.batch_size} samples: use more --episodes")
     loader = torch.utils.data.DataLoader(
-        dataset, sampler=batches, batch_size=None, num_workers=args.workers, persistent_workers=args.workers > 0
-    )  # as training builds it
+        dataset,
+        sampler=batches,
+        batch_size=None,
+        num_workers=args.workers,
+        persistent_workers=args.workers > 0,
+        collate_fn=as_fetched,
+    )  # fmt: skip (as training builds it)
     clock = {"first_batch_s": None}
 
     def rate(loader, epoch: int, skip: int, count: int, whole: bool) -> float:

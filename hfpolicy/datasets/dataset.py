@@ -419,23 +419,25 @@ class PolicyDataset(torch.utils.data.Dataset):
             rows = windows.get(key, idx)
             batch[key] = [values[i] for i in rows]
         for key in self.camera_keys:
-            frames = self._camera_frames(key, windows.get(key, idx), episode_pos)
-            batch[key] = shared_empty(frames.shape, torch.uint8) if uint8_images else torch.empty(frames.shape)
-            if uint8_images:
-                batch[key].numpy()[...] = frames
+            rows = windows.get(key, idx)
+            if uint8_images:  # gathered straight into the tensor that is sent
+                batch[key] = shared_empty((*rows.shape, *image_chw(key, self.features[key])), torch.uint8)
+                self._camera_frames(key, rows, episode_pos, out=batch[key].numpy())
             else:
-                uint8_to_float(frames, batch[key])
+                frames = self._camera_frames(key, rows, episode_pos)
+                batch[key] = uint8_to_float(frames, torch.empty(frames.shape))
         batch[TASK] = [self.tasks.get(t, "") for t in self._columns[TASK_INDEX][idx].tolist()]
         return batch
 
-    def _camera_frames(self, key: str, rows: np.ndarray, episode_pos: np.ndarray) -> np.ndarray:
-        """uint8 frames (*rows.shape, C, H, W) of camera `key` at dataset positions `rows`, whose first dim belongs to
-        the episodes `episode_pos`; episodes not decoded yet are decoded into the frame cache first."""
+    def _camera_frames(self, key: str, rows: np.ndarray, episode_pos: np.ndarray, out=None) -> np.ndarray:
+        """uint8 frames (*rows.shape, C, H, W) of camera `key` at dataset positions `rows` (into `out` if given),
+        whose first dim belongs to the episodes `episode_pos`; episodes not decoded yet are decoded into the frame
+        cache first."""
         cache = self._caches[key]
         for episode in np.unique(episode_pos).tolist():
             if not cache.is_filled(episode):
                 self._fill_episode(key, episode)
-        return cache.array[rows]
+        return cache.array[rows] if out is None else np.take(cache.array, rows, axis=0, out=out)
 
     def __repr__(self) -> str:
         return (

@@ -200,8 +200,8 @@ class StreamingPolicyDataset(PolicyDataset):
                 + (", or use fewer workers (--num_workers)" if shared else "")
             )
 
-    def _camera_frames(self, key: str, rows: np.ndarray, episode_pos: np.ndarray) -> np.ndarray:
-        out = np.empty((*rows.shape, *self._chw[key]), dtype=np.uint8)
+    def _camera_frames(self, key: str, rows: np.ndarray, episode_pos: np.ndarray, out=None) -> np.ndarray:
+        out = np.empty((*rows.shape, *self._chw[key]), dtype=np.uint8) if out is None else out
         flat, local = (
             out.reshape(-1, *self._chw[key]),
             rows.reshape(len(rows), -1) - self.episode_bounds[episode_pos, :1],

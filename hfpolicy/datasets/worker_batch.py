@@ -81,3 +81,10 @@ def loader_batch(get_batch, indices: np.ndarray, camera_keys, uint8_images: bool
     if torch.utils.data.get_worker_info() is None:
         return get_batch(indices, uint8_images=uint8_images)
     return WorkerBatch(get_batch(indices, uint8_images=True), to_float=() if uint8_images else camera_keys)
+
+
+def as_fetched(batch: dict[str, Any]) -> dict[str, Any]:
+    """The `collate_fn` of a DataLoader that fetches whole batches (`batch_size=None`): the batch as the dataset
+    gathered it (torch's default, `default_convert`, walks every tensor and list item for numpy arrays there are
+    none of: 0.24 ms per PushT batch, a tenth of the batch's gathering)."""
+    return batch

@@ -4,7 +4,6 @@ sampled by a MixtureSampler at the given weights."""
 
 import dataclasses
 
-import torch
 from accelerate import Accelerator
 
 from hfpolicy.datasets import DatasetMeta, PolicyDataset
@@ -72,6 +71,7 @@ def load_mixture_data(cfg: TrainConfig, accelerator: Accelerator, members: list[
         TrainingData,
         configure_policy_features,
         dataset_errors_as_config_errors,
+        make_dataloader,
         resolve_dataset_root,
     )
 
@@ -107,14 +107,6 @@ def load_mixture_data(cfg: TrainConfig, accelerator: Accelerator, members: list[
     if progress and dropped:
         print(f"hfpolicy train: features not in every dataset are left out: {dropped}")
     dataset.prefetch_frames(progress=progress)
-    dataloader = torch.utils.data.DataLoader(
-        dataset,
-        sampler=batch_sampler,
-        batch_size=None,
-        num_workers=cfg.num_workers,
-        pin_memory=accelerator.device.type == "cuda",
-        persistent_workers=cfg.num_workers > 0,
-        generator=torch.Generator(),
-    )
+    dataloader = make_dataloader(dataset, batch_sampler, cfg, accelerator)
     data = TrainingData(dataset.repo_id, dataset, sampler, batch_sampler, dataloader)
     return dataclasses.replace(cfg, policy=policy_cfg), data

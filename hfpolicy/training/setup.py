@@ -25,6 +25,7 @@ from hfpolicy.datasets import (
 )
 from hfpolicy.datasets.batch_images import frames_to_float
 from hfpolicy.datasets.format import INFO_PATH
+from hfpolicy.datasets.worker_batch import as_fetched
 from hfpolicy.envs import EnvConfig
 from hfpolicy.io.atomic import write_json_atomically
 from hfpolicy.policies import Policy, PolicyConfig, make_policy
@@ -374,6 +375,7 @@ def make_dataloader(dataset, batch_sampler: EpochBatchSampler, cfg: TrainConfig,
         dataset,
         sampler=batch_sampler,
         batch_size=None,  # the dataset fetches whole batches (one index list per item)
+        collate_fn=as_fetched,
         num_workers=cfg.num_workers,
         pin_memory=accelerator.device.type == "cuda",
         persistent_workers=cfg.num_workers > 0,
