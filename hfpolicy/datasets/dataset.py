@@ -420,9 +420,11 @@ class PolicyDataset(torch.utils.data.Dataset):
             batch[key] = [values[i] for i in rows]
         for key in self.camera_keys:
             rows = windows.get(key, idx)
-            if uint8_images:  # gathered straight into the tensor that is sent
+            if uint8_images and torch.utils.data.get_worker_info() is not None:  # into the shared tensor it is sent in
                 batch[key] = shared_empty((*rows.shape, *image_chw(key, self.features[key])), torch.uint8)
                 self._camera_frames(key, rows, episode_pos, out=batch[key].numpy())
+            elif uint8_images:
+                batch[key] = torch.from_numpy(self._camera_frames(key, rows, episode_pos))
             else:
                 frames = self._camera_frames(key, rows, episode_pos)
                 batch[key] = uint8_to_float(frames, torch.empty(frames.shape))
@@ -437,7 +439,14 @@ class PolicyDataset(torch.utils.data.Dataset):
         for episode in np.unique(episode_pos).tolist():
             if not cache.is_filled(episode):
                 self._fill_episode(key, episode)
-        return cache.array[rows] if out is None else np.take(cache.array, rows, axis=0, out=out)
+        if out is None:
+            return cache.array[rows]
+        # frame by frame: 0.47 ms per PushT batch of 128 frames, against 0.62 for a gather then a copy and 0.85 for
+        # np.take(..., out=out)
+        flat = out.reshape(-1, *out.shape[rows.ndim :])
+        for j, row in enumerate(rows.reshape(-1).tolist()):
+            flat[j] = cache.array[row]
+        return out
 
     def __repr__(self) -> str:
         return (
