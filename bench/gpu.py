@@ -13,7 +13,8 @@ Measures:
   (torch.autocast), each eager and under torch.compile (a compile failure is reported, not fatal), with the peak
   GPU memory of each and the data-loader wait per step (time blocked on the next batch);
 - eval throughput: DDIM-10 action chunks at batch 50 (chunks/s and actions/s: n_action_steps per chunk and env);
-- a loss curve of `--curve-steps` (default 2000) steps with the fastest eager variant, falling from its start.
+- a loss curve of `--curve-steps` (default 2000) steps with the fastest eager variant, falling from its start;
+- frames_to_float_exact: a training run's uint8 frames made float32 on the device equal the CPU's values.
 Prints a table; the LAST line is one JSON object with the same numbers.
 """
 
@@ -33,6 +34,7 @@ from torch.utils.data import DataLoader, Dataset
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hfpolicy.constants import ACTION, OBS_IMAGE, OBS_STATE, pad_key  # noqa: E402
+from hfpolicy.datasets.batch_images import by_table, frames_to_float  # noqa: E402
 from hfpolicy.policies import FeatureType, PolicyFeature  # noqa: E402
 from hfpolicy.policies.diffusion import DiffusionConfig, DiffusionPolicy  # noqa: E402
 from hfpolicy.policies.ema import EMA  # noqa: E402
@@ -207,6 +209,13 @@ def loss_curve(args, device: torch.device, dtype: torch.dtype, deadline: float) 
     return curve
 
 
+def frames_to_float_exact(device: torch.device) -> bool:
+    """Whether a run's uint8 frames become on `device` the very float32 values the CPU gives (batch_images.py)."""
+    frames = torch.arange(256, dtype=torch.uint8).repeat(3, 1)
+    on_device = frames_to_float(frames.to(device)).cpu()
+    return torch.equal(on_device, frames_to_float(frames)) and torch.equal(on_device, by_table(frames))
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -236,6 +245,7 @@ def main(argv: list[str] | None = None) -> dict:
         except Exception as e:  # e.g. a compiler missing on the machine: reported, the others still run
             result["variants"][name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
     result |= eval_throughput(args, device)
+    result["frames_to_float_exact"] = frames_to_float_exact(device)
     eager = {n: v for n, v in result["variants"].items() if "+" not in n and "steps_per_s" in v}
     fastest = max(eager, key=lambda n: eager[n]["steps_per_s"])
     curve = loss_curve(args, device, dict(fp32=torch.float32, bf16=torch.bfloat16)[fastest], started + args.budget_s)
@@ -267,6 +277,7 @@ def print_table(result: dict) -> None:
             f"loss curve ({result['curve_variant']}, {curve[-1][0]} steps): {curve[0][1]:.4f} -> {curve[-1][1]:.4f} "
             f"({'falls' if result['loss_falls'] else 'does NOT fall by half'}); wall {result['wall_s']:.0f} s"
         )
+    print(f"uint8 frames made float32 on the device: {'exact' if result['frames_to_float_exact'] else 'NOT exact'}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ def test_the_gpu_bench_runs_on_the_cpu_with_a_tiny_config(capsys):
     for variant in result["variants"].values():
         assert variant["steps_per_s"] > 0 and variant["data_wait_ms_per_step"] >= 0, variant
     assert result["eval_chunks_per_s_b50_ddim10"] > 0
+    assert result["frames_to_float_exact"] is True
     curve = result["loss_curve"]
     assert len(curve) >= 2 and [step for step, _ in curve] == list(range(1, len(curve) + 1))
     assert all(math.isfinite(loss) and loss > 0 for _, loss in curve)
