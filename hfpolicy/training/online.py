@@ -13,7 +13,8 @@ Labels (`--online.labels`):
 
 Every training batch then takes a fraction `--online.ratio` of its rows from the online data (uniformly over its
 frames, drawn from a generator seeded with (seed, step, rank)) and the rest from the offline batch. Normalization
-stays the offline data's stats: the policy's inputs and outputs keep their meaning.
+stays the offline data's stats: the policy's inputs and outputs keep their meaning. The offline data may be a
+streamed Hub dataset (`--dataset.streaming=true`): the online data takes only its features and fps.
 
 The dataset is rewritten whole after each round, atomically (the new one replaces the old only when complete), so a
 run killed at any moment leaves the online data of its last finished round, readable. Its meta/hfpolicy_online.json
@@ -28,6 +29,8 @@ evaluation's seeds).
 
 import contextlib
 import json
+import os
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -48,6 +51,7 @@ from hfpolicy.eval.episode_data import (
     write_episodes_dataset,
 )
 from hfpolicy.eval.rollouts import rollout
+from hfpolicy.io.atomic import temporary_path
 from hfpolicy.training.config import OnlineConfig, TrainConfigError
 
 ONLINE_DATA_DIR = "online_data"
@@ -114,7 +118,7 @@ class OnlineTraining:
 
     def restore(self, accelerator: Accelerator, step: int, checkpoint_state: dict[str, Any]) -> None:
         """Resuming at checkpoint `step`: keep the rounds collected up to it (which must hold the online episodes
-        the checkpoint recorded in its `state()`), drop later ones, and reload."""
+        the checkpoint recorded in its `state()`), drop later ones (the whole dataset when it keeps none), reload."""
         seen_episodes = int(checkpoint_state.get(ONLINE_STATE_KEY, 0))
         meta = self.root / ONLINE_META_PATH
         if seen_episodes == 0 and not meta.is_file():
@@ -136,6 +140,8 @@ class OnlineTraining:
             self.rounds = rounds
             if kept:
                 self._write()
+            else:  # the checkpoint came before every round: none of the data on disk may be trained on
+                discard_online_data(self.root)
         accelerator.wait_for_everyone()
         self.rounds = rounds
         self._reload()
@@ -295,6 +301,14 @@ def policy_rollouts(
         policy.reset()
         policy.train(was_training)
     return sorted(collector.episodes(), key=lambda e: e.seed)
+
+
+def discard_online_data(root: Path) -> None:
+    """Removes an online dataset whose rounds all came after the checkpoint a run resumes from: renamed aside first
+    (one atomic step: a run killed meanwhile leaves the old dataset or none), then deleted."""
+    aside = temporary_path(root)
+    os.replace(root, aside)
+    shutil.rmtree(aside)
 
 
 def read_online_episodes(root: Path, features: dict[str, Any], n_episodes: int) -> list[RolloutEpisode]:

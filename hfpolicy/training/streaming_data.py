@@ -24,8 +24,6 @@ def streaming_problems(cfg: TrainConfig) -> list[str]:
         )
     if dataset.repo_id.strip().startswith("["):
         problems.append("--dataset.streaming=true streams one dataset: give one --dataset.repo_id, not a list")
-    if cfg.online.every > 0:
-        problems.append("--online.every does not work with --dataset.streaming=true yet: leave one of them out")
     for name in ("shuffle_buffer_episodes", "shuffle_buffer_shards", "stream_retries"):
         if getattr(dataset, name) < 1:
             problems.append(f"--dataset.{name} must be >= 1, got {getattr(dataset, name)}")

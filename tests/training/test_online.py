@@ -92,6 +92,12 @@ def test_rounds_write_a_dataset_that_counts_what_they_collected(tmp_path):
     with pytest.raises(TrainConfigError, match="does not belong to this checkpoint"):
         online_training(tmp_path, labels="expert").restore(accelerator, 15, {"online_episodes": 5})
 
+    # Resume from a checkpoint before the first round: no online data at all, on disk or in the batches.
+    before = online_training(tmp_path, labels="expert")
+    before.restore(accelerator, 5, {"online_episodes": 0})
+    assert before.dataset is None and before.n_episodes == 0 and not (tmp_path / ONLINE_DATA_DIR).exists()
+    assert before.mix(offline, 6, 0) is offline
+
 
 def test_self_imitation_keeps_only_successful_episodes(tmp_path):
     online = online_training(tmp_path, labels="policy")
