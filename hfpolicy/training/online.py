@@ -319,12 +319,12 @@ def read_online_episodes(root: Path, features: dict[str, Any], n_episodes: int) 
     episodes = []
     for position in range(min(n_episodes, dataset.num_episodes)):
         start, end = (int(v) for v in dataset.episode_bounds[position])
-        batch = dataset.get_batch(np.arange(start, end))
+        batch = dataset.get_batch(np.arange(start, end), uint8_images=True)  # the frames as they were written
         frames = {}
         for key, feature in features.items():
             values = batch[key].numpy()
             if feature["dtype"] in ("video", "image"):
-                values = np.round(values.transpose(0, 2, 3, 1) * 255).astype(np.uint8)
+                values = values.transpose(0, 2, 3, 1)
             frames[key] = list(values.reshape(len(values), *feature["shape"]) if values.ndim > 1 else values)
         success = bool(np.any(batch["next.success"].numpy())) if "next.success" in batch else False
         episodes.append(RolloutEpisode(seed=seeds[position], frames=frames, success=success))

@@ -19,7 +19,13 @@ from hfpolicy.datasets.pusht_zarr import pusht_features
 from hfpolicy.envs import PushTEnvConfig
 from hfpolicy.policies.scripted import PushTExpert, run_expert_episode
 from hfpolicy.training.config import OnlineConfig, TrainConfig, TrainConfigError, validate_train_config
-from hfpolicy.training.online import ONLINE_DATA_DIR, OnlineTraining, collect_episodes, reset_argument
+from hfpolicy.training.online import (
+    ONLINE_DATA_DIR,
+    OnlineTraining,
+    collect_episodes,
+    read_online_episodes,
+    reset_argument,
+)
 
 FEATURES = pusht_features(environment_state=True, images=False)
 ENV = PushTEnvConfig(obs_type="environment_state_agent_pos", episode_length=40)
@@ -201,3 +207,8 @@ def test_online_rows_carry_their_frames_as_the_offline_batch_does(tmp_path):
     assert mixed_uint8[OBS_IMAGE].dtype == torch.uint8 and mixed_float[OBS_IMAGE].dtype == torch.float32
     assert mixed_float[OBS_IMAGE][4:].max() > 0.5  # the rendered frames, not the zeros of the offline rows
     assert torch.equal(frames_to_float(mixed_uint8[OBS_IMAGE]), mixed_float[OBS_IMAGE])
+    # read back for a resume's rewrite: the frames as they were stored (uint8 HWC), not a float round trip's
+    episode = read_online_episodes(tmp_path / ONLINE_DATA_DIR, features, 1)[0]
+    plain = PolicyDataset("local/online", root=tmp_path / ONLINE_DATA_DIR)  # no windows
+    stored = plain.get_batch(np.arange(*plain.episode_bounds[0]))[OBS_IMAGE]
+    assert np.array_equal(np.stack(episode.frames[OBS_IMAGE]), np.round(stored.numpy().transpose(0, 2, 3, 1) * 255))
