@@ -49,41 +49,32 @@ def mixture_members(dataset: DatasetConfig) -> list[DatasetConfig] | None:
     return members
 
 
+def member_deltas(meta, renames: dict[str, str], policy_cfg) -> dict[str, list[float]]:
+    """The policy's windows under one dataset's own feature names (the mixture's names renamed back)."""
+    source = {new: old for old, new in renames.items() if old in meta.features}
+    return {source.get(key, key): offsets for key, offsets in policy_cfg.delta_timestamps(meta.fps).items()}
+
+
 def open_members(roots, names, metas, renames: dict[str, str], policy_cfg) -> list[PolicyDataset]:
     """Each dataset as a PolicyDataset, its windows asked for under its own feature names."""
-    deltas = policy_cfg.delta_timestamps(metas[0].fps)
-    parts = []
-    for root, name, meta in zip(roots, names, metas, strict=True):
-        source = {new: old for old, new in renames.items() if old in meta.features}
-        parts.append(
-            PolicyDataset(
-                name,
-                root=root,
-                delta_timestamps={source.get(key, key): offsets for key, offsets in deltas.items()},
-                download_videos=bool(policy_cfg.image_features),
-            )
+    return [
+        PolicyDataset(
+            name,
+            root=root,
+            delta_timestamps=member_deltas(meta, renames, policy_cfg),
+            download_videos=bool(policy_cfg.image_features),
         )
-    return parts
+        for root, name, meta in zip(roots, names, metas, strict=True)
+    ]
 
 
-def load_mixture_data(cfg: TrainConfig, accelerator: Accelerator, members: list[DatasetConfig]):
-    """(the config with the policy's features filled in, the TrainingData of the union)."""
-    from hfpolicy.training.setup import (
-        TrainingData,
-        configure_policy_features,
-        dataset_errors_as_config_errors,
-        resolve_dataset_root,
-    )
+def mixture_policy_config(cfg: TrainConfig, metas: list[DatasetMeta], names: list[str], progress: bool):
+    """(the policy config with the features every dataset shares, the renames): datasets that disagree on a
+    feature or fps, a dropped feature asked for, or a window longer than an episode are refused naming them."""
+    from hfpolicy.training.setup import configure_policy_features, dataset_errors_as_config_errors
 
-    if cfg.online.every > 0:
-        raise TrainConfigError("--online.every trains on one dataset: leave it out with several datasets")
-    progress = accelerator.is_main_process and cfg.progress
-    with accelerator.main_process_first():
-        roots = [resolve_dataset_root(member, recipe=cfg.recipe, progress=progress) for member in members]
-    names = [member.repo_id if member.root is None else str(member.root) for member in members]
     with dataset_errors_as_config_errors(cfg.dataset):
         renames = parse_renames(cfg.dataset.rename_features)
-        metas = [DatasetMeta.load(root, name) for root, name in zip(roots, names, strict=True)]
         features, dropped = common_features([renamed_view(meta, renames) for meta in metas], names)
     asked = [key for key in cfg.dataset.input_features or [] if key in dropped]
     if asked:
@@ -93,6 +84,25 @@ def load_mixture_data(cfg: TrainConfig, accelerator: Accelerator, members: list[
     with dataset_errors_as_config_errors(cfg.dataset):
         for meta in metas:
             policy_cfg.check_window_fits(meta.episodes["length"].tolist())
+    if progress and dropped:
+        print(f"hfpolicy train: features not in every dataset are left out: {dropped}")
+    return policy_cfg, renames
+
+
+def load_mixture_data(cfg: TrainConfig, accelerator: Accelerator, members: list[DatasetConfig]):
+    """(the config with the policy's features filled in, the TrainingData of the union)."""
+    from hfpolicy.training.setup import TrainingData, dataset_errors_as_config_errors, resolve_dataset_root
+
+    if cfg.online.every > 0:
+        raise TrainConfigError("--online.every trains on one dataset: leave it out with several datasets")
+    progress = accelerator.is_main_process and cfg.progress
+    with accelerator.main_process_first():
+        roots = [resolve_dataset_root(member, recipe=cfg.recipe, progress=progress) for member in members]
+    names = [member.repo_id if member.root is None else str(member.root) for member in members]
+    with dataset_errors_as_config_errors(cfg.dataset):
+        metas = [DatasetMeta.load(root, name) for root, name in zip(roots, names, strict=True)]
+    policy_cfg, renames = mixture_policy_config(cfg, metas, names, progress)
+    with dataset_errors_as_config_errors(cfg.dataset):
         parts = open_members(roots, names, metas, renames, policy_cfg)
         dataset = MixtureDataset(parts, names, renames)
         sampler = MixtureSampler(
@@ -104,8 +114,6 @@ def load_mixture_data(cfg: TrainConfig, accelerator: Accelerator, members: list[
             rank=accelerator.process_index,
         )
         batch_sampler = EpochBatchSampler(sampler, cfg.batch_size)
-    if progress and dropped:
-        print(f"hfpolicy train: features not in every dataset are left out: {dropped}")
     dataset.prefetch_frames(progress=progress)
     dataloader = torch.utils.data.DataLoader(
         dataset,
