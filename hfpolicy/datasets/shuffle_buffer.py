@@ -17,7 +17,8 @@ again; at most the buffer's episodes per epoch).
 
 The order is a pure function of (seed, epoch, shards, batch_size, num_replicas), not of the number of workers, so
 `EpochBatchSampler`'s mid-epoch resume stays exact with any --num_workers; with shards=1 it is the order of the
-unsharded buffer. Shards as EpisodeAwareSampler across processes.
+unsharded buffer. Shards as EpisodeAwareSampler across processes. `buffer_order` is that order for any sequence of
+shards and number of draws (a streamed mixture draws each dataset's samples from it, streaming_mixture.py).
 """
 
 import math
