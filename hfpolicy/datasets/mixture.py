@@ -198,6 +198,19 @@ def _kept(key: str, features: dict) -> bool:
     return base in features or key in ("task", DATASET_INDEX)
 
 
+def sampling_weights(weights: Sequence[float] | None, sizes: Sequence[int]) -> np.ndarray:
+    """The datasets' sampling probabilities: `weights` normalized (default: each dataset's share of `sizes`, its
+    eligible frames); ValueError unless one non-negative number per dataset, not all 0."""
+    sizes = np.asarray(sizes, dtype=np.float64)
+    weights = np.asarray(sizes if weights is None else weights, dtype=np.float64)
+    if weights.shape != sizes.shape or not np.all(np.isfinite(weights)) or weights.min() < 0 or weights.sum() <= 0:
+        raise ValueError(
+            f"the sampling weights must be {len(sizes)} non-negative numbers (one per dataset), not all 0; got "
+            f"{weights.tolist()}"
+        )
+    return weights / weights.sum()
+
+
 class MixtureSampler(torch.utils.data.Sampler[int]):
     """Mixture positions for one epoch: each sample picks dataset d with probability weights[d], then a frame of d
     (cycling through a fresh permutation of d's eligible frames, so frames repeat only once all were drawn).
@@ -225,17 +238,9 @@ class MixtureSampler(torch.utils.data.Sampler[int]):
             if len(pool) == 0:
                 raise ValueError(f"{ds.repo_id}: no frame is left after dropping {drop_last_frames} per episode")
             self.pools.append(pool)
-        sizes = np.array([len(pool) for pool in self.pools], dtype=np.float64)
-        if weights is None:
-            weights = sizes
-        weights = np.asarray(weights, dtype=np.float64)
-        if weights.shape != sizes.shape or not np.all(np.isfinite(weights)) or weights.min() < 0 or weights.sum() <= 0:
-            raise ValueError(
-                f"the sampling weights must be {len(sizes)} non-negative numbers (one per dataset), not all 0; got "
-                f"{weights.tolist()}"
-            )
-        self.weights = weights / weights.sum()
-        self.num_samples = int(num_samples or sizes.sum())
+        sizes = [len(pool) for pool in self.pools]
+        self.weights = sampling_weights(weights, sizes)
+        self.num_samples = int(num_samples or sum(sizes))
         self.seed, self.epoch, self.num_replicas, self.rank = seed, 0, num_replicas, rank
 
     def set_epoch(self, epoch: int) -> None:

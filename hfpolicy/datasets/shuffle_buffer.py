@@ -17,7 +17,8 @@ again; at most the buffer's episodes per epoch).
 
 The order is a pure function of (seed, epoch, shards, batch_size, num_replicas), not of the number of workers, so
 `EpochBatchSampler`'s mid-epoch resume stays exact with any --num_workers; with shards=1 it is the order of the
-unsharded buffer. Shards as EpisodeAwareSampler across processes.
+unsharded buffer. Shards as EpisodeAwareSampler across processes. `buffer_order` is that order for any sequence of
+shards and number of draws (a streamed mixture draws each dataset's samples from it, streaming_mixture.py).
 """
 
 import math
@@ -58,10 +59,13 @@ class _Shard:
         left."""
         left = [(o, i) for o in shards if o is not self for i in range(len(o.frames))]
         if not left:
-            raise AssertionError("drew more frames than the epoch has")  # order() draws exactly num_frames
+            raise AssertionError("drew more frames than are open")  # buffer_order starts a new pass first
         other, slot = max(left, key=lambda c: (c[0].used[c[1]] == 0, len(c[0].frames[c[1]]) - c[0].used[c[1]]))
         self.frames.append(other.frames.pop(slot))
         self.used.append(other.used.pop(slot))
+
+    def frames_left(self) -> int:
+        return sum(len(frames) - n for frames, n in zip(self.frames, self.used, strict=True))
 
     def draw(self, u: float) -> int:
         """The frame that `u` in [0, 1) picks among the frames not drawn yet (uniformly); the episode leaves when
@@ -73,6 +77,40 @@ class _Shard:
         if self.used[slot] == len(self.frames[slot]):
             del self.frames[slot], self.used[slot]
         return frame
+
+
+def _shuffled_pass(episodes: list[np.ndarray], rng: np.random.Generator) -> list[np.ndarray]:
+    """The episodes in a random order, each one's frames shuffled, as a queue to pop() from the end."""
+    queue = [episodes[i][rng.permutation(len(episodes[i]))] for i in rng.permutation(len(episodes))]
+    queue.reverse()  # pop() from the end takes them in the drawn order
+    return queue
+
+
+def buffer_order(
+    episodes: list[np.ndarray], capacities: list[int], shard_of: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """Positions of len(`shard_of`) draws, draw n from the open episodes of shard shard_of[n] (of `capacities`).
+
+    Episodes enter in a random order; while draws are left and the frames open cannot serve them all, a shard that
+    runs dry once every episode has entered starts a fresh pass (a new random order); else it takes over an episode
+    of another shard. So as many draws as frames give every frame exactly once, and more draws cycle through
+    passes (a mixture drawing one dataset more often than its frames, streaming_mixture.py)."""
+    queue = _shuffled_pass(episodes, rng)
+    shards = [_Shard(capacity) for capacity in capacities]
+    total = len(shard_of)
+    out = np.empty(total, dtype=np.int64)
+    draws = rng.random(total)
+    for n, s in enumerate(shard_of.tolist()):
+        shard = shards[s]
+        shard.refill(queue)
+        if not shard.frames:  # the queue is empty too
+            if total - n > sum(o.frames_left() for o in shards):
+                queue = _shuffled_pass(episodes, rng)
+                shard.refill(queue)
+            else:
+                shard.take_over(shards)
+        out[n] = shard.draw(draws[n])
+    return out
 
 
 class ShuffleBufferSampler(torch.utils.data.Sampler[int]):
@@ -125,20 +163,10 @@ class ShuffleBufferSampler(torch.utils.data.Sampler[int]):
 
     def order(self) -> np.ndarray:
         """The epoch's positions; every eligible frame exactly once."""
-        rng = np.random.default_rng([self.seed, self.epoch])
-        queue = [self.episodes[i][rng.permutation(len(self.episodes[i]))] for i in rng.permutation(len(self.episodes))]
-        queue.reverse()  # pop() from the end takes them in the drawn order
-        shards = [_Shard(capacity) for capacity in shard_capacities(self.buffer_episodes, self.shards)]
         run = self.batch_size * self.num_replicas  # global positions of one batch of every process
-        out = np.empty(self.num_frames, dtype=np.int64)
-        draws = rng.random(self.num_frames)
-        for n in range(self.num_frames):
-            shard = shards[(n // run) % len(shards)]
-            shard.refill(queue)
-            if not shard.frames:  # the queue is empty too: the epoch's end
-                shard.take_over(shards)
-            out[n] = shard.draw(draws[n])
-        return out
+        shard_of = (np.arange(self.num_frames) // run) % self.shards
+        capacities = shard_capacities(self.buffer_episodes, self.shards)
+        return buffer_order(self.episodes, capacities, shard_of, np.random.default_rng([self.seed, self.epoch]))
 
     def __iter__(self) -> Iterator[int]:
         return iter(rank_share(self.order(), self.num_replicas, self.rank).tolist())

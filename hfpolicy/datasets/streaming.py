@@ -175,6 +175,30 @@ class StreamingPolicyDataset(PolicyDataset):
         start, end = (int(v) for v in self.episode_bounds[episode_pos])
         return (end - start) * sum(math.prod(chw) for chw in self._chw.values())
 
+    def open_bytes(self, buffer_episodes: int, num_workers: int = 0, shards: int = 1) -> int:
+        """The most memory one process (of `num_workers` DataLoader workers) holds for the open episodes of a buffer
+        of `buffer_episodes` split into `shards`: their decoded frames, the largest episodes, and the read buffers
+        of a range read."""
+        if not self.camera_keys:
+            return 0
+        held = open_episodes_per_worker(buffer_episodes, shards, num_workers)
+        sizes = sorted((self.episode_nbytes(pos) for pos in range(self.num_episodes)), reverse=True)
+        return sum(sizes[:held]) + max(self._read_reserve(key, max(1, num_workers)) for key in self.camera_keys)
+
+    def disk_bytes(self) -> int:
+        """What downloading the chosen episodes' files takes at once: their video files and the largest data file
+        (for image features), as stream_video="auto" compares with the disk budget."""
+        return self._video_bytes + self._largest_data_file
+
+    def set_budgets(self, ram_bytes: int, disk_bytes: int) -> None:
+        """Sets the memory and disk budgets (over all DataLoader workers) before anything is held: a streamed
+        mixture gives each of its datasets a share (streaming_mixture.py)."""
+        if len(self.frames) or self.files.bytes:
+            raise RuntimeError(f"the budgets of {self.repo_id} change only before any frame or file is held")
+        if ram_bytes <= 0 or disk_bytes <= 0:
+            raise ValueError(f"the budgets of {self.repo_id} must be > 0, got {ram_bytes} and {disk_bytes} bytes")
+        self.frames.max_bytes, self.files.max_bytes = int(ram_bytes), int(disk_bytes)
+
     def check_buffer_fits(self, buffer_episodes: int, num_workers: int = 0, shards: int = 1) -> None:
         """ValueError naming the settings when the decoded frames of the largest episodes one process keeps open (of
         `buffer_episodes` split into `shards`, over `num_workers` DataLoader workers), with the read buffers of a
@@ -183,9 +207,8 @@ class StreamingPolicyDataset(PolicyDataset):
         if not self.camera_keys:
             return
         held = open_episodes_per_worker(buffer_episodes, shards, num_workers)
-        sizes = sorted((self.episode_nbytes(pos) for pos in range(self.num_episodes)), reverse=True)
         reserve = max(self._read_reserve(key, max(1, num_workers)) for key in self.camera_keys)
-        need = sum(sizes[:held]) + reserve
+        need = self.open_bytes(buffer_episodes, num_workers, shards)
         self._open_bytes = need  # what read-ahead leaves room for
         budget = self.frames.max_bytes // max(1, num_workers)
         if need > budget:
@@ -256,10 +279,10 @@ class StreamingPolicyDataset(PolicyDataset):
         batch = super().__getitem__(idx)
         ahead = getattr(idx, "ahead", None)
         if ahead is not None and len(ahead) and self.camera_keys:
-            self._decode_ahead(np.asarray(ahead, dtype=np.int64))
+            self.decode_ahead(np.asarray(ahead, dtype=np.int64))
         return batch
 
-    def _decode_ahead(self, positions: np.ndarray) -> None:
+    def decode_ahead(self, positions: np.ndarray) -> None:
         """Submits the episodes of `positions` that are neither held nor decoding, while the budget keeps room for
         the open episodes (check_buffer_fits's bound) besides the decodes ahead: read-ahead evicts only episodes
         the LRU would evict next anyway, never the room the shuffle buffer needs."""

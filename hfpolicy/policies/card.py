@@ -373,5 +373,7 @@ def upload_policy_repo(
 
 
 def _dataset_names(repo_id: str | None) -> list[str]:
-    """'user/a', or '[user/a,user/b]' (a run on several datasets) -> the Hub repo ids."""
-    return [part.strip() for part in (repo_id or "").strip().strip("[]").split(",") if part.strip()]
+    """'user/a', or '[user/a,user/b]' (a run on several datasets; train_config.json holds the flag's list as
+    "['user/a', 'user/b']") -> the Hub repo ids."""
+    parts = (part.strip().strip("'\"") for part in (repo_id or "").strip().strip("[]").split(","))
+    return [part for part in parts if part]

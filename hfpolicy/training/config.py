@@ -48,8 +48,10 @@ class DatasetConfig:
     episodes: list[int] | None = None  # train on these episodes only (default: all)
     input_features: list[str] | None = None  # features the policy reads (default: every image and observation.* vector)
     streaming: bool = False  # read the Hub dataset as training goes instead of downloading it first: files fetched one
-    # at a time into a bounded cache, each episode decoded when first drawn (one --dataset.repo_id, not --dataset.root)
-    shuffle_buffer_episodes: int = 16  # streaming: episodes open at once; each sample is drawn from their frames
+    # at a time into a bounded cache, each episode decoded when first drawn (--dataset.repo_id, one or '[a,b]', not
+    # --dataset.root; several: one shuffle buffer each, the budgets below split among them)
+    shuffle_buffer_episodes: int = 16  # streaming: episodes open at once (per dataset); each sample is drawn from their
+    # frames
     shuffle_buffer_shards: int = 1  # streaming: the open episodes split into this many groups, batch k drawn from group
     # k mod this: with --num_workers dividing it each worker decodes only its own episodes (with --num_workers > 1 it
     # must be a multiple of --num_workers). Part of the data order, as the seed is; the order does not depend on

@@ -48,28 +48,50 @@ def mixture_members(dataset: DatasetConfig) -> list[DatasetConfig] | None:
     return members
 
 
+def member_deltas(meta, renames: dict[str, str], policy_cfg) -> dict[str, list[float]]:
+    """The policy's windows under one dataset's own feature names (the mixture's names renamed back)."""
+    source = {new: old for old, new in renames.items() if old in meta.features}
+    return {source.get(key, key): offsets for key, offsets in policy_cfg.delta_timestamps(meta.fps).items()}
+
+
 def open_members(roots, names, metas, renames: dict[str, str], policy_cfg) -> list[PolicyDataset]:
     """Each dataset as a PolicyDataset, its windows asked for under its own feature names."""
-    deltas = policy_cfg.delta_timestamps(metas[0].fps)
-    parts = []
-    for root, name, meta in zip(roots, names, metas, strict=True):
-        source = {new: old for old, new in renames.items() if old in meta.features}
-        parts.append(
-            PolicyDataset(
-                name,
-                root=root,
-                delta_timestamps={source.get(key, key): offsets for key, offsets in deltas.items()},
-                download_videos=bool(policy_cfg.image_features),
-            )
+    return [
+        PolicyDataset(
+            name,
+            root=root,
+            delta_timestamps=member_deltas(meta, renames, policy_cfg),
+            download_videos=bool(policy_cfg.image_features),
         )
-    return parts
+        for root, name, meta in zip(roots, names, metas, strict=True)
+    ]
+
+
+def mixture_policy_config(cfg: TrainConfig, metas: list[DatasetMeta], names: list[str], progress: bool):
+    """(the policy config with the features every dataset shares, the renames): datasets that disagree on a
+    feature or fps, a dropped feature asked for, or a window longer than an episode are refused naming them."""
+    from hfpolicy.training.setup import configure_policy_features, dataset_errors_as_config_errors
+
+    with dataset_errors_as_config_errors(cfg.dataset):
+        renames = parse_renames(cfg.dataset.rename_features)
+        features, dropped = common_features([renamed_view(meta, renames) for meta in metas], names)
+    asked = [key for key in cfg.dataset.input_features or [] if key in dropped]
+    if asked:
+        lacking = {key: [n for m, n in zip(metas, names, strict=True) if key not in m.features] for key in asked}
+        raise TrainConfigError(f"--dataset.input_features asks for features some datasets lack: {lacking}")
+    policy_cfg = configure_policy_features(cfg.policy, features, cfg.dataset.input_features)
+    with dataset_errors_as_config_errors(cfg.dataset):
+        for meta in metas:
+            policy_cfg.check_window_fits(meta.episodes["length"].tolist())
+    if progress and dropped:
+        print(f"hfpolicy train: features not in every dataset are left out: {dropped}")
+    return policy_cfg, renames
 
 
 def load_mixture_data(cfg: TrainConfig, accelerator: Accelerator, members: list[DatasetConfig]):
     """(the config with the policy's features filled in, the TrainingData of the union)."""
     from hfpolicy.training.setup import (
         TrainingData,
-        configure_policy_features,
         dataset_errors_as_config_errors,
         make_dataloader,
         resolve_dataset_root,
@@ -82,17 +104,9 @@ def load_mixture_data(cfg: TrainConfig, accelerator: Accelerator, members: list[
         roots = [resolve_dataset_root(member, recipe=cfg.recipe, progress=progress) for member in members]
     names = [member.repo_id if member.root is None else str(member.root) for member in members]
     with dataset_errors_as_config_errors(cfg.dataset):
-        renames = parse_renames(cfg.dataset.rename_features)
         metas = [DatasetMeta.load(root, name) for root, name in zip(roots, names, strict=True)]
-        features, dropped = common_features([renamed_view(meta, renames) for meta in metas], names)
-    asked = [key for key in cfg.dataset.input_features or [] if key in dropped]
-    if asked:
-        lacking = {key: [n for m, n in zip(metas, names, strict=True) if key not in m.features] for key in asked}
-        raise TrainConfigError(f"--dataset.input_features asks for features some datasets lack: {lacking}")
-    policy_cfg = configure_policy_features(cfg.policy, features, cfg.dataset.input_features)
+    policy_cfg, renames = mixture_policy_config(cfg, metas, names, progress)
     with dataset_errors_as_config_errors(cfg.dataset):
-        for meta in metas:
-            policy_cfg.check_window_fits(meta.episodes["length"].tolist())
         parts = open_members(roots, names, metas, renames, policy_cfg)
         dataset = MixtureDataset(parts, names, renames)
         sampler = MixtureSampler(
@@ -104,8 +118,6 @@ def load_mixture_data(cfg: TrainConfig, accelerator: Accelerator, members: list[
             rank=accelerator.process_index,
         )
         batch_sampler = EpochBatchSampler(sampler, cfg.batch_size)
-    if progress and dropped:
-        print(f"hfpolicy train: features not in every dataset are left out: {dropped}")
     dataset.prefetch_frames(progress=progress)
     dataloader = make_dataloader(dataset, batch_sampler, cfg, accelerator)
     data = TrainingData(dataset.repo_id, dataset, sampler, batch_sampler, dataloader)

@@ -1,7 +1,9 @@
 """The training data of a run that streams its Hub dataset (`--dataset.streaming=true`): a StreamingPolicyDataset
 within `--dataset.stream_ram_gb` / `--dataset.stream_disk_gb`, in the epoch order of a ShuffleBufferSampler that
 keeps `--dataset.shuffle_buffer_episodes` episodes open, split into `--dataset.shuffle_buffer_shards` groups that the
-DataLoader workers read apart (a function of seed, epoch and shards, not of --num_workers: a resume is exact)."""
+DataLoader workers read apart (a function of seed, epoch and shards, not of --num_workers: a resume is exact). With
+`--dataset.repo_id='[a,b]'` a streamed mixture: a StreamingMixtureDataset of them, the budgets split among them, in
+the order of a MixtureShuffleSampler (one shuffle buffer per dataset, each sample from one at --dataset.weights)."""
 
 import dataclasses
 
@@ -10,7 +12,8 @@ from accelerate import Accelerator
 from hfpolicy.datasets import DatasetMeta
 from hfpolicy.datasets.sampler import EpochBatchSampler
 from hfpolicy.datasets.shuffle_buffer import ShuffleBufferSampler
-from hfpolicy.datasets.streaming import STREAM_VIDEO_CHOICES
+from hfpolicy.datasets.streaming import GB, STREAM_VIDEO_CHOICES
+from hfpolicy.datasets.streaming_mixture import MixtureShuffleSampler, StreamingMixtureDataset
 from hfpolicy.training.config import DatasetConfig, TrainConfig, TrainConfigError
 
 
@@ -22,8 +25,6 @@ def streaming_problems(cfg: TrainConfig) -> list[str]:
             "--dataset.streaming=true reads a Hub dataset (--dataset.repo_id): leave out --dataset.root and "
             "--dataset.scripted_episodes, or set --dataset.streaming=false to read a local one"
         )
-    if dataset.repo_id.strip().startswith("["):
-        problems.append("--dataset.streaming=true streams one dataset: give one --dataset.repo_id, not a list")
     for name in ("shuffle_buffer_episodes", "shuffle_buffer_shards", "stream_retries"):
         if getattr(dataset, name) < 1:
             problems.append(f"--dataset.{name} must be >= 1, got {getattr(dataset, name)}")
@@ -83,10 +84,32 @@ def open_streaming_meta(dataset: DatasetConfig) -> DatasetMeta:
     return DatasetMeta.load(meta_root, dataset.repo_id)
 
 
-def load_streaming_data(cfg: TrainConfig, accelerator: Accelerator):
-    """(the config with the policy's features filled in, the TrainingData of the streamed dataset)."""
+def open_streamed(dataset_cfg: DatasetConfig, name: str, meta: DatasetMeta, deltas: dict, policy_cfg):
+    """The StreamingPolicyDataset of one Hub dataset at the commit its `meta` was read at, within the flags'
+    budgets (a mixture then splits them); TrainConfigError naming the file when one cannot be fetched."""
     from hfpolicy.datasets.remote_files import StreamingError
     from hfpolicy.datasets.streaming import StreamingPolicyDataset
+
+    try:
+        return StreamingPolicyDataset(
+            name,
+            revision=meta.root.name,  # the commit meta/ was read at
+            episodes=dataset_cfg.episodes,
+            delta_timestamps=deltas,
+            stream_ram_gb=dataset_cfg.stream_ram_gb,
+            stream_disk_gb=dataset_cfg.stream_disk_gb,
+            stream_retries=dataset_cfg.stream_retries,
+            download_videos=bool(policy_cfg.image_features),
+            stream_video=dataset_cfg.stream_video,
+        )
+    except StreamingError as e:
+        raise TrainConfigError(str(e)) from e
+
+
+def load_streaming_data(cfg: TrainConfig, accelerator: Accelerator):
+    """(the config with the policy's features filled in, the TrainingData of the streamed dataset, or of the
+    streamed mixture when --dataset.repo_id lists several)."""
+    from hfpolicy.training.mixture_data import mixture_members
     from hfpolicy.training.setup import (
         TrainingData,
         configure_policy_features,
@@ -97,26 +120,18 @@ def load_streaming_data(cfg: TrainConfig, accelerator: Accelerator):
     problems = streaming_problems(cfg)
     if problems:
         raise TrainConfigError("; ".join(problems))
+    members = mixture_members(cfg.dataset)
+    if members is not None:
+        return load_streaming_mixture(cfg, accelerator, members)
     dataset_cfg = cfg.dataset
     with dataset_errors_as_config_errors(dataset_cfg):
         meta = open_streaming_meta(dataset_cfg)
     policy_cfg = configure_policy_features(cfg.policy, meta.features, dataset_cfg.input_features)
     with dataset_errors_as_config_errors(dataset_cfg):
         policy_cfg.check_window_fits(meta.episodes["length"].tolist())
-        try:
-            dataset = StreamingPolicyDataset(
-                dataset_cfg.repo_id,
-                revision=meta.root.name,  # the commit meta/ was read at
-                episodes=dataset_cfg.episodes,
-                delta_timestamps=policy_cfg.delta_timestamps(meta.fps),
-                stream_ram_gb=dataset_cfg.stream_ram_gb,
-                stream_disk_gb=dataset_cfg.stream_disk_gb,
-                stream_retries=dataset_cfg.stream_retries,
-                download_videos=bool(policy_cfg.image_features),
-                stream_video=dataset_cfg.stream_video,
-            )
-        except StreamingError as e:
-            raise TrainConfigError(str(e)) from e
+        dataset = open_streamed(
+            dataset_cfg, dataset_cfg.repo_id, meta, policy_cfg.delta_timestamps(meta.fps), policy_cfg
+        )
         shards = dataset_cfg.shuffle_buffer_shards
         dataset.check_buffer_fits(dataset_cfg.shuffle_buffer_episodes, cfg.num_workers, shards)
         sampler = ShuffleBufferSampler(
@@ -133,4 +148,43 @@ def load_streaming_data(cfg: TrainConfig, accelerator: Accelerator):
         batch_sampler = EpochBatchSampler(sampler, cfg.batch_size, read_ahead=read_ahead(dataset_cfg, accelerator))
     dataloader = make_dataloader(dataset, batch_sampler, cfg, accelerator)
     data = TrainingData(dataset_cfg.repo_id, dataset, sampler, batch_sampler, dataloader)
+    return dataclasses.replace(cfg, policy=policy_cfg), data
+
+
+def load_streaming_mixture(cfg: TrainConfig, accelerator: Accelerator, members: list[DatasetConfig]):
+    """(the config with the policy's features filled in, the TrainingData of the union of the streamed datasets):
+    the features, their checks and the stats as for an in-memory mixture, one shuffle buffer per dataset, the
+    memory and disk budgets split among them (streaming_mixture.py)."""
+    from hfpolicy.training.mixture_data import member_deltas, mixture_policy_config
+    from hfpolicy.training.setup import TrainingData, dataset_errors_as_config_errors, make_dataloader
+
+    if cfg.online.every > 0:  # as for an in-memory mixture
+        raise TrainConfigError("--online.every trains on one dataset: leave it out with several datasets")
+    dataset_cfg, names = cfg.dataset, [member.repo_id for member in members]
+    with dataset_errors_as_config_errors(dataset_cfg):
+        metas = [open_streaming_meta(member) for member in members]
+    policy_cfg, renames = mixture_policy_config(cfg, metas, names, accelerator.is_main_process and cfg.progress)
+    with dataset_errors_as_config_errors(dataset_cfg):
+        parts = [
+            open_streamed(member, member.repo_id, meta, member_deltas(meta, renames, policy_cfg), policy_cfg)
+            for member, meta in zip(members, metas, strict=True)
+        ]  # one after the other: each reads its columns within the whole budgets, then holds nothing
+        dataset = StreamingMixtureDataset(parts, names, renames)
+        buffer, shards = dataset_cfg.shuffle_buffer_episodes, dataset_cfg.shuffle_buffer_shards
+        ram, disk = round(dataset_cfg.stream_ram_gb * GB), round(dataset_cfg.stream_disk_gb * GB)
+        dataset.split_budgets(ram, disk, buffer, cfg.num_workers, shards)
+        sampler = MixtureShuffleSampler(
+            dataset,
+            buffer_episodes=buffer,
+            weights=dataset_cfg.weights,
+            drop_last_frames=policy_cfg.drop_n_last_frames,
+            seed=cfg.seed,
+            num_replicas=accelerator.num_processes,
+            rank=accelerator.process_index,
+            shards=shards,
+            batch_size=cfg.batch_size,
+        )
+        batch_sampler = EpochBatchSampler(sampler, cfg.batch_size, read_ahead=read_ahead(dataset_cfg, accelerator))
+    dataloader = make_dataloader(dataset, batch_sampler, cfg, accelerator)
+    data = TrainingData(dataset.repo_id, dataset, sampler, batch_sampler, dataloader)
     return dataclasses.replace(cfg, policy=policy_cfg), data

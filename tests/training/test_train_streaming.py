@@ -37,6 +37,35 @@ def test_a_streamed_hub_dataset_trains(pusht_state_dataset, hub_server, tmp_path
     assert data_gets and not any("/videos/" in url for url in data_gets)  # a state-only policy fetches no video
 
 
+def test_a_streamed_mixture_trains_and_its_card_names_every_dataset(pusht_state_dataset, hub_server, tmp_path):
+    from hfpolicy.hub import PolicyArtifacts, make_model_card
+    from hfpolicy.hub.push import run_artifacts
+    from hfpolicy.policies import Policy
+    from hfpolicy.training.run_folder import RunFolder
+
+    for name in ("a", "b"):
+        push_dataset_to_hub(pusht_state_dataset, f"user/pusht5-mix-{name}")
+    out = tmp_path / "run"
+    flags = [
+        "--dataset.repo_id=[user/pusht5-mix-a,user/pusht5-mix-b]",
+        "--dataset.weights=[0.7,0.3]",
+        "--dataset.streaming=true",
+        "--dataset.shuffle_buffer_episodes=2",
+        "--dataset.stream_ram_gb=0.01",
+    ]
+    assert main([*flags, f"--output_dir={out}", *TINY, "--steps=2"]) == 0
+    assert [json.loads(line)["step"] for line in (out / METRICS_FILE).read_text().splitlines() if "loss" in line]
+    config = json.loads((out / "train_config.json").read_text())
+    assert config["dataset"]["streaming"] is True and config["dataset"]["weights"] == [0.7, 0.3]
+    for name in ("a", "b"):  # both were streamed: their data files fetched, no video (a state-only policy)
+        gets = [url for method, url in hub_server.requests if method == "GET" and f"pusht5-mix-{name}/resolve" in url]
+        assert any("/data/" in url for url in gets) and not any("/videos/" in url for url in gets), name
+    policy = Policy.from_pretrained(str(out / "checkpoints" / "last" / "pretrained_model"))
+    artifacts = run_artifacts(RunFolder(out), config, None, "hfpolicy train ...")
+    card = make_model_card("user/mix-policy", policy, PolicyArtifacts(dataset_repo_id=artifacts.dataset_repo_id))
+    assert card.data.datasets == ["user/pusht5-mix-a", "user/pusht5-mix-b"]
+
+
 def test_streaming_flags_are_checked_before_training(pusht_state_dataset, tmp_path, capsys):
     out = tmp_path / "bad"
     local = [f"--dataset.root={pusht_state_dataset}", "--dataset.streaming=true"]
