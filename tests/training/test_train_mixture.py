@@ -66,6 +66,14 @@ def test_mixture_flags_are_checked_before_training(pusht_state_dataset, second_p
     assert "--dataset.episodes" in capsys.readouterr().err
     assert main([f"--dataset.root={pusht_state_dataset}", "--dataset.weights=[1,2]", f"--output_dir={out}", *TINY]) == 2
     assert "--dataset.weights and --dataset.rename_features need several datasets" in capsys.readouterr().err
+    online = ["--online.every=5", "--env.type=pusht", "--env.obs_type=environment_state_agent_pos", *TINY]
+    assert main([roots, f"--output_dir={out}", *online]) == 2
+    assert "--online.every trains on one dataset" in capsys.readouterr().err
+    # streamed alike, refused before anything is fetched (nothing serves these repos)
+    streamed = ["--dataset.streaming=true", "--dataset.repo_id=[user/a,user/b]", f"--output_dir={out}", *online]
+    assert main(streamed) == 2
+    assert "--online.every trains on one dataset" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_repo_id_and_root_lists_make_one_member_per_dataset():
