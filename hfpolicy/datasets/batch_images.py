@@ -11,8 +11,8 @@ Every path gives the same float32 values: the division uint8 / 255 correctly rou
 import numpy as np
 import torch
 
-# x / 255 for every uint8 x, correctly rounded float32: a lookup table keeps other devices to these very values (a
-# division by a scalar may be computed there as a multiplication by its reciprocal, which differs in the last bit)
+# x / 255 for every uint8 x, correctly rounded float32: a lookup table keeps other devices to these very values
+# (PyTorch's CUDA kernel divides by a CPU scalar as a multiplication by its reciprocal, off by one bit for some x)
 _FLOAT_OF_UINT8 = torch.from_numpy(np.arange(256, dtype=np.float32) / np.float32(255))
 
 

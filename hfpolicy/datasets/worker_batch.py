@@ -7,7 +7,11 @@ Measured reasons (PushT DP batches of 64, 2-core AVX2 machine, torch's default `
 - a new shared-memory float32 image tensor (14 MB) cost a worker ~7 ms to allocate and ~10 ms more to fill, against
   2.2 ms for the uint8 -> float32 division into reused memory: so 2 workers delivered 2,300-3,600 samples/s where 0
   workers gathered 15,000-19,000.
-The division on arrival is the one PolicyDataset.get_batch does (`uint8_to_float`), so the values are identical.
+The division on arrival is the one PolicyDataset.get_batch does (`uint8_to_float`), so the values are identical; a
+training run skips it (`uint8_images`: the device converts, batch_images.py). What is left costs the main process
+~2.5 ms per batch (uint8 frames): torch passes each shared tensor's file descriptor through a connection to the
+worker's resource-sharer thread, which answers when the busy worker releases its GIL (cProfile); packing the frames
+into the same buffer as the rest cost the same and adds a copy of every frame, so they keep their own.
 
 The main process gets a plain dict: the small tensors are views into the received buffer; values, dtypes, shapes and
 key order are those of the batch the main process would have gathered itself.
