@@ -106,6 +106,19 @@ def open_streamed(dataset_cfg: DatasetConfig, name: str, meta: DatasetMeta, delt
         raise TrainConfigError(str(e)) from e
 
 
+def order_options(cfg: TrainConfig, policy_cfg, accelerator: Accelerator) -> dict:
+    """The streamed epoch order's options besides its buffer: what it drops, its seed, this process's part of it,
+    and the shards its workers read apart."""
+    return {
+        "drop_last_frames": policy_cfg.drop_n_last_frames,
+        "seed": cfg.seed,
+        "num_replicas": accelerator.num_processes,
+        "rank": accelerator.process_index,
+        "shards": cfg.dataset.shuffle_buffer_shards,
+        "batch_size": cfg.batch_size,
+    }
+
+
 def load_streaming_data(cfg: TrainConfig, accelerator: Accelerator):
     """(the config with the policy's features filled in, the TrainingData of the streamed dataset, or of the
     streamed mixture when --dataset.repo_id lists several)."""
@@ -135,14 +148,7 @@ def load_streaming_data(cfg: TrainConfig, accelerator: Accelerator):
         shards = dataset_cfg.shuffle_buffer_shards
         dataset.check_buffer_fits(dataset_cfg.shuffle_buffer_episodes, cfg.num_workers, shards)
         sampler = ShuffleBufferSampler(
-            dataset,
-            buffer_episodes=dataset_cfg.shuffle_buffer_episodes,
-            drop_last_frames=policy_cfg.drop_n_last_frames,
-            seed=cfg.seed,
-            num_replicas=accelerator.num_processes,
-            rank=accelerator.process_index,
-            shards=shards,
-            batch_size=cfg.batch_size,
+            dataset, buffer_episodes=dataset_cfg.shuffle_buffer_episodes, **order_options(cfg, policy_cfg, accelerator)
         )  # each process reads its own part of one shared (seed, epoch) order, its workers their own shards
         # a resumed run starts mid-epoch; each batch names the coming ones, whose episodes are decoded ahead
         batch_sampler = EpochBatchSampler(sampler, cfg.batch_size, read_ahead=read_ahead(dataset_cfg, accelerator))
@@ -174,15 +180,7 @@ def load_streaming_mixture(cfg: TrainConfig, accelerator: Accelerator, members: 
         ram, disk = round(dataset_cfg.stream_ram_gb * GB), round(dataset_cfg.stream_disk_gb * GB)
         dataset.split_budgets(ram, disk, buffer, cfg.num_workers, shards)
         sampler = MixtureShuffleSampler(
-            dataset,
-            buffer_episodes=buffer,
-            weights=dataset_cfg.weights,
-            drop_last_frames=policy_cfg.drop_n_last_frames,
-            seed=cfg.seed,
-            num_replicas=accelerator.num_processes,
-            rank=accelerator.process_index,
-            shards=shards,
-            batch_size=cfg.batch_size,
+            dataset, buffer_episodes=buffer, weights=dataset_cfg.weights, **order_options(cfg, policy_cfg, accelerator)
         )
         batch_sampler = EpochBatchSampler(sampler, cfg.batch_size, read_ahead=read_ahead(dataset_cfg, accelerator))
     dataloader = make_dataloader(dataset, batch_sampler, cfg, accelerator)
