@@ -141,6 +141,8 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
     if t.start_step < cfg.steps:  # while the bar sits at its start: "compiling ..." (--compile=true), else "eta ?"
         bar.set_postfix_str(clock.postfix(t.start_step))
     policy.train()
+    if t.online is not None and t.online.round_skipped(t.start_step, cfg.steps):
+        online_round(t, t.start_step, bar)  # a finished run extended (a larger --steps): the round its end skipped
     eval_summary, hub_commit = None, None
     window = RunningMeans()  # losses and timings since the last log entry
     loss_guard = NonFiniteLossGuard(accelerator.device)

@@ -56,6 +56,7 @@ from hfpolicy.training.config import OnlineConfig, TrainConfigError
 
 ONLINE_DATA_DIR = "online_data"
 ONLINE_STATE_KEY = "online_episodes"  # in a checkpoint's step.json: online episodes the run had seen
+ONLINE_LAST_ROUND_KEY = "online_last_round"  # and the step of its last round (0: none yet)
 
 
 def online_features(dataset_features: dict[str, Any], policy_inputs: list[str]) -> dict[str, Any]:
@@ -90,6 +91,7 @@ class OnlineTraining:
         self.first_step = cfg.start_step if cfg.start_step is not None else cfg.every
         self.episodes: list[RolloutEpisode] = []  # main process: every online episode kept, in order
         self.rounds: list[dict[str, Any]] = []  # {step, seeds, kept}: what meta/hfpolicy_online.json lists
+        self.last_round = 0  # the step of the last round collected (kept episodes or not)
         self.dataset: PolicyDataset | None = None
         self._valid: np.ndarray = np.zeros(0, dtype=np.int64)  # dataset positions a training sample may start at
 
@@ -114,12 +116,19 @@ class OnlineTraining:
 
     def state(self) -> dict[str, int]:
         """What a checkpoint records (its step.json)."""
-        return {ONLINE_STATE_KEY: self.n_episodes}
+        return {ONLINE_STATE_KEY: self.n_episodes, ONLINE_LAST_ROUND_KEY: self.last_round}
+
+    def round_skipped(self, step: int, steps: int) -> bool:
+        """Whether a run resumed at `step` with `steps` in all must first collect the round due at `step`: a run
+        that ended there never collected it (rounds run only before a later step), one extended to more steps
+        would have (what the resumed run must match)."""
+        return 0 < step < steps and self.is_due(step) and self.last_round < step
 
     def restore(self, accelerator: Accelerator, step: int, checkpoint_state: dict[str, Any]) -> None:
         """Resuming at checkpoint `step`: keep the rounds collected up to it (which must hold the online episodes
         the checkpoint recorded in its `state()`), drop later ones (the whole dataset when it keeps none), reload."""
         seen_episodes = int(checkpoint_state.get(ONLINE_STATE_KEY, 0))
+        self.last_round = int(checkpoint_state.get(ONLINE_LAST_ROUND_KEY, step))  # older checkpoints: no catching up
         meta = self.root / ONLINE_META_PATH
         if seen_episodes == 0 and not meta.is_file():
             return
@@ -161,6 +170,7 @@ class OnlineTraining:
         episodes = sorted((e for played, _ in gathered for e in played), key=lambda e: e.seed)
         kept = sorted((e for _, data in gathered for e in data), key=lambda e: e.seed)
         self.rounds.append({"step": step, "seeds": seeds, "kept": [e.seed for e in kept]})
+        self.last_round = step
         if accelerator.is_main_process and kept:
             self.episodes += kept
             self._write()

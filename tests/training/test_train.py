@@ -158,6 +158,25 @@ def test_resume_after_kill_continues_with_identical_losses(pusht_state_dataset, 
 
 
 @pytest.mark.slow
+def test_a_finished_online_run_extended_first_collects_the_round_its_end_skipped(pusht_state_dataset, tmp_path):
+    # A run's last step collects no round (nothing trains after it); extended with a larger --steps, the resumed run
+    # must first collect the round due there, as a run started with those steps did: same rounds, same losses.
+    flags = [f"--dataset.root={pusht_state_dataset}", *TINY_POLICY, "--log_freq=1", "--eval.freq=0", *ONLINE_FLAGS]
+    flags.append("--policy.scheduler_name=constant")  # the LR of a step does not depend on --steps
+    reference, extended = tmp_path / "reference", tmp_path / "extended"
+    assert main([*flags, "--steps=6", f"--output_dir={reference}"]) == 0
+    assert main([*flags, "--steps=4", f"--output_dir={extended}"]) == 0
+    assert not (extended / "online_data").exists()  # step 4 was its last: no round
+    assert main([f"--output_dir={extended}", "--resume=true", "--steps=6"]) == 0
+    runs = [reference, extended]
+    meta = [json.loads((run / "online_data" / "meta" / "hfpolicy_online.json").read_text()) for run in runs]
+    assert [r["step"] for r in meta[0]["rounds"]] == [4] and meta[0]["rounds"] == meta[1]["rounds"]
+    tables = [pq.read_table(sorted((run / "online_data" / "data").rglob("*.parquet"))) for run in runs]
+    assert tables[0].num_rows > 0 and tables[0].equals(tables[1])
+    assert losses(extended) == losses(reference) and [s for s, _ in losses(extended)] == list(range(1, 7))
+
+
+@pytest.mark.slow
 def test_push_to_hub_then_load_and_evaluate_by_repo_id(pusht_state_dataset, tmp_path, hub_server, monkeypatch):
     repo_id = "user/train-push-diffusion"
     cfg = parse_train_config(
