@@ -375,9 +375,8 @@ class PolicyDataset(torch.utils.data.Dataset):
             if self.image_transforms is None:  # a DataLoader worker sends it in one buffer (worker_batch.py)
                 return loader_batch(self.get_batch, np.asarray(idx), self.camera_keys, self.uint8_images)
             batch = self.get_batch(np.asarray(idx))
-            if self.image_transforms is not None:
-                for key in self.camera_keys:
-                    batch[key] = torch.stack([self.image_transforms(image) for image in batch[key]])
+            for key in self.camera_keys:  # image_transforms: per sample, on float frames
+                batch[key] = torch.stack([self.image_transforms(image) for image in batch[key]])
             return batch
         return self.__getitems__([idx])[0]
 
