@@ -36,6 +36,9 @@ and peak_worker_rss_mb the largest peak among its DataLoader workers (pages shar
 With --lerobot_python (LeRobot 0.6.1's side venv), two more runs, 0 and 2 workers, time LeRobot's
 StreamingLeRobotDataset on the same served dataset (bench/lerobot_streaming.py says how, and what it does
 differently); their rows and `*_lerobot_streaming_w*` keys are added, the other keys stay as they are.
+--read_ahead N names the next N batches' episodes to the streamed reader, which decodes them ahead (with 0 workers in
+its decoding process: decoded_by_child, taken_back and peak_decoder_rss_mb report it; with 2, in a thread of each
+worker); 16 is a GPU training run's default, 0 (this script's default) a CPU run's.
 --step_ms waits after each batch with the CPU free, as a GPU step does; --uint8_images has the batches carry uint8
 frames, as a training run's do (a run makes them float on its device: on a GPU one kernel, left out here; on a CPU
 the same division the float rows time).
@@ -294,12 +297,18 @@ def measure_one(args) -> dict:
     live = loader._iterator._workers if args.workers else []  # the persistent workers, still running
     workers = max((peak_rss_mb(w.pid) for w in live), default=0.0)
     own = peak_rss_mb()
+    decoder = getattr(dataset, "_decoder", None)  # the decoding process of a streamed reader with 0 workers
+    decoding = {
+        "decoded_by_child": decoder.decodes if decoder else 0, "taken_back": decoder.stolen if decoder else 0,
+        "peak_decoder_rss_mb": round(max((peak_rss_mb(pid) for pid in decoder._executor._processes), default=0.0))
+        if decoder else 0,
+    }  # fmt: skip
     del loader
     gc.collect()
     return {
         "path": args.measure, "workers": args.workers, "samples_per_s": round(cold, 1), "warm_samples_per_s": round(warm, 1),
         "first_batch_s": round(first_batch_s, 2), "peak_rss_mb": round(own), "peak_worker_rss_mb": round(workers),
-        "frames": dataset.num_frames, "episodes": dataset.num_episodes,
+        "frames": dataset.num_frames, "episodes": dataset.num_episodes, **decoding,
     }  # fmt: skip
 
 
@@ -389,6 +398,8 @@ def print_streaming_table(runs: list[dict], args, pushed_mb: float) -> None:
         for workers in (0, 2)
         for key in keys
     }
+    for key in ("decoded_by_child", "taken_back", "peak_decoder_rss_mb"):  # the decoding process (0 workers)
+        result[f"{key}_streaming_w0"] = by["streaming", 0].get(key, 0)
     for workers in (0, 2):
         for kind in ("", "warm_"):
             ratio = by["streaming", workers][f"{kind}samples_per_s"] / by["memory", workers][f"{kind}samples_per_s"]
@@ -425,6 +436,12 @@ def print_streaming_table(runs: list[dict], args, pushed_mb: float) -> None:
         print(
             f"streaming / in-memory, {words}: {result[f'{kind}streaming_vs_memory_w0']:.2f} (0 workers), "
             f"{result[f'{kind}streaming_vs_memory_w2']:.2f} (2 workers)"
+        )
+    if result["decoded_by_child_streaming_w0"] or result["taken_back_streaming_w0"]:
+        print(
+            f"streaming, 0 workers: its decoding process decoded {result['decoded_by_child_streaming_w0']} episodes, "
+            f"the reader took back {result['taken_back_streaming_w0']}; the process's peak RSS "
+            f"{result['peak_decoder_rss_mb_streaming_w0']} MiB"
         )
     if any(r["frames"] < r["buffer_size"] for r in runs if r["path"] == "lerobot_streaming"):
         from lerobot_streaming import BURST_NOTE

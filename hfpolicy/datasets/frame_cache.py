@@ -13,6 +13,7 @@ Storage is shared between DataLoader workers, so each episode is decoded once fo
   that made it is garbage-collected.
 """
 
+import bisect
 import mmap
 import os
 import uuid
@@ -26,7 +27,7 @@ import torch
 from av.video.reformatter import VideoReformatter
 
 from hfpolicy.datasets.format import DatasetFormatError, TimestampError
-from hfpolicy.io.video import NoVideoStreamError, decode_frames, rgb_threads, video_name
+from hfpolicy.io.video import NoVideoStreamError, decode_frames, frame_into_chw, rgb_threads, video_name
 
 FRAME_CACHE_RAM_CAP_GB = 8.0  # default cap: a bigger cache goes to a memory-mapped file instead of RAM
 _HEADER_BYTES = 64  # the per-episode "decoded" flags are padded to this alignment before the frames
@@ -143,23 +144,24 @@ def _decode_into(path, timestamps: np.ndarray, tolerance_s: float, out: np.ndarr
     _, height, width = out.shape[1:]
     reformatter = VideoReformatter()  # one for all frames: a new one per frame costs more than the decoding
     threads = rgb_threads(width, height)
-    last = timestamps[-1] + tolerance_s
+    times = timestamps.tolist()  # floats: bisect finds a frame's row in 0.2 us, np.searchsorted took 2 us
+    last = times[-1] + tolerance_s
     try:
         # the seek lands on the keyframe at or before the first frame's time + tolerance: an episode that starts
         # with a keyframe is decoded from it (from the first time - tolerance, the seek went back one keyframe more,
         # decoding the previous episode too: twice the frames for PushT's one-keyframe-per-episode videos)
-        for t, frame in decode_frames(path, timestamps[0] + tolerance_s, last):
+        for t, frame in decode_frames(path, times[0] + tolerance_s, last):
             if t > last:
                 break
-            j = int(np.searchsorted(timestamps, t - tolerance_s))
-            if j >= len(timestamps) or abs(timestamps[j] - t) > tolerance_s:
+            j = bisect.bisect_left(times, t - tolerance_s)
+            if j >= len(times) or abs(times[j] - t) > tolerance_s:
                 continue
             if (frame.height, frame.width) != (height, width):
                 raise TimestampError(
                     f"{what}: the video {video_name(path)} has {frame.width}x{frame.height} frames but info.json declares "
                     f"{width}x{height}; fix the feature shape in meta/info.json"
                 )
-            out[j] = reformatter.reformat(frame, format="rgb24", threads=threads).to_ndarray().transpose(2, 0, 1)
+            frame_into_chw(frame, out[j], reformatter, threads)
             filled[j] = True
     except NoVideoStreamError as e:
         raise DatasetFormatError(

@@ -1,15 +1,18 @@
-"""`ReadAhead`: a streamed reader's background decoding of the episodes its coming batches will draw, so that a batch
-finds them decoded (with 0 DataLoader workers, the streaming reader's only parallelism; with workers, each has its own).
+"""`ReadAhead`: a streamed reader's decodes of the episodes its coming batches will draw, done before they are drawn,
+so that a batch finds them decoded: in the reader's decoding process (decode_process.py) with 0 DataLoader workers,
+in one thread of each worker otherwise.
 
 The batch sampler says what is coming: `EpochBatchSampler(read_ahead=L)` gives each batch (a `BatchIndices`) the
 positions of the next L batches of its shard (`ahead`). The reader (streaming.py) hands the episodes among them that
-are neither in memory nor decoding to one thread here, which decodes them one at a time. PyAV releases the GIL while
-it demuxes and decodes, so the thread decodes while the main thread gathers batches and trains. Decodes are serial
-(`lock`): one the main thread needs now waits at most for the one the thread is doing. A decode ahead reserves its
-bytes in the frame budget (FrameLRU.reserve) before its array is allocated, so the memory bound holds. An error of a
-decode ahead is raised when its episode is needed, where it would have been raised without read-ahead.
+are neither in memory nor decoding to the decoding process (`adopt`: a future made there), or to the thread here
+(`submit`), which decodes them one at a time. PyAV releases the GIL inside FFmpeg's calls, so the thread decodes
+while the main thread waits (on a GPU step, say), but a CPU-bound main thread starves it (decode_process.py says by
+how much). Thread decodes are serial (`lock`): one the main thread needs now waits at most for the one the thread is
+doing. A decode ahead reserves its bytes in the frame budget (FrameLRU.reserve) before its array is allocated, so
+the memory bound holds. An error of a decode ahead is raised when its episode is needed, where it would have been
+raised without read-ahead.
 
-Measured reason for a thread of our own: torch's DataLoader decodes nothing ahead within a process, and with
+Measured reason for decoding ahead of our own: torch's DataLoader decodes nothing ahead within a process, and with
 workers each batch still waits for the decodes of its own new episodes.
 """
 
@@ -53,8 +56,14 @@ class ReadAhead:
             with self.lock:
                 return decode()
 
-        self._pending[key] = (self._executor.submit(run), nbytes)
-        self.decoded_ahead += 1
+        self.adopt(key, nbytes, self._executor.submit(run))
+
+    def adopt(self, key: Hashable, nbytes: int, future: Future, ahead: bool = True) -> None:
+        """Holds `future` (of `key`'s array, decoded elsewhere: decode_process.py) until `take`; counted as a decode
+        ahead unless `ahead` is False (one already counted)."""
+        self._own()
+        self._pending[key] = (future, nbytes)
+        self.decoded_ahead += ahead
 
     def take(self, key: Hashable) -> tuple[Future, int] | None:
         """(the future of `key`'s array, the bytes it reserved) and forgets it; None if `key` was not submitted.

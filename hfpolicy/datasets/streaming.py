@@ -11,6 +11,10 @@ cache. "auto" (the default) fetches whole files when all the chosen episodes' vi
 once (each is then fetched once and read from disk in later epochs), else reads by range (the disk budget no longer
 has to hold a file). Image features stored in the parquet are read per episode from their data file.
 
+Episodes that the coming batches will draw are decoded ahead (`BatchIndices.ahead`, read_ahead.py): with 0
+DataLoader workers in a child process of the reader's (decode_process.py; the reader decodes itself what the child
+has not begun when it would otherwise wait), in a thread inside each worker.
+
 This is a PolicyDataset subclass that changes only where files and frames come from: the windows, `*_is_pad`, the
 columns, the checks and the stats are PolicyDataset's own code, so both readers give the same items. Pair it with an
 epoch order that keeps few episodes open at a time (`ShuffleBufferSampler`, checked by `check_buffer_fits`), so that
@@ -19,6 +23,7 @@ each episode is decoded about once per epoch.
 
 import math
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +34,7 @@ import torch
 
 from hfpolicy.constants import EPISODE_INDEX, FRAME_INDEX, INDEX, TASK_INDEX, TIMESTAMP
 from hfpolicy.datasets.dataset import PolicyDataset
+from hfpolicy.datasets.decode_process import DecodeProcess, decode_process_supported
 from hfpolicy.datasets.features import IMAGE, VIDEO, image_chw
 from hfpolicy.datasets.format import DatasetFormatError, ep_video_column
 from hfpolicy.datasets.frame_cache import decode_video_segment
@@ -37,6 +43,7 @@ from hfpolicy.datasets.range_reads import RANGE_BLOCK_BYTES, block_for, read_buf
 from hfpolicy.datasets.read_ahead import ReadAhead
 from hfpolicy.datasets.remote_files import RemoteFiles
 from hfpolicy.datasets.shuffle_buffer import open_episodes_per_worker
+from hfpolicy.io.video import close_open_videos
 
 STREAM_RAM_GB = 2.0  # decoded frames in memory, over all DataLoader workers
 STREAM_DISK_GB = 10.0  # fetched files on disk, over all DataLoader workers
@@ -64,6 +71,10 @@ class StreamingPolicyDataset(PolicyDataset):
             reads by range.
         range_block_bytes: the most bytes per range request (reading by range; smaller episodes take smaller
             blocks, range_reads.block_for).
+        decode_process: read-ahead outside DataLoader workers (0 workers) decodes in a child process of its own
+            (decode_process.py), from its first batch with `ahead` on, and so does every later decode of this
+            process; False: in a thread (read_ahead.py), which a CPU-bound main thread starves of the GIL. Inside a
+            DataLoader worker read-ahead always uses a thread (the workers are the processes).
 
     Items are PolicyDataset's. `frames` (a FrameLRU) and `files` (a RemoteFiles) say what this process holds.
     """
@@ -83,11 +94,14 @@ class StreamingPolicyDataset(PolicyDataset):
         download_videos: bool = True,
         stream_video: str = STREAM_VIDEO,
         range_block_bytes: int = RANGE_BLOCK_BYTES,
+        decode_process: bool = True,
     ):
         from hfpolicy.datasets.hub import download_meta
 
         self.frames = FrameLRU(round(stream_ram_gb * GB), "stream_ram_gb= / --dataset.stream_ram_gb")
         self.read_ahead = ReadAhead()
+        self.decode_process = decode_process
+        self._decoder: DecodeProcess | None = None  # started by the first read-ahead outside a DataLoader worker
         if not stream_disk_gb > 0:  # before any download
             raise ValueError(f"stream_disk_gb= / --dataset.stream_disk_gb must be > 0, got {stream_disk_gb}")
         if stream_video not in STREAM_VIDEO_CHOICES:
@@ -247,10 +261,12 @@ class StreamingPolicyDataset(PolicyDataset):
             return frames
         what = f"episode {self.episodes[episode_pos]} of {self.repo_id}, {key}"
         ahead = self.read_ahead.take((key, episode_pos))
+        decoder = self._decoder_here()
         if ahead is not None:
             future, reserved = ahead
             try:
-                frames = future.result()  # its decode's error, if any, is raised here, where it is needed
+                # its decode's error, if any, is raised here, where it is needed
+                frames = future.result() if decoder is None else self._wait_helping(decoder, (key, episode_pos), future)
             finally:
                 self.frames.release(reserved)
         else:
@@ -258,24 +274,76 @@ class StreamingPolicyDataset(PolicyDataset):
             self.frames.make_room(self._decode_bytes(key, episode_pos), what)
             with self.read_ahead.lock:
                 frames = self._decode_new(key, episode_pos)
+        if decoder is not None:
+            decoder.collect()
         self.frames.put((key, episode_pos), frames, what)
         return frames
+
+    def _wait_helping(self, decoder: DecodeProcess, entry: tuple[str, int], future) -> np.ndarray:
+        """The frames of `entry` from the decoding process; while they are not there, this process decodes the
+        newest episodes the child has not begun (`entry` itself, if it is one of them) instead of waiting. Measured
+        reason (PushT, 0 workers, loader alone): the reader waited 0.3-0.4 s of a 1.2-1.5 s stretch for a child
+        that was behind, with its own core idle."""
+        while not future.done():
+            stolen = decoder.steal()
+            if stolen is None:
+                break
+            if stolen == entry:
+                return self._decode_new(*entry)
+            self._decode_stolen(stolen)
+        return future.result()
+
+    def _decode_stolen(self, entry: tuple[str, int]) -> None:
+        """Decodes here a decode ahead taken back from the child: held in the LRU, or, failing, its error kept for
+        when the episode is needed (as for any decode ahead)."""
+        _, reserved = self.read_ahead.take(entry)
+        try:
+            frames = self._decode_new(*entry)
+        except Exception as e:
+            failed = Future()
+            failed.set_exception(e)
+            self.read_ahead.adopt(entry, reserved, failed, ahead=False)
+            return
+        self.frames.release(reserved)
+        self.frames.put(entry, frames, f"episode {self.episodes[entry[1]]} of {self.repo_id}, {entry[0]}")
 
     def _decode_bytes(self, key: str, episode_pos: int) -> int:
         """The memory a decode of camera `key` of an episode holds: its frames and, reading by range, the buffers."""
         start, end = (int(v) for v in self.episode_bounds[episode_pos])
         return (end - start) * math.prod(self._chw[key]) + self._read_reserve(key)
 
-    def _decode_new(self, key: str, episode_pos: int) -> np.ndarray:
+    def _frames_shape(self, key: str, episode_pos: int) -> tuple[int, ...]:
         start, end = (int(v) for v in self.episode_bounds[episode_pos])
-        frames = np.empty((end - start, *self._chw[key]), dtype=np.uint8)
+        return (end - start, *self._chw[key])
+
+    def _decode_new(self, key: str, episode_pos: int) -> np.ndarray:
+        frames = np.empty(self._frames_shape(key, episode_pos), dtype=np.uint8)
         self._decode_episode(key, episode_pos, frames)
         return frames
 
-    # --- read-ahead: the episodes of the coming batches decoded in a thread (read_ahead.py) -------------------
+    def _decoder_here(self) -> DecodeProcess | None:
+        """The decoding process this process started, if any (a forked DataLoader worker has none)."""
+        return self._decoder if self._decoder is not None and self._decoder.owned() else None
+
+    def _start_decoder(self) -> DecodeProcess | None:
+        """The decoding process, started now outside DataLoader workers when `decode_process` allows; None: decode
+        in a thread. Files this process fetched are deleted first: from now on it and the child each hold at most
+        half the disk budget."""
+        if self._decoder_here() is not None or not self.decode_process or not decode_process_supported():
+            return self._decoder_here()
+        if torch.utils.data.get_worker_info() is not None:
+            return None
+        with self.read_ahead.lock:
+            close_open_videos()  # this thread's kept-open file (its space is freed only once closed)
+            self.files.clear()
+            self.files.split(2)
+        self._decoder = DecodeProcess(self)
+        return self._decoder
+
+    # --- read-ahead: the episodes of the coming batches decoded before (read_ahead.py, decode_process.py) -------
     def __getitem__(self, idx):
         """As PolicyDataset's; a batch that says which positions come next (`BatchIndices.ahead`, from
-        EpochBatchSampler(read_ahead=...)) has their episodes decoded ahead, in a thread, once it is gathered."""
+        EpochBatchSampler(read_ahead=...)) has their episodes decoded ahead once it is gathered."""
         batch = super().__getitem__(idx)
         ahead = getattr(idx, "ahead", None)
         if ahead is not None and len(ahead) and self.camera_keys:
@@ -285,7 +353,9 @@ class StreamingPolicyDataset(PolicyDataset):
     def decode_ahead(self, positions: np.ndarray) -> None:
         """Submits the episodes of `positions` that are neither held nor decoding, while the budget keeps room for
         the open episodes (check_buffer_fits's bound) besides the decodes ahead: read-ahead evicts only episodes
-        the LRU would evict next anyway, never the room the shuffle buffer needs."""
+        the LRU would evict next anyway, never the room the shuffle buffer needs. They are decoded in the decoding
+        process (decode_process.py), or in a thread (read_ahead.py) inside a DataLoader worker."""
+        decoder = None
         for episode_pos in np.unique(self._row_episode[positions]).tolist():
             for key in self.camera_keys:
                 entry = (key, episode_pos)
@@ -294,8 +364,20 @@ class StreamingPolicyDataset(PolicyDataset):
                 nbytes = self._decode_bytes(key, episode_pos)
                 if self.frames.reserved + nbytes + self._open_bytes > self.frames.budget:
                     return
-                self.frames.reserve(nbytes, f"episode {self.episodes[episode_pos]} of {self.repo_id}, {key}")
-                self.read_ahead.submit(entry, nbytes, lambda key=key, pos=episode_pos: self._decode_new(key, pos))
+                what = f"episode {self.episodes[episode_pos]} of {self.repo_id}, {key}"
+                decoder = decoder or self._start_decoder()
+                self.frames.reserve(nbytes, what)
+                try:
+                    if decoder is not None:
+                        shape = self._frames_shape(key, episode_pos)
+                        self.read_ahead.adopt(entry, nbytes, decoder.submit(key, episode_pos, shape, what))
+                    else:
+                        self.read_ahead.submit(
+                            entry, nbytes, lambda key=key, pos=episode_pos: self._decode_new(key, pos)
+                        )
+                except BaseException:
+                    self.frames.release(nbytes)
+                    raise
 
     def _video_path(self, episode: int, key: str, what: str) -> Path:
         return self.files.fetch(self.meta.video_file(episode, key), what)
@@ -331,6 +413,10 @@ class StreamingPolicyDataset(PolicyDataset):
 
     def prefetch_frames(self, progress: bool = True) -> None:
         """Decodes nothing: a streamed episode is decoded when it is first drawn, and kept while the budget allows."""
+
+    # Pickling (DataLoader workers started with spawn/forkserver): the decoding process stays with its reader.
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_decoder": None}
 
     def __repr__(self) -> str:
         return "Streaming" + super().__repr__().replace(f", root={str(self.root)!r}", f", revision={self.revision!r}")

@@ -33,6 +33,11 @@ class WorkerBudget:
             info = torch.utils.data.get_worker_info()
             self._reset(share=info.num_workers if info is not None else 1)
 
+    def split(self, share: int) -> None:
+        """From now on this process keeps at most budget / `share` (a streamed reader and its decoding process)."""
+        self._own()
+        self._share = max(1, share)
+
     @property
     def budget(self) -> int:
         """This process's bytes: the budget divided among the DataLoader workers."""

@@ -62,9 +62,10 @@ class DatasetConfig:
     stream_ram_gb: float = 2.0  # streaming: decoded frames kept in memory per process, over its --num_workers workers
     stream_disk_gb: float = 10.0  # streaming: fetched files kept on disk per process, over its --num_workers workers
     stream_retries: int = 4  # streaming: attempts per file (exponential backoff) before the run stops, naming it
-    stream_read_ahead: int | None = None  # streaming: each process (each worker) decodes in a thread the episodes of
-    # its next this many batches, while the budget keeps room for the open episodes; 0: each when it is drawn. Default:
-    # 4 when training on a GPU (the main thread waits on it), 0 on a CPU (the thread would contend for the GIL)
+    stream_read_ahead: int | None = None  # streaming: each process decodes ahead the episodes of its next this many
+    # batches (with --num_workers=0 in a decoding process of its own, else in a thread of each worker), while the
+    # budget keeps room for the open episodes; 0: each when it is drawn. Default: 16 when training on a GPU (the main
+    # thread waits on it), 0 on a CPU (the training step takes every core)
 
 
 ONLINE_LABELS = ("expert", "recovery", "policy")

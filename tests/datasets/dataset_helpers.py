@@ -25,6 +25,13 @@ TINY_FEATURES = {
     "next.done": {"dtype": "bool", "shape": [1], "names": None},
 }
 TASKS = ("push the block", "pull the block")
+STREAMED_LENGTHS = [12, 5, 20, 9]  # the `streamed` dataset (conftest.py): its episodes' lengths
+STREAMED_DELTAS = {
+    "observation.image": [-0.1, 0.0],
+    "observation.state": [-0.1, 0.0],
+    "action": [i / FPS for i in range(6)],
+}
+WRIST = {"dtype": "image", "shape": [8, 8, 3], "names": ["height", "width", "channels"]}  # a PNG camera
 
 
 def smooth_image(episode: int, frame: int, size: int = IMAGE_SIZE) -> np.ndarray:
@@ -95,3 +102,31 @@ def episode_rows(dataset, episode_pos: int) -> list[int]:
     """The dataset's row indices of its `episode_pos`-th episode."""
     start, end = dataset.episode_bounds[episode_pos]
     return list(range(int(start), int(end)))
+
+
+def write_streamed_dataset(root: Path, repo_id: str) -> tuple[np.ndarray, np.ndarray]:
+    """Writes the `streamed` dataset (conftest.py) at `root`: STREAMED_LENGTHS episodes with a 32x32 video camera
+    and an 8x8 PNG camera, one data file and one video file per episode; returns (the written video frames, the
+    written PNG camera frames), in dataset order."""
+    features = {**TINY_FEATURES, "observation.wrist": WRIST}
+    writer = DatasetWriter.create(root, repo_id, FPS, features, data_files_size_in_mb=1e-4, video_files_size_in_mb=1e-4)
+    rng, images, wrists = np.random.default_rng(0), [], []
+    with writer:
+        for episode, n in enumerate(STREAMED_LENGTHS):
+            for i in range(n):
+                image, wrist = smooth_image(episode, i), smooth_image(episode + 5, i, size=8)
+                writer.add_frame(
+                    {
+                        "observation.image": image,
+                        "observation.wrist": wrist,
+                        "observation.state": rng.normal(size=2).astype(np.float32),
+                        "action": rng.normal(size=2).astype(np.float32),
+                        "next.reward": np.float32(rng.uniform()),
+                        "next.done": i == n - 1,
+                    },
+                    task=TASKS[episode % 2],
+                )
+                images.append(image)
+                wrists.append(wrist)
+            writer.save_episode()
+    return np.stack(images), np.stack(wrists)

@@ -4,61 +4,21 @@ the training's batch stream, memory and disk within tiny budgets, and a failed f
 import numpy as np
 import pytest
 import torch
-from dataset_helpers import FPS, TASKS, TINY_FEATURES, assert_same_batch, episode_rows, smooth_image
+from dataset_helpers import STREAMED_DELTAS, STREAMED_LENGTHS, assert_same_batch, episode_rows
 
 from hfpolicy.datasets import (
     BatchIndices,
-    DatasetWriter,
     EpochBatchSampler,
     PolicyDataset,
     ShuffleBufferSampler,
     StreamingError,
     StreamingPolicyDataset,
-    push_dataset_to_hub,
     remote_files,
 )
 
 GB = 1024**3
-LENGTHS = [12, 5, 20, 9]
+LENGTHS, DELTAS = STREAMED_LENGTHS, STREAMED_DELTAS
 BOUNDS = np.stack([np.cumsum([0, *LENGTHS[:-1]]), np.cumsum(LENGTHS)], axis=1)
-WRIST = {"dtype": "image", "shape": [8, 8, 3], "names": ["height", "width", "channels"]}
-DELTAS = {
-    "observation.image": [-0.1, 0.0],
-    "observation.state": [-0.1, 0.0],
-    "action": [i / FPS for i in range(6)],
-}
-
-
-@pytest.fixture(scope="module")
-def streamed(hub_server, tmp_path_factory):
-    """(local root, repo id, the written video frames, the written PNG camera frames; in dataset order) of a
-    4-episode dataset on the test server, one data file and one video file per episode."""
-    root = tmp_path_factory.mktemp("streamed") / "tiny"
-    features = {**TINY_FEATURES, "observation.wrist": WRIST}
-    writer = DatasetWriter.create(
-        root, "user/stream-tiny", FPS, features, data_files_size_in_mb=1e-4, video_files_size_in_mb=1e-4
-    )
-    rng, images, wrists = np.random.default_rng(0), [], []
-    with writer:
-        for episode, n in enumerate(LENGTHS):
-            for i in range(n):
-                image, wrist = smooth_image(episode, i), smooth_image(episode + 5, i, size=8)
-                writer.add_frame(
-                    {
-                        "observation.image": image,
-                        "observation.wrist": wrist,
-                        "observation.state": rng.normal(size=2).astype(np.float32),
-                        "action": rng.normal(size=2).astype(np.float32),
-                        "next.reward": np.float32(rng.uniform()),
-                        "next.done": i == n - 1,
-                    },
-                    task=TASKS[episode % 2],
-                )
-                images.append(image)
-                wrists.append(wrist)
-            writer.save_episode()
-    push_dataset_to_hub(root, "user/stream-tiny")
-    return root, "user/stream-tiny", np.stack(images), np.stack(wrists)
 
 
 def test_streamed_items_equal_the_in_memory_ones(streamed):

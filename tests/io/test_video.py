@@ -1,6 +1,6 @@
 """hfpolicy.io.video's decoder: the open file kept for the next segment (same frames as a fresh open, reopened when
-the file changes) and a forked process that replaces the container it inherited without freeing it (freeing joins
-FFmpeg threads a fork did not copy)."""
+the file changes), a forked process that replaces the container it inherited without freeing it (freeing joins
+FFmpeg threads a fork did not copy), and frames split into channels with the pixels of swscale's rgb24."""
 
 import multiprocessing
 import os
@@ -50,3 +50,24 @@ def test_a_forked_process_replaces_the_inherited_open_file_without_freeing_it(tm
         child.kill()
     assert child.exitcode == 0 and done.get(timeout=5) == 12
     assert video._open_video.container is not None and len(video.read_video_frames(a, 0.5, 1.0)) == 5  # the parent's
+
+
+def test_frames_into_chw_have_the_pixels_of_the_rgb24_conversion(tmp_path):
+    # noise (chroma that differs pixel to pixel) at sizes with and without row padding, and one decoded with threads
+    rng = np.random.default_rng(0)
+    for height, width in [(96, 96), (48, 70), (240, 320)]:
+        frames = [rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for _ in range(4)]
+        path = video.encode_video(frames, tmp_path / f"noise_{width}x{height}.mp4", fps=10)
+        reformatter, threads = video.VideoReformatter(), video.rgb_threads(width, height)
+        decoded = 0
+        for _, frame in video.decode_frames(path):
+            out = np.empty((3, height, width), dtype=np.uint8)
+            video.frame_into_chw(frame, out, reformatter, threads)
+            rgb = frame.to_ndarray(format="rgb24")
+            assert np.array_equal(out, rgb.transpose(2, 0, 1)), (width, height)
+            strided = np.zeros((3, height, 2 * width), dtype=np.uint8)[:, :, ::2]  # not one block per channel
+            video.frame_into_chw(frame, strided, reformatter, threads)
+            assert np.array_equal(strided, out)
+            decoded += 1
+        assert decoded == 4
+    video.close_open_videos()
