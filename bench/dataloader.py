@@ -241,6 +241,7 @@ def measure_one(args) -> dict:
         dataset = StreamingPolicyDataset(
             args.repo_id, delta_timestamps=DELTA_TIMESTAMPS, stream_ram_gb=args.stream_ram_gb,
             stream_disk_gb=args.stream_disk_gb, stream_video=args.stream_video,
+            decode_process=args.read_ahead > 0 and args.workers == 0,  # as training sets it
         )  # fmt: skip
         shards = max(1, args.workers)  # each worker decodes only its own shard's episodes
         sampler = ShuffleBufferSampler(

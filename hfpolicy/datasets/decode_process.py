@@ -7,12 +7,15 @@ up, up to the interpreter's switch interval (5 ms). Decoding PushT episodes took
 14 ms per frame beside a pure-Python loop (2-core Xeon, AVX-512); a decoding thread beside a loader that gathers
 batches gained 8,082 -> 9,827 samples/s. A process has its own GIL.
 
-The child is forked from the reader's process the first time it reads ahead (no pickling, no re-import, nothing
-re-run from `__main__`); it starts with empty caches (worker_budget.py: a process keeps only its own entries), so from
-then on it alone fetches video files, within the whole disk budget, and the reader clears its own. For each episode
-the reader makes a memfd of the frames' size (an anonymous file: gone once nobody holds it, whatever ends how), the
-child opens it through /proc, decodes into it and answers with its fetch counters; the reader maps the same pages.
-The reader reserves the bytes in its memory budget before (FrameLRU.reserve), as for a decode in a thread.
+The child is forked from the reader's process when the reader is made (no pickling, no re-import, nothing re-run
+from `__main__`), before a training builds its model: a forked child keeps its own copy of every page the parent
+changes after the fork (measured: forked at the first read-ahead of a training, the child came to hold 328 MiB of
+the trainer's pages privately, with a model of ~1.7 GB RSS). It starts with empty caches (worker_budget.py: a process
+keeps only its own entries); it and the reader each hold at most half the disk budget, since the reader decodes what
+it takes back. For each episode the reader makes a memfd of the frames' size (an anonymous file: gone once nobody
+holds it, whatever ends how), the child opens it through /proc, decodes into it and answers with its fetch
+counters; the reader maps the same pages. The reader reserves the bytes in its memory budget before
+(FrameLRU.reserve), as for a decode in a thread.
 """
 
 import mmap
@@ -74,7 +77,12 @@ class DecodeProcess:
         self.busy_s = 0.0  # the wall time it spent on them
         self.stolen = 0  # decodes taken back by the reader
         self._executor = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
-        self._dataset = weakref.ref(dataset)  # lent to the child through the fork (a reference kept would be a cycle)
+        global _dataset
+        _dataset = dataset  # the child's, through the fork (kept here, it would be a reference cycle)
+        try:
+            self.pid = self._executor.submit(os.getpid).result()  # forks it now (see the module's docstring)
+        finally:
+            _dataset = None
         weakref.finalize(dataset, self._executor.shutdown, wait=False, cancel_futures=True)
 
     def owned(self) -> bool:
@@ -89,7 +97,7 @@ class DecodeProcess:
         fd = os.memfd_create(f"hfpolicy-frames-{episode_pos}", os.MFD_CLOEXEC)
         try:
             os.ftruncate(fd, nbytes)
-            decoded = self._fork_and_submit(key, episode_pos, f"/proc/{self._pid}/fd/{fd}", shape)
+            decoded = self._executor.submit(_decode, key, episode_pos, f"/proc/{self._pid}/fd/{fd}", shape)
         except BrokenProcessPool as e:  # it died before: every later decode says so
             os.close(fd)
             raise self._died(what, e) from e
@@ -117,15 +125,6 @@ class DecodeProcess:
 
         decoded.add_done_callback(deliver)
         return frames
-
-    def _fork_and_submit(self, *args) -> Future:
-        """The executor forks its child at its first submit: the dataset is in `_dataset` then, and only then."""
-        global _dataset
-        _dataset = self._dataset()
-        try:
-            return self._executor.submit(_decode, *args)
-        finally:
-            _dataset = None
 
     def steal(self) -> tuple[str, int] | None:
         """The newest (key, episode_pos) whose decode the child has not begun, cancelled there (its future raises

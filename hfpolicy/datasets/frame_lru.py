@@ -1,11 +1,12 @@
 """`FrameLRU`: decoded episodes (uint8 frames of one camera) kept in memory up to a byte budget, the least recently
-used evicted first; the frame store of the streaming reader (streaming.py).
+used evicted first, but after those the caller says are needed soon (`keep`: the episodes of the batch being read and
+of those its read-ahead names); the frame store of the streaming reader (streaming.py).
 
 Each process keeps its own, at most budget / num_workers (worker_budget.py).
 """
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Set
 
 import numpy as np
 
@@ -34,9 +35,10 @@ class FrameLRU(WorkerBudget):
             self._entries.move_to_end(key)
         return array
 
-    def make_room(self, nbytes: int, what: str) -> None:
-        """Evicts least recently used arrays until `nbytes` more fit; ValueError naming the budget when they never
-        can. Call before allocating the array, so that the bound holds while it is filled."""
+    def make_room(self, nbytes: int, what: str, keep: Set[Hashable] = frozenset()) -> None:
+        """Evicts least recently used arrays until `nbytes` more fit, those not in `keep` (needed soon) first;
+        ValueError naming the budget when they never can. Call before allocating the array, so that the bound
+        holds while it is filled."""
         budget = self.budget
         if nbytes > budget:
             raise ValueError(
@@ -44,32 +46,39 @@ class FrameLRU(WorkerBudget):
                 f"of {budget / 1024**2:.2f} MiB{self.share_words()}: raise {self.budget_words}, or use fewer workers"
             )
         while self._entries and self.bytes + self.reserved + nbytes > budget:
-            _, evicted = self._entries.popitem(last=False)
+            victim = next((k for k in self._entries if k not in keep), next(iter(self._entries)))
+            evicted = self._entries.pop(victim)
             self.bytes -= evicted.nbytes
             self.evictions += 1
         self.peak_bytes = max(self.peak_bytes, self.bytes + self.reserved + nbytes)
 
-    def reserve(self, nbytes: int, what: str) -> None:
-        """Makes room for `nbytes` and holds them for an array filled elsewhere (a decode ahead) until `release`."""
+    def reserve(self, nbytes: int, what: str, keep: Set[Hashable] = frozenset()) -> None:
+        """Makes room for `nbytes` (as make_room) and holds them for an array filled elsewhere (a decode ahead) until
+        `release`."""
         self._own()
-        self.make_room(nbytes, what)
+        self.make_room(nbytes, what, keep)
         self.reserved += nbytes
 
     def release(self, nbytes: int) -> None:
         self._own()
         self.reserved -= nbytes
 
+    def held_bytes(self, keys: Set[Hashable]) -> int:
+        """The bytes of the arrays of `keys` held now."""
+        self._own()
+        return sum(self._entries[k].nbytes for k in keys if k in self._entries)
+
     def __contains__(self, key: Hashable) -> bool:
         """Whether `key` is held (without making it the most recently used)."""
         self._own()
         return key in self._entries
 
-    def put(self, key: Hashable, array: np.ndarray, what: str) -> None:
+    def put(self, key: Hashable, array: np.ndarray, what: str, keep: Set[Hashable] = frozenset()) -> None:
         """Keeps `array` as the most recently used (after `make_room(array.nbytes)`, evicting if it was not called)."""
         self._own()
         if key in self._entries:
             self.bytes -= self._entries.pop(key).nbytes
-        self.make_room(array.nbytes, what)
+        self.make_room(array.nbytes, what, keep)
         self._entries[key] = array
         self.bytes += array.nbytes
         self.loads += 1

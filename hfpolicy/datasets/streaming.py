@@ -43,7 +43,6 @@ from hfpolicy.datasets.range_reads import RANGE_BLOCK_BYTES, block_for, read_buf
 from hfpolicy.datasets.read_ahead import ReadAhead
 from hfpolicy.datasets.remote_files import RemoteFiles
 from hfpolicy.datasets.shuffle_buffer import open_episodes_per_worker
-from hfpolicy.io.video import close_open_videos
 
 STREAM_RAM_GB = 2.0  # decoded frames in memory, over all DataLoader workers
 STREAM_DISK_GB = 10.0  # fetched files on disk, over all DataLoader workers
@@ -71,10 +70,10 @@ class StreamingPolicyDataset(PolicyDataset):
             reads by range.
         range_block_bytes: the most bytes per range request (reading by range; smaller episodes take smaller
             blocks, range_reads.block_for).
-        decode_process: read-ahead outside DataLoader workers (0 workers) decodes in a child process of its own
-            (decode_process.py), from its first batch with `ahead` on, and so does every later decode of this
-            process; False: in a thread (read_ahead.py), which a CPU-bound main thread starves of the GIL. Inside a
-            DataLoader worker read-ahead always uses a thread (the workers are the processes).
+        decode_process: decode ahead in a child process of this reader's (decode_process.py), forked now, while
+            this process is still small (on Linux; elsewhere, and inside DataLoader workers, in a thread). For 0
+            DataLoader workers with read-ahead (EpochBatchSampler(read_ahead=...)): a thread is starved of the GIL
+            by a CPU-bound main thread.
 
     Items are PolicyDataset's. `frames` (a FrameLRU) and `files` (a RemoteFiles) say what this process holds.
     """
@@ -94,14 +93,14 @@ class StreamingPolicyDataset(PolicyDataset):
         download_videos: bool = True,
         stream_video: str = STREAM_VIDEO,
         range_block_bytes: int = RANGE_BLOCK_BYTES,
-        decode_process: bool = True,
+        decode_process: bool = False,
     ):
         from hfpolicy.datasets.hub import download_meta
 
         self.frames = FrameLRU(round(stream_ram_gb * GB), "stream_ram_gb= / --dataset.stream_ram_gb")
         self.read_ahead = ReadAhead()
-        self.decode_process = decode_process
-        self._decoder: DecodeProcess | None = None  # started by the first read-ahead outside a DataLoader worker
+        self._soon: frozenset = frozenset()  # the (camera, episode) entries of the batch being read and its read-ahead
+        self._decoder: DecodeProcess | None = None
         if not stream_disk_gb > 0:  # before any download
             raise ValueError(f"stream_disk_gb= / --dataset.stream_disk_gb must be > 0, got {stream_disk_gb}")
         if stream_video not in STREAM_VIDEO_CHOICES:
@@ -125,6 +124,9 @@ class StreamingPolicyDataset(PolicyDataset):
             image_transforms=image_transforms,
             download_videos=download_videos,
         )
+        if decode_process and self.camera_keys and decode_process_supported():
+            self.files.split(2)  # the reader decodes what it takes back from the child: each holds half
+            self._decoder = DecodeProcess(self)
 
     # --- columns: each data file fetched, read and deleted ------------------------------------------------------
     def _read_data_table(self, keys: list[str]) -> pa.Table:
@@ -223,7 +225,10 @@ class StreamingPolicyDataset(PolicyDataset):
         held = open_episodes_per_worker(buffer_episodes, shards, num_workers)
         reserve = max(self._read_reserve(key, max(1, num_workers)) for key in self.camera_keys)
         need = self.open_bytes(buffer_episodes, num_workers, shards)
-        self._open_bytes = need  # what read-ahead leaves room for
+        # what read-ahead leaves room for: the open episodes and one more, the one drawn out while the next comes
+        # in (measured: with room for the open ones alone, an episode still drawn from was evicted at about every
+        # change of episodes, twice the decodes: 214 for 108 episodes, 108 with the room)
+        self._open_bytes = need + max(self.episode_nbytes(pos) for pos in range(self.num_episodes))
         budget = self.frames.max_bytes // max(1, num_workers)
         if need > budget:
             shared = f" per DataLoader worker ({num_workers} workers share it)" if num_workers > 1 else ""
@@ -271,12 +276,12 @@ class StreamingPolicyDataset(PolicyDataset):
                 self.frames.release(reserved)
         else:
             # before allocating: the bound holds while decoding, the read buffers of a range read included
-            self.frames.make_room(self._decode_bytes(key, episode_pos), what)
+            self.frames.make_room(self._decode_bytes(key, episode_pos), what, self._soon)
             with self.read_ahead.lock:
                 frames = self._decode_new(key, episode_pos)
         if decoder is not None:
             decoder.collect()
-        self.frames.put((key, episode_pos), frames, what)
+        self.frames.put((key, episode_pos), frames, what, self._soon)
         return frames
 
     def _wait_helping(self, decoder: DecodeProcess, entry: tuple[str, int], future) -> np.ndarray:
@@ -294,18 +299,16 @@ class StreamingPolicyDataset(PolicyDataset):
         return future.result()
 
     def _decode_stolen(self, entry: tuple[str, int]) -> None:
-        """Decodes here a decode ahead taken back from the child: held in the LRU, or, failing, its error kept for
-        when the episode is needed (as for any decode ahead)."""
+        """Decodes here a decode ahead taken back from the child; its frames (or its error) wait, still reserved,
+        until the episode is needed, as the child's would (in the LRU they could be evicted before their first use:
+        145 decodes of 108 episodes in a test with an 8 MiB budget, 108 kept aside)."""
         _, reserved = self.read_ahead.take(entry)
+        done = Future()
         try:
-            frames = self._decode_new(*entry)
+            done.set_result(self._decode_new(*entry))
         except Exception as e:
-            failed = Future()
-            failed.set_exception(e)
-            self.read_ahead.adopt(entry, reserved, failed, ahead=False)
-            return
-        self.frames.release(reserved)
-        self.frames.put(entry, frames, f"episode {self.episodes[entry[1]]} of {self.repo_id}, {entry[0]}")
+            done.set_exception(e)
+        self.read_ahead.adopt(entry, reserved, done, ahead=False)
 
     def _decode_bytes(self, key: str, episode_pos: int) -> int:
         """The memory a decode of camera `key` of an episode holds: its frames and, reading by range, the buffers."""
@@ -322,51 +325,46 @@ class StreamingPolicyDataset(PolicyDataset):
         return frames
 
     def _decoder_here(self) -> DecodeProcess | None:
-        """The decoding process this process started, if any (a forked DataLoader worker has none)."""
+        """The decoding process this process started, if any (a forked DataLoader worker uses none)."""
         return self._decoder if self._decoder is not None and self._decoder.owned() else None
-
-    def _start_decoder(self) -> DecodeProcess | None:
-        """The decoding process, started now outside DataLoader workers when `decode_process` allows; None: decode
-        in a thread. Files this process fetched are deleted first: from now on it and the child each hold at most
-        half the disk budget."""
-        if self._decoder_here() is not None or not self.decode_process or not decode_process_supported():
-            return self._decoder_here()
-        if torch.utils.data.get_worker_info() is not None:
-            return None
-        with self.read_ahead.lock:
-            close_open_videos()  # this thread's kept-open file (its space is freed only once closed)
-            self.files.clear()
-            self.files.split(2)
-        self._decoder = DecodeProcess(self)
-        return self._decoder
 
     # --- read-ahead: the episodes of the coming batches decoded before (read_ahead.py, decode_process.py) -------
     def __getitem__(self, idx):
         """As PolicyDataset's; a batch that says which positions come next (`BatchIndices.ahead`, from
         EpochBatchSampler(read_ahead=...)) has their episodes decoded ahead once it is gathered."""
-        batch = super().__getitem__(idx)
         ahead = getattr(idx, "ahead", None)
+        self._soon = self._entries_of(idx, ahead)  # evicted last while this batch is read
+        batch = super().__getitem__(idx)
         if ahead is not None and len(ahead) and self.camera_keys:
             self.decode_ahead(np.asarray(ahead, dtype=np.int64))
         return batch
+
+    def _entries_of(self, *positions) -> frozenset:
+        """The (camera, episode) entries of the episodes of these dataset positions (an index, a list, or None)."""
+        if not self.camera_keys:
+            return frozenset()
+        rows = np.concatenate([np.asarray(p, dtype=np.int64).reshape(-1) for p in positions if p is not None])
+        rows = np.where(rows < 0, rows + self.num_frames, rows)
+        episodes = np.unique(self._row_episode[rows[(rows >= 0) & (rows < self.num_frames)]]).tolist()
+        return frozenset((key, pos) for pos in episodes for key in self.camera_keys)
 
     def decode_ahead(self, positions: np.ndarray) -> None:
         """Submits the episodes of `positions` that are neither held nor decoding, while the budget keeps room for
         the open episodes (check_buffer_fits's bound) besides the decodes ahead: read-ahead evicts only episodes
         the LRU would evict next anyway, never the room the shuffle buffer needs. They are decoded in the decoding
         process (decode_process.py), or in a thread (read_ahead.py) inside a DataLoader worker."""
-        decoder = None
+        decoder = self._decoder_here()
         for episode_pos in np.unique(self._row_episode[positions]).tolist():
             for key in self.camera_keys:
                 entry = (key, episode_pos)
                 if entry in self.frames or entry in self.read_ahead:
                     continue
                 nbytes = self._decode_bytes(key, episode_pos)
-                if self.frames.reserved + nbytes + self._open_bytes > self.frames.budget:
-                    return
+                room = self.frames.budget - self.frames.reserved - nbytes
+                if self._open_bytes > room or self.frames.held_bytes(self._soon) > room:
+                    return  # no room beside the open episodes, or it would evict one the coming batches draw
                 what = f"episode {self.episodes[episode_pos]} of {self.repo_id}, {key}"
-                decoder = decoder or self._start_decoder()
-                self.frames.reserve(nbytes, what)
+                self.frames.reserve(nbytes, what, self._soon)
                 try:
                     if decoder is not None:
                         shape = self._frames_shape(key, episode_pos)

@@ -69,6 +69,12 @@ def read_ahead(dataset: DatasetConfig, accelerator: Accelerator) -> int:
     return 0 if accelerator.device.type == "cpu" else STREAM_READ_AHEAD_GPU
 
 
+def uses_decode_process(cfg: TrainConfig, accelerator: Accelerator) -> bool:
+    """Whether the streamed readers decode ahead in a decoding process of their own: with read-ahead and 0 workers
+    (with workers, each decodes ahead in a thread)."""
+    return read_ahead(cfg.dataset, accelerator) > 0 and cfg.num_workers == 0
+
+
 def open_streaming_meta(dataset: DatasetConfig) -> DatasetMeta:
     """meta/ of the Hub dataset (downloaded now: it is small); TrainConfigError naming the flag when it cannot be."""
     from hfpolicy.datasets.hub import download_meta
@@ -83,9 +89,12 @@ def open_streaming_meta(dataset: DatasetConfig) -> DatasetMeta:
     return DatasetMeta.load(meta_root, dataset.repo_id)
 
 
-def open_streamed(dataset_cfg: DatasetConfig, name: str, meta: DatasetMeta, deltas: dict, policy_cfg):
+def open_streamed(
+    dataset_cfg: DatasetConfig, name: str, meta: DatasetMeta, deltas: dict, policy_cfg, decode_process: bool
+):
     """The StreamingPolicyDataset of one Hub dataset at the commit its `meta` was read at, within the flags'
-    budgets (a mixture then splits them); TrainConfigError naming the file when one cannot be fetched."""
+    budgets (a mixture then splits them), with its decoding process when `decode_process` (uses_decode_process);
+    TrainConfigError naming the file when one cannot be fetched."""
     from hfpolicy.datasets.remote_files import StreamingError
     from hfpolicy.datasets.streaming import StreamingPolicyDataset
 
@@ -100,6 +109,7 @@ def open_streamed(dataset_cfg: DatasetConfig, name: str, meta: DatasetMeta, delt
             stream_retries=dataset_cfg.stream_retries,
             download_videos=bool(policy_cfg.image_features),
             stream_video=dataset_cfg.stream_video,
+            decode_process=decode_process,
         )
     except StreamingError as e:
         raise TrainConfigError(str(e)) from e
@@ -141,9 +151,8 @@ def load_streaming_data(cfg: TrainConfig, accelerator: Accelerator):
     policy_cfg = configure_policy_features(cfg.policy, meta.features, dataset_cfg.input_features)
     with dataset_errors_as_config_errors(dataset_cfg):
         policy_cfg.check_window_fits(meta.episodes["length"].tolist())
-        dataset = open_streamed(
-            dataset_cfg, dataset_cfg.repo_id, meta, policy_cfg.delta_timestamps(meta.fps), policy_cfg
-        )
+        deltas, decode_process = policy_cfg.delta_timestamps(meta.fps), uses_decode_process(cfg, accelerator)
+        dataset = open_streamed(dataset_cfg, dataset_cfg.repo_id, meta, deltas, policy_cfg, decode_process)
         shards = dataset_cfg.shuffle_buffer_shards
         dataset.check_buffer_fits(dataset_cfg.shuffle_buffer_episodes, cfg.num_workers, shards)
         sampler = ShuffleBufferSampler(
@@ -171,7 +180,8 @@ def load_streaming_mixture(cfg: TrainConfig, accelerator: Accelerator, members: 
     policy_cfg, renames = mixture_policy_config(cfg, metas, names, accelerator.is_main_process and cfg.progress)
     with dataset_errors_as_config_errors(dataset_cfg):
         parts = [
-            open_streamed(member, member.repo_id, meta, member_deltas(meta, renames, policy_cfg), policy_cfg)
+            # no decoding processes: they would be forked before split_budgets gives each dataset its share
+            open_streamed(member, member.repo_id, meta, member_deltas(meta, renames, policy_cfg), policy_cfg, False)
             for member, meta in zip(members, metas, strict=True)
         ]  # one after the other: each reads its columns within the whole budgets, then holds nothing
         dataset = StreamingMixtureDataset(parts, names, renames)

@@ -47,10 +47,19 @@ def slow_child(monkeypatch, seconds: float) -> None:
     monkeypatch.setattr(Streaming, "_decode_episode", slow)
 
 
+def test_the_child_is_forked_when_the_reader_is_made(streamed):
+    dataset = StreamingPolicyDataset(streamed[1], delta_timestamps=STREAMED_DELTAS, decode_process=True)
+    assert child_pids(dataset) == [dataset._decoder.pid] and dataset._decoder.pid != os.getpid()
+    assert dataset.files.budget == dataset.files.max_bytes // 2  # the reader's half of the disk budget
+    assert StreamingPolicyDataset(streamed[1], delta_timestamps=STREAMED_DELTAS)._decoder is None  # by default
+
+
 def test_read_ahead_without_workers_decodes_in_a_child_process_and_changes_no_item(streamed):
     root, repo_id = streamed[:2]
     local = PolicyDataset(repo_id, root=root, delta_timestamps=STREAMED_DELTAS)
-    dataset = StreamingPolicyDataset(repo_id, delta_timestamps=STREAMED_DELTAS, stream_video="download")
+    dataset = StreamingPolicyDataset(
+        repo_id, delta_timestamps=STREAMED_DELTAS, stream_video="download", decode_process=True
+    )
     sampler = ShuffleBufferSampler(dataset, buffer_episodes=1, drop_last_frames=2, seed=3)
     for epoch in range(2):
         for batch_indices in EpochBatchSampler(sampler, 4, read_ahead=2):
@@ -74,7 +83,7 @@ def test_the_reader_decodes_what_the_child_has_not_begun_instead_of_waiting(stre
     root, repo_id = streamed[:2]
     slow_child(monkeypatch, 0.5)
     local = PolicyDataset(repo_id, root=root, delta_timestamps=STREAMED_DELTAS)
-    dataset = StreamingPolicyDataset(repo_id, delta_timestamps=STREAMED_DELTAS)
+    dataset = StreamingPolicyDataset(repo_id, delta_timestamps=STREAMED_DELTAS, decode_process=True)
     rest = [row for pos in (1, 2, 3) for row in episode_rows(dataset, pos)]
     dataset[BatchIndices(episode_rows(dataset, 0), ahead=rest)]  # 6 decodes to the child, which is slow
     started = time.perf_counter()
@@ -92,7 +101,7 @@ def test_a_decode_taken_back_that_fails_raises_when_its_episode_is_needed(stream
     slow_child(monkeypatch, 0.5)
     monkeypatch.setattr(remote_files, "_wait", lambda seconds: None)
     dataset = StreamingPolicyDataset(
-        repo_id, delta_timestamps=STREAMED_DELTAS, stream_retries=2, stream_video="download"
+        repo_id, delta_timestamps=STREAMED_DELTAS, stream_retries=2, stream_video="download", decode_process=True
     )
     later = [row for pos in (1, 3) for row in episode_rows(dataset, pos)]
     dataset[BatchIndices(episode_rows(dataset, 0), ahead=later)]  # the child sleeps on episode 1; 3 waits
@@ -115,7 +124,7 @@ def test_a_decode_taken_back_that_fails_raises_when_its_episode_is_needed(stream
 def test_a_child_that_dies_is_named_with_the_flags_that_avoid_it(streamed, monkeypatch):
     repo_id = streamed[1]
     slow_child(monkeypatch, 2.0)
-    dataset = StreamingPolicyDataset(repo_id, delta_timestamps=STREAMED_DELTAS)
+    dataset = StreamingPolicyDataset(repo_id, delta_timestamps=STREAMED_DELTAS, decode_process=True)
     dataset[BatchIndices(episode_rows(dataset, 0), ahead=episode_rows(dataset, 1))]
     time.sleep(0.3)  # the child has begun episode 1
     for pid in child_pids(dataset):
@@ -131,18 +140,17 @@ def test_a_child_that_dies_is_named_with_the_flags_that_avoid_it(streamed, monke
     assert dataset.frames.reserved == 8 * 8 * 3 * STREAMED_LENGTHS[1]
 
 
-def test_dataloader_workers_decode_ahead_in_their_own_thread(streamed, monkeypatch):
+def test_dataloader_workers_decode_ahead_in_their_own_thread(streamed):
     root, repo_id = streamed[:2]
     local = PolicyDataset(repo_id, root=root, delta_timestamps=STREAMED_DELTAS)
-    dataset = StreamingPolicyDataset(repo_id, delta_timestamps=STREAMED_DELTAS)
+    dataset = StreamingPolicyDataset(repo_id, delta_timestamps=STREAMED_DELTAS, decode_process=True)
     sampler = ShuffleBufferSampler(dataset, buffer_episodes=2, drop_last_frames=2, seed=3, shards=2)
     batches = EpochBatchSampler(sampler, 4, read_ahead=2)
     loader = torch.utils.data.DataLoader(dataset, sampler=batches, batch_size=None, num_workers=2)
     for batch_indices, batch in zip(batches, loader, strict=True):
         assert_same_batch(batch, local.get_batch(batch_indices))
-    assert dataset._decoder is None  # the reader in this process never read
-    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: object())  # as inside a worker
-    assert dataset._start_decoder() is None
+    # the workers (forked from this process, child and all) decoded ahead in their threads, not through the child
+    assert dataset._decoder.decodes == 0 and not dataset._decoder._queued and dataset.frames.loads == 0
 
 
 def test_decode_process_false_decodes_ahead_in_a_thread(streamed):

@@ -182,3 +182,21 @@ def test_online_rounds_join_a_streamed_run_and_resume_exactly(pusht_state_datase
     assert main([f"--output_dir={killed}", "--resume=true"]) == 0
     assert "resuming at step 3" in capsys.readouterr().out
     assert_trained_alike(reference, killed)
+
+
+def test_the_decoding_process_is_used_with_read_ahead_and_no_workers():
+    from types import SimpleNamespace
+
+    import torch
+
+    from hfpolicy.training.config import TrainConfig
+    from hfpolicy.training.streaming_data import uses_decode_process
+
+    def uses(device: str, workers: int, read_ahead: int | None) -> bool:
+        cfg = TrainConfig(num_workers=workers)
+        cfg.dataset.stream_read_ahead = read_ahead
+        return uses_decode_process(cfg, SimpleNamespace(device=torch.device(device)))
+
+    assert uses("cuda", 0, None) and not uses("cpu", 0, None)  # the default: read-ahead on a GPU only
+    assert not uses("cuda", 2, None)  # workers decode ahead in their own threads
+    assert uses("cpu", 0, 4) and not uses("cuda", 0, 0)  # the flag decides
