@@ -222,7 +222,7 @@ def dataset_counters(dataset, decoded: list[int]) -> dict:
             "evictions": dataset.frames.evictions, "lru_peak_mb": round(dataset.frames.peak_bytes / MIB, 2),
             "lru_budget_mb": round(dataset.frames.max_bytes / MIB, 2), "video_by_range": dataset.video_by_range(),
             "range_reads": getattr(files, "range_reads", 0), "range_mb": round(getattr(files, "range_bytes", 0) / MIB, 1),
-            "disk_peak_mb": round(files.peak_bytes / MIB, 2),
+            "disk_peak_mb": round((files.peak_bytes + getattr(dataset._decoder, "disk_peak_bytes", 0)) / MIB, 2),
         }  # fmt: skip
     else:
         out["frame_cache_mb"] = round(sum(c.nbytes for c in dataset._caches.values()) / MIB, 2)

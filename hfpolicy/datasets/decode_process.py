@@ -28,8 +28,6 @@ from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
-# the pages mapped at once, in one call (a page fault each, at first touch, cost ~1 us per 4 KiB page on either side)
-MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 COUNTERS = ("fetches", "range_reads", "range_bytes", "evictions")  # RemoteFiles counters the child reports back
 
 _dataset = None  # in the child: the StreamingPolicyDataset it decodes for (set in the reader only while it forks)
@@ -48,14 +46,14 @@ class DecodeProcessError(RuntimeError):
 
 def _decode(key: str, episode_pos: int, frames_path: str, shape: tuple[int, ...]) -> dict[str, int]:
     """In the child: camera `key` of the `episode_pos`-th chosen episode decoded into the memfd at `frames_path`;
-    returns the fetch counters' growth and the disk peak."""
+    returns the growth of its fetch counters, its disk peak and the seconds it took."""
     started = time.perf_counter()
     files = _dataset.files
     files.split(2)  # the reader decodes what it steals: each holds at most half the disk budget
     before = {name: getattr(files, name) for name in COUNTERS}
     with open(frames_path, "r+b") as f:
         # not closed here: a failed decode's traceback, sent back, still views it; unmapped once collected
-        buffer = mmap.mmap(f.fileno(), int(np.prod(shape)), flags=MAP_FLAGS)
+        buffer = mmap.mmap(f.fileno(), int(np.prod(shape)))
     _dataset._decode_episode(key, episode_pos, np.frombuffer(buffer, dtype=np.uint8).reshape(shape))
     grown = {name: getattr(files, name) - before[name] for name in COUNTERS}
     return {**grown, "peak_bytes": files.peak_bytes, "seconds": time.perf_counter() - started}
@@ -76,6 +74,7 @@ class DecodeProcess:
         self.decodes = 0  # episodes (cameras) the child decoded
         self.busy_s = 0.0  # the wall time it spent on them
         self.stolen = 0  # decodes taken back by the reader
+        self.disk_peak_bytes = 0  # the most the child held on disk at once (the reader's own: its RemoteFiles)
         self._executor = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
         global _dataset
         _dataset = dataset  # the child's, through the fork (kept here, it would be a reference cycle)
@@ -111,7 +110,7 @@ class DecodeProcess:
             self._queued.pop((key, episode_pos), None)
             try:
                 counters = done.result()
-                buffer = mmap.mmap(fd, nbytes, flags=MAP_FLAGS)  # the child's pages, written
+                buffer = mmap.mmap(fd, nbytes)  # the child's pages, written
             except BrokenProcessPool as e:
                 frames.set_exception(self._died(what, e))
                 return
@@ -142,7 +141,7 @@ class DecodeProcess:
             counters = self._counters.pop(0)
             for name in COUNTERS:
                 setattr(self._files, name, getattr(self._files, name) + counters[name])
-            self._files.peak_bytes = max(self._files.peak_bytes, counters["peak_bytes"])
+            self.disk_peak_bytes = max(self.disk_peak_bytes, counters["peak_bytes"])
             self.decodes += 1
             self.busy_s += counters["seconds"]
 
@@ -150,10 +149,5 @@ class DecodeProcess:
         return DecodeProcessError(
             f"{what}: the process decoding the videos of {self._repo_id} stopped ({error}): it may have run out of "
             "memory; lower stream_ram_gb= / --dataset.stream_ram_gb, or decode in the reader's own process "
-            "(read_ahead=0 / --dataset.stream_read_ahead=0, or decode_process=False)"
+            "(--dataset.stream_read_ahead=0; in Python decode_process=False)"
         )
-
-    def close(self) -> None:
-        """Stops the child (pending decodes are cancelled)."""
-        if self.owned():
-            self._executor.shutdown(wait=False, cancel_futures=True)
