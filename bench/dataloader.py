@@ -38,7 +38,7 @@ StreamingLeRobotDataset on the same served dataset (bench/lerobot_streaming.py s
 differently); their rows and `*_lerobot_streaming_w*` keys are added, the other keys stay as they are.
 --read_ahead N names the next N batches' episodes to the streamed reader, which decodes them ahead (with 0 workers in
 its decoding process: decoded_by_child, taken_back and peak_decoder_rss_mb report it; with 2, in a thread of each
-worker); 16 is a GPU training run's default, 0 (this script's default) a CPU run's.
+worker); 16 (this script's default) is a GPU training run's default, 0 a CPU run's.
 --step_ms waits after each batch with the CPU free, as a GPU step does; --uint8_images has the batches carry uint8
 frames, as a training run's do (a run makes them float on its device: on a GPU one kernel, left out here; on a CPU
 the same division the float rows time).
@@ -90,7 +90,7 @@ def main() -> int:
     parser.add_argument("--stream_disk_gb", type=float, default=10.0)
     parser.add_argument("--stream_video", choices=["auto", "range", "download"], default="auto")
     parser.add_argument(
-        "--read_ahead", type=int, default=0, help="--streaming: batches whose episodes are decoded ahead"
+        "--read_ahead", type=int, default=16, help="--streaming: batches whose episodes are decoded ahead"
     )
     parser.add_argument("--step_ms", type=float, default=0.0, help="--streaming: a wait after each batch that leaves "
                         "the CPU free, as a GPU training step does (time.sleep releases the GIL)")  # fmt: skip
