@@ -227,7 +227,7 @@ class StreamingPolicyDataset(PolicyDataset):
         need = self.open_bytes(buffer_episodes, num_workers, shards)
         # what read-ahead leaves room for: the open episodes and one more, the one drawn out while the next comes
         # in (measured: with room for the open ones alone, an episode still drawn from was evicted at about every
-        # change of episodes, twice the decodes: 214 for 108 episodes, 108 with the room)
+        # change of episodes, twice the decodes: 214 for 108 episodes; 110 with this room, 108 with `_soon` too)
         self._open_bytes = need + max(self.episode_nbytes(pos) for pos in range(self.num_episodes))
         budget = self.frames.max_bytes // max(1, num_workers)
         if need > budget:
