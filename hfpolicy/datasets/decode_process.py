@@ -21,7 +21,6 @@ counters; the reader maps the same pages. The reader reserves the bytes in its m
 import mmap
 import os
 import sys
-import time
 import weakref
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -46,8 +45,7 @@ class DecodeProcessError(RuntimeError):
 
 def _decode(key: str, episode_pos: int, frames_path: str, shape: tuple[int, ...]) -> dict[str, int]:
     """In the child: camera `key` of the `episode_pos`-th chosen episode decoded into the memfd at `frames_path`;
-    returns the growth of its fetch counters, its disk peak and the seconds it took."""
-    started = time.perf_counter()
+    returns the growth of its fetch counters and its disk peak."""
     files = _dataset.files
     files.split(2)  # the reader decodes what it steals: each holds at most half the disk budget
     before = {name: getattr(files, name) for name in COUNTERS}
@@ -56,7 +54,7 @@ def _decode(key: str, episode_pos: int, frames_path: str, shape: tuple[int, ...]
         buffer = mmap.mmap(f.fileno(), int(np.prod(shape)))
     _dataset._decode_episode(key, episode_pos, np.frombuffer(buffer, dtype=np.uint8).reshape(shape))
     grown = {name: getattr(files, name) - before[name] for name in COUNTERS}
-    return {**grown, "peak_bytes": files.peak_bytes, "seconds": time.perf_counter() - started}
+    return {**grown, "peak_bytes": files.peak_bytes}
 
 
 class DecodeProcess:
@@ -70,9 +68,8 @@ class DecodeProcess:
         self._repo_id = dataset.repo_id
         self._files = dataset.files
         self._queued: dict[tuple[str, int], Future] = {}  # (key, episode_pos) -> the child's task, oldest first
-        self._counters: list[dict[str, float]] = []  # what each decode reported, until `collect`
+        self._counters: list[dict[str, int]] = []  # what each decode reported, until `collect`
         self.decodes = 0  # episodes (cameras) the child decoded
-        self.busy_s = 0.0  # the wall time it spent on them
         self.stolen = 0  # decodes taken back by the reader
         self.disk_peak_bytes = 0  # the most the child held on disk at once (the reader's own: its RemoteFiles)
         self._executor = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
@@ -143,7 +140,6 @@ class DecodeProcess:
                 setattr(self._files, name, getattr(self._files, name) + counters[name])
             self.disk_peak_bytes = max(self.disk_peak_bytes, counters["peak_bytes"])
             self.decodes += 1
-            self.busy_s += counters["seconds"]
 
     def _died(self, what: str, error: BaseException) -> DecodeProcessError:
         return DecodeProcessError(
