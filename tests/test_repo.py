@@ -5,6 +5,7 @@ import re
 import shlex
 from pathlib import Path
 
+import tomllib
 import torch
 
 from hfpolicy.cli.commands import COMMANDS, load, split_command
@@ -173,6 +174,15 @@ def test_no_import_circle():
         if name not in state:
             visit(name, [name])
     assert not cycles, cycles
+
+
+def test_every_dependency_has_the_upper_bound_it_was_tested_below():
+    """A new release cannot change CI's result unseen (accelerate 1.16 did): each range stops above the tested release
+    (docs/dependencies.md says how a new one is tried)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    unbounded = [r for r in requirements if "<" not in r and "==" not in r]
+    assert not unbounded, f"dependencies without an upper bound: {unbounded}"
 
 
 def test_no_module_imports_fcntl():

@@ -67,6 +67,13 @@ def stop_on_sigterm() -> Iterator[None]:
         _requested.clear()
 
 
+def ignore_sigterm(worker_id: int = 0) -> None:
+    """A DataLoader worker's `worker_init_fn`: SIGTERM is ignored there, so that a stop sent to the whole process tree
+    (accelerate >= 1.16's launcher terminates its child's tree) reaches the trainer, which finishes its step with its
+    workers and saves, instead of failing on a worker killed mid-step. The workers end with the trainer, as always."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 

@@ -28,6 +28,7 @@ from hfpolicy.datasets.format import INFO_PATH
 from hfpolicy.datasets.worker_batch import as_fetched
 from hfpolicy.envs import EnvConfig
 from hfpolicy.io.atomic import write_json_atomically
+from hfpolicy.io.termination import ignore_sigterm
 from hfpolicy.policies import Policy, PolicyConfig, make_policy
 from hfpolicy.policies.device import accelerator_device_options
 from hfpolicy.policies.ema import EMA
@@ -379,6 +380,7 @@ def make_dataloader(dataset, batch_sampler: EpochBatchSampler, cfg: TrainConfig,
         num_workers=cfg.num_workers,
         pin_memory=accelerator.device.type == "cuda",
         persistent_workers=cfg.num_workers > 0,
+        worker_init_fn=ignore_sigterm,
         generator=torch.Generator(),  # its own: starting an epoch must not draw from the global RNG (exact resume)
     )
 
