@@ -14,7 +14,7 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import Tensor, nn
 
-from hfpolicy.constants import ACTION, CONFIG_FILE, WEIGHTS_FILE
+from hfpolicy.constants import ACTION, CONFIG_FILE, REWARD, WEIGHTS_FILE
 from hfpolicy.io.atomic import save_safetensors_atomically, write_json_atomically
 from hfpolicy.policies.action_selection import ActionBuffer, ActionQueue, predict_per_episode
 from hfpolicy.policies.config import PolicyConfig
@@ -133,6 +133,9 @@ class Policy(
         chunk's first `n_action_steps` actions. See `hfpolicy.policies.action_selection` for the interface."""
         return ActionQueue(self.config.n_action_steps)
 
+    def after_optimizer_step(self) -> None:
+        """Called by the training loop after every optimizer step (TD-MPC: its target network's EMA step)."""
+
     def get_optim_params(self) -> Any:
         """Parameters (or param groups) for the optimizer."""
         return [p for p in self.parameters() if p.requires_grad]
@@ -140,7 +143,8 @@ class Policy(
     # --- training ---------------------------------------------------------------------------------------------------
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """Normalizes a dataset batch and returns the subclass's losses; "loss" is the one to minimize."""
-        missing = [key for key in [*self.config.input_features, ACTION] if key not in batch]
+        needed = [*self.config.input_features, ACTION, *([REWARD] if self.config.reward_delta_indices else [])]
+        missing = [key for key in needed if key not in batch]
         if missing:
             raise KeyError(f"the training batch lacks {missing}; it has {sorted(batch)}")
         return self.compute_loss(self.normalizer.normalize(batch))
