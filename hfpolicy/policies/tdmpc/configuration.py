@@ -16,6 +16,14 @@ from hfpolicy.field_errors import ConfigFieldError
 from hfpolicy.policies.config import NormMode, PolicyConfig
 
 STATE_KEYS = (OBS_STATE, OBS_ENV_STATE)
+IMAGE_KERNELS = (7, 5, 3, 3)  # the image encoder's convolutions, each with stride 2
+
+
+def image_encoding_size(size: int) -> int:
+    """The side of the image encoder's last feature map for images of `size` x `size` pixels."""
+    for kernel in IMAGE_KERNELS:
+        size = (size - kernel) // 2 + 1
+    return size
 
 
 @PolicyConfig.register_subclass("tdmpc")
@@ -139,6 +147,11 @@ class TDMPCConfig(PolicyConfig):
             if feature.shape[1] != feature.shape[2]:
                 raise ConfigFieldError(
                     self, "image feature {key} is {shape}: TD-MPC (as LeRobot's) needs square images; resize them",
+                    key=repr(key), shape=tuple(feature.shape),
+                )  # fmt: skip
+            if image_encoding_size(feature.shape[1]) < 1:
+                raise ConfigFieldError(
+                    self, "image feature {key} is {shape}: the encoder's strided convolutions need 39 pixels a side",
                     key=repr(key), shape=tuple(feature.shape),
                 )  # fmt: skip
         if self.norm_mode(self.action_feature, ACTION) != NormMode.MIN_MAX:

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from hfpolicy.constants import ACTION, OBS_ENV_STATE, OBS_STATE, REWARD, pad_key
 from hfpolicy.policies.action_selection import ActionQueue
 from hfpolicy.policies.base import NoiseSource, Policy
-from hfpolicy.policies.tdmpc.configuration import TDMPCConfig
+from hfpolicy.policies.tdmpc.configuration import IMAGE_KERNELS, TDMPCConfig, image_encoding_size
 
 
 class TDMPCPolicy(Policy):
@@ -264,11 +264,9 @@ class ObservationEncoder(nn.Module):
         if self.image_key is not None:
             shape, hidden = config.image_features[self.image_key].shape, config.image_encoder_hidden_dim
             convs = []
-            for kernel, in_channels in zip((7, 5, 3, 3), (shape[0], hidden, hidden, hidden), strict=True):
+            for kernel, in_channels in zip(IMAGE_KERNELS, (shape[0], hidden, hidden, hidden), strict=True):
                 convs += [nn.Conv2d(in_channels, hidden, kernel, stride=2), nn.ReLU()]
-            size = shape[1]
-            for kernel in (7, 5, 3, 3):
-                size = (size - kernel) // 2 + 1
+            size = image_encoding_size(shape[1])
             self.image = nn.Sequential(*convs, nn.Flatten(), *to_latent(hidden * size * size, config.latent_dim))
         for key, name in ((OBS_STATE, "state"), (OBS_ENV_STATE, "env_state")):
             if key in config.input_features:
