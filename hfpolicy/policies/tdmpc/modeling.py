@@ -120,15 +120,16 @@ class TDMPCPolicy(Policy):
         return value + discount * (terminal - cfg.uncertainty_regularizer_coeff * q.std(0))
 
     # --- training ---------------------------------------------------------------------------------------------------
-    def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        """FOWM's losses on a normalized window (see the module docstring); "loss" is their weighted sum."""
+    def training_window(self, batch: dict[str, Tensor]) -> tuple[dict[str, Tensor], ...]:
+        """(observations, actions and rewards, time first; which steps are valid), a training batch's windows checked
+        and its images randomly shifted when training."""
         cfg, horizon = self.config, self.config.horizon
         keys = list(cfg.input_features)
         if REWARD not in batch:
             raise KeyError(f"the training batch lacks {REWARD!r}: build it with config.delta_timestamps(fps)")
         reward = batch[REWARD].reshape(batch[REWARD].shape[0], -1)
         shapes = {key: tuple(batch[key].shape[:2]) for key in [*keys, ACTION]} | {REWARD: tuple(reward.shape)}
-        expected = {key: (reward.shape[0], horizon + 1) for key in keys} | {ACTION: None, REWARD: None}
+        expected = {key: (reward.shape[0], horizon + 1) for key in keys}
         expected[ACTION] = expected[REWARD] = (reward.shape[0], horizon)
         if shapes != expected:
             raise ValueError(
@@ -136,22 +137,23 @@ class TDMPCPolicy(Policy):
                 f"rewards; the batch has (batch, time) {shapes}: build it with config.delta_timestamps(fps)"
             )
         observations = {key: batch[key].transpose(0, 1) for key in keys}  # time first: (horizon + 1, B, ...)
-        action, reward = batch[ACTION].transpose(0, 1), reward.transpose(0, 1)
-
-        def valid(key: str, length: int) -> Tensor:
-            is_pad = batch.get(pad_key(key))
-            return torch.ones(length, reward.shape[1], device=reward.device) if is_pad is None else ~is_pad.T
-
-        obs_valid, action_valid, reward_valid = (
-            valid(keys[0], horizon + 1),
-            valid(ACTION, horizon),
-            valid(REWARD, horizon),
-        )
-        image_keys = list(cfg.image_features)
-        if image_keys and self.training and cfg.max_random_shift_ratio > 0:
-            images = observations[image_keys[0]]
+        steps = {ACTION: batch[ACTION].transpose(0, 1), REWARD: reward.transpose(0, 1)}
+        valid = {}  # the observations' (all windowed alike), the actions' and the rewards' masks, time first
+        for key, is_pad in ((keys[0], batch.get(pad_key(keys[0]))), *((k, batch.get(pad_key(k))) for k in steps)):
+            valid[key] = torch.ones(expected[key][::-1], device=reward.device) if is_pad is None else ~is_pad.T
+        image_key = next(iter(cfg.image_features), None)
+        if image_key is not None and self.training and cfg.max_random_shift_ratio > 0:
+            images = observations[image_key]
             shifted = random_shift(images.flatten(0, 1), cfg.max_random_shift_ratio)
-            observations[image_keys[0]] = shifted.unflatten(0, images.shape[:2])
+            observations[image_key] = shifted.unflatten(0, images.shape[:2])
+        return observations, steps, valid
+
+    def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """FOWM's losses on a normalized window (see the module docstring); "loss" is their weighted sum."""
+        cfg, horizon = self.config, self.config.horizon
+        observations, steps, valid = self.training_window(batch)
+        action, reward = steps[ACTION], steps[REWARD]
+        obs_valid, action_valid, reward_valid = valid[next(iter(cfg.input_features))], valid[ACTION], valid[REWARD]
         current = {key: value[0] for key, value in observations.items()}
         following = {key: value[1:] for key, value in observations.items()}
 
