@@ -2,7 +2,8 @@
 next.reward and the keypoints as observation.environment_state) trains, updates its target network, evaluates and
 saves a policy that `hfpolicy eval` runs; a run stopped after 2 steps and resumed ends exactly as the uninterrupted
 one (losses, weights and target network); a dataset without next.reward is refused naming the feature and how to
-record it."""
+record it. On a fixed batch of recorded windows the losses fall and pi's actions approach the demonstrations'.
+"""
 
 import json
 
@@ -10,10 +11,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, OBS_ENV_STATE, OBS_STATE, REWARD
-from hfpolicy.datasets import DatasetMeta
+from hfpolicy.constants import ACTION, EVAL_INFO_FILE, METRICS_FILE, OBS_ENV_STATE, OBS_STATE, REWARD
+from hfpolicy.datasets import DatasetMeta, PolicyDataset, dataset_to_policy_features
 from hfpolicy.eval import main as eval_main
-from hfpolicy.policies import Policy
+from hfpolicy.policies import NormMode, Policy
 from hfpolicy.policies.tdmpc import TDMPCConfig, TDMPCPolicy
 from hfpolicy.training import main as train_main
 from hfpolicy.training.config import TrainConfigError
@@ -82,3 +83,47 @@ def test_a_dataset_without_rewards_is_refused_naming_the_feature_and_how_to_reco
         configure_policy_features(TDMPCConfig(), features, [OBS_STATE, OBS_ENV_STATE])
     message = str(error.value)
     assert "'next.reward'" in message and "hfpolicy record" in message and "\n" not in message
+
+
+def test_losses_fall_and_pi_approaches_the_demonstrations_on_a_fixed_batch(pusht_state_dataset):
+    meta = PolicyDataset("local/pusht5", root=pusht_state_dataset, download_videos=False)
+    inputs, outputs = dataset_to_policy_features(meta.features)
+    config = TDMPCConfig(
+        input_features={key: inputs[key] for key in (OBS_STATE, OBS_ENV_STATE)},
+        output_features=outputs,
+        latent_dim=16,
+        mlp_dim=64,
+        state_encoder_hidden_dim=32,
+        normalization_mapping={"state": NormMode.MIN_MAX, "action": NormMode.MIN_MAX},  # PushT's pixel coordinates
+    )
+    dataset = PolicyDataset(
+        "local/pusht5",
+        root=pusht_state_dataset,
+        delta_timestamps=config.delta_timestamps(meta.fps),
+        download_videos=False,
+    )
+    indices = torch.linspace(0, len(dataset) - 1, 32).long().tolist()
+    batch = {k: v for k, v in dataset.get_batch(indices).items() if isinstance(v, torch.Tensor)}
+    assert batch[REWARD].shape == (32, 5) and batch[f"{REWARD}_is_pad"].any()  # the last window runs past its end
+    torch.manual_seed(0)
+    policy = TDMPCPolicy(config, dataset_stats=dataset.stats)
+    optimizer = torch.optim.Adam(policy.get_optim_params(), lr=1e-3)
+
+    def pi_error() -> float:
+        """Mean L1 (normalized units) of pi's action at each window's first frame against the recorded one."""
+        with torch.no_grad():
+            normalized = policy.normalizer.normalize(batch)
+            z = policy.model.encode({key: normalized[key][:, 0] for key in config.input_features})
+            return (policy.model.pi(z) - normalized[ACTION][:, 0]).abs().mean().item()
+
+    before, first = pi_error(), None
+    for _ in range(150):
+        losses = policy(batch)
+        optimizer.zero_grad()
+        losses["loss"].backward()
+        optimizer.step()
+        policy.after_optimizer_step()
+        first = first or {name: value.item() for name, value in losses.items()}
+    assert losses["loss"].item() < first["loss"] / 10, (first, losses)
+    assert losses["reward_loss"].item() < first["reward_loss"] / 10
+    assert pi_error() < before / 2, (before, pi_error())
