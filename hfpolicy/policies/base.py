@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from hfpolicy.constants import ACTION, CONFIG_FILE, REWARD, WEIGHTS_FILE
 from hfpolicy.io.atomic import save_safetensors_atomically, write_json_atomically
-from hfpolicy.policies.action_selection import ActionBuffer, ActionQueue, predict_per_episode
+from hfpolicy.policies.action_selection import PER_EPISODE_ROW_BLOCK, ActionBuffer, ActionQueue, predict_per_episode
 from hfpolicy.policies.config import PolicyConfig
 from hfpolicy.policies.normalization import Normalizer
 from hfpolicy.policies.registry import (  # noqa: F401 (get_policy_class, make_policy: re-exported)
@@ -93,6 +93,9 @@ class Policy(
     """
 
     config_class: ClassVar[type[PolicyConfig]] = PolicyConfig
+    # Per-episode acting pads a batch to a multiple of this many rows (see action_selection.PER_EPISODE_ROW_BLOCK);
+    # 1: the policy's generate_actions computes each row alone when given one generator per row.
+    per_episode_row_block: ClassVar[int] = PER_EPISODE_ROW_BLOCK
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -224,7 +227,8 @@ class Policy(
             if self._episode_generators is None:
                 self._actions.push(self.predict_action_chunk(stacked, n_steps=steps))
             else:
-                chunk = predict_per_episode(self.predict_action_chunk, stacked, self._episode_generators, steps)
+                generators, block = self._episode_generators, self.per_episode_row_block
+                chunk = predict_per_episode(self.predict_action_chunk, stacked, generators, steps, block)
                 self._actions.push(chunk)
         return self._actions.pop()
 

@@ -34,6 +34,7 @@ class TDMPCPolicy(Policy):
     """TD-MPC (FOWM) for state and/or single-image inputs: `model` is trained, `target_model` is its EMA."""
 
     config_class = TDMPCConfig
+    per_episode_row_block = 1  # generate_actions computes each row alone (see there)
 
     def __init__(self, config: TDMPCConfig, dataset_stats: dict | None = None):
         super().__init__(config, dataset_stats)
@@ -61,7 +62,18 @@ class TDMPCPolicy(Policy):
 
     # --- acting -----------------------------------------------------------------------------------------------------
     def generate_actions(self, observation: dict[str, Tensor], generator: NoiseSource = None) -> Tensor:
-        """Normalized actions (B, n_action_steps * n_action_repeats, A) in [-1, 1]: planned (use_mpc) or pi's."""
+        """Normalized actions (B, n_action_steps * n_action_repeats, A) in [-1, 1]: planned (use_mpc) or pi's.
+
+        With one generator per row, each row is computed alone (its own plan, from its own warm start), so that its
+        actions never depend on the batch: padding small batches instead would multiply the planning's cost."""
+        if isinstance(generator, list | tuple) and len(generator) > 1:
+            warm, means, chunks = self._plan_mean, [], []
+            for i, row_generator in enumerate(generator):
+                self._plan_mean = None if warm is None else warm[i : i + 1]
+                chunks.append(self.generate_actions({k: v[i : i + 1] for k, v in observation.items()}, [row_generator]))
+                means.append(self._plan_mean)
+            self._plan_mean = torch.cat(means) if self.config.use_mpc else None
+            return torch.cat(chunks)
         z = self.model.encode({key: observation[key][:, -1] for key in self.config.input_features})
         actions = self.plan(z, generator) if self.config.use_mpc else self.model.pi(z).unsqueeze(1)
         actions = actions.clamp(-1, 1)[:, : self.config.n_action_steps]
