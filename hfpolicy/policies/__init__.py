@@ -8,6 +8,7 @@ import importlib
 from hfpolicy.policies.act.configuration import ACTConfig
 from hfpolicy.policies.config import FeatureType, NormMode, PolicyConfig, PolicyFeature, known_policy_types
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
+from hfpolicy.policies.tdmpc.configuration import TDMPCConfig
 
 # name -> module that defines it, imported on first access (PEP 562)
 _LAZY = {
@@ -30,6 +31,7 @@ __all__ = [
     "PolicyFeature",
     "PolicyLoadError",
     "PolicyPushError",
+    "TDMPCConfig",
     "get_policy_class",
     "known_policy_types",
     "make_policy",

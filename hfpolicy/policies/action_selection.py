@@ -34,14 +34,18 @@ PER_EPISODE_ROW_BLOCK = 16
 
 
 def predict_per_episode(
-    predict: Callable[..., Tensor], observation: dict[str, Tensor], generators: list[torch.Generator], n_steps: int
+    predict: Callable[..., Tensor],
+    observation: dict[str, Tensor],
+    generators: list[torch.Generator],
+    n_steps: int,
+    row_block: int = PER_EPISODE_ROW_BLOCK,
 ) -> Tensor:
     """`predict(observation, generator=generators, n_steps=n_steps)` with row i a function of observation row i and
-    generator i alone: the batch is padded to a multiple of PER_EPISODE_ROW_BLOCK rows (copies of its last row,
-    throw-away generators), and the padding is dropped again."""
+    generator i alone: the batch is padded to a multiple of `row_block` rows (copies of its last row, throw-away
+    generators), and the padding is dropped again. (row_block 1: `predict` computes each row alone itself.)"""
     generators = list(generators)
     batch_size = len(generators)
-    pad = -batch_size % PER_EPISODE_ROW_BLOCK
+    pad = -batch_size % row_block
     if pad > 0:
         observation = {k: torch.cat([v, v[-1:].expand(pad, *v.shape[1:])]) for k, v in observation.items()}
         generators += [torch.Generator().manual_seed(0) for _ in range(pad)]

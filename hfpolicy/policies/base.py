@@ -14,9 +14,9 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import Tensor, nn
 
-from hfpolicy.constants import ACTION, CONFIG_FILE, WEIGHTS_FILE
+from hfpolicy.constants import ACTION, CONFIG_FILE, REWARD, WEIGHTS_FILE
 from hfpolicy.io.atomic import save_safetensors_atomically, write_json_atomically
-from hfpolicy.policies.action_selection import ActionBuffer, ActionQueue, predict_per_episode
+from hfpolicy.policies.action_selection import PER_EPISODE_ROW_BLOCK, ActionBuffer, ActionQueue, predict_per_episode
 from hfpolicy.policies.config import PolicyConfig
 from hfpolicy.policies.normalization import Normalizer
 from hfpolicy.policies.registry import (  # noqa: F401 (get_policy_class, make_policy: re-exported)
@@ -93,6 +93,9 @@ class Policy(
     """
 
     config_class: ClassVar[type[PolicyConfig]] = PolicyConfig
+    # Per-episode acting pads a batch to a multiple of this many rows (see action_selection.PER_EPISODE_ROW_BLOCK);
+    # 1: the policy's generate_actions computes each row alone when given one generator per row.
+    per_episode_row_block: ClassVar[int] = PER_EPISODE_ROW_BLOCK
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -133,6 +136,9 @@ class Policy(
         chunk's first `n_action_steps` actions. See `hfpolicy.policies.action_selection` for the interface."""
         return ActionQueue(self.config.n_action_steps)
 
+    def after_optimizer_step(self) -> None:
+        """Called by the training loop after every optimizer step (TD-MPC: its target network's EMA step)."""
+
     def get_optim_params(self) -> Any:
         """Parameters (or param groups) for the optimizer."""
         return [p for p in self.parameters() if p.requires_grad]
@@ -140,7 +146,8 @@ class Policy(
     # --- training ---------------------------------------------------------------------------------------------------
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """Normalizes a dataset batch and returns the subclass's losses; "loss" is the one to minimize."""
-        missing = [key for key in [*self.config.input_features, ACTION] if key not in batch]
+        needed = [*self.config.input_features, ACTION, *([REWARD] if self.config.reward_delta_indices else [])]
+        missing = [key for key in needed if key not in batch]
         if missing:
             raise KeyError(f"the training batch lacks {missing}; it has {sorted(batch)}")
         return self.compute_loss(self.normalizer.normalize(batch))
@@ -220,7 +227,8 @@ class Policy(
             if self._episode_generators is None:
                 self._actions.push(self.predict_action_chunk(stacked, n_steps=steps))
             else:
-                chunk = predict_per_episode(self.predict_action_chunk, stacked, self._episode_generators, steps)
+                generators, block = self._episode_generators, self.per_episode_row_block
+                chunk = predict_per_episode(self.predict_action_chunk, stacked, generators, steps, block)
                 self._actions.push(chunk)
         return self._actions.pop()
 

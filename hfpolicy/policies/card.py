@@ -59,7 +59,7 @@ class PolicyArtifacts:
 
 EVAL_VIDEOS_DIR = "eval"
 EVAL_PAGE_FILE = "eval.html"  # the evaluation's page (hfpolicy.viewer), linked from the card
-POLICY_TAGS = {"diffusion": "diffusion-policy", "act": "act"}  # Hub tags of the policy types
+POLICY_TAGS = {"diffusion": "diffusion-policy", "act": "act", "tdmpc": "tdmpc"}  # Hub tags of the policy types
 ENV_NAMES = {"pusht": "PushT (gym-pusht)"}  # readable names of the simulators in eval results
 CARD_METRICS = (  # (eval_info key, model-index metric name)
     ("avg_max_reward", "Average max reward"),
@@ -70,6 +70,7 @@ CARD_METRICS = (  # (eval_info key, model-index metric name)
 LEROBOT_CLASSES = {  # policy type -> (LeRobot module, class) that loads an export
     "diffusion": ("lerobot.policies.diffusion.modeling_diffusion", "DiffusionPolicy"),
     "act": ("lerobot.policies.act.modeling_act", "ACTPolicy"),
+    "tdmpc": ("lerobot.policies.tdmpc.modeling_tdmpc", "TDMPCPolicy"),
 }
 
 CARD_TEMPLATE = """---

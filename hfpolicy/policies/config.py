@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import draccus
 from draccus.utils import DecodingError, ParsingError
 
-from hfpolicy.constants import ACTION
+from hfpolicy.constants import ACTION, REWARD
 from hfpolicy.features import FeatureType, NormMode, PolicyFeature  # noqa: F401 (re-exported)
 from hfpolicy.field_errors import ConfigFieldError
 
@@ -142,6 +142,11 @@ class PolicyConfig(draccus.ChoiceRegistry):
         return list(range(self.n_action_steps))
 
     @property
+    def reward_delta_indices(self) -> list[int] | None:
+        """Frame offsets of the rewards (`next.reward`) one training sample needs; None: the policy trains without."""
+        return None
+
+    @property
     def drop_n_last_frames(self) -> int:
         """Frames at the end of each episode that never start a training sample: a sample's action window may run
         past the episode's end by at most n_action_steps - 1 padded steps (Diffusion Policy's PushT setup: 7)."""
@@ -151,7 +156,8 @@ class PolicyConfig(draccus.ChoiceRegistry):
         """ValueError naming the fields that set the training window (as --policy.* flags) when no episode is long
         enough for it: offsets past the longest episode, or every frame dropped as a sample start."""
         longest = max(int(n) for n in episode_lengths)
-        reach = max(abs(i) for i in [*self.observation_delta_indices, *self.action_delta_indices])
+        offsets = [*self.observation_delta_indices, *self.action_delta_indices, *(self.reward_delta_indices or [])]
+        reach = max(abs(i) for i in offsets)
         if reach <= longest and self.drop_n_last_frames < longest:
             return
         values = {name: getattr(self, name) for name in self.window_fields}
@@ -166,6 +172,8 @@ class PolicyConfig(draccus.ChoiceRegistry):
         """The dataset's `delta_timestamps` for training this policy at `fps`."""
         windows = {key: [i / fps for i in self.observation_delta_indices] for key in self.input_features}
         windows[ACTION] = [i / fps for i in self.action_delta_indices]
+        if self.reward_delta_indices is not None:
+            windows[REWARD] = [i / fps for i in self.reward_delta_indices]
         return windows
 
     # --- (de)serialization ------------------------------------------------------------------------------------------

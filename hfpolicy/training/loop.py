@@ -5,7 +5,8 @@
 
 `train(config)` reads top to bottom: it locks the run folder (hfpolicy.training.run_folder), sets the run up
 (hfpolicy.training.setup: errors for bad input come first), then `run_loop`: one optimizer step (with gradient
-accumulation and clipping), the EMA update, and every N steps logging, evaluation, a checkpoint and a Hub push.
+accumulation and clipping), the policy's own update after it (`after_optimizer_step`: TD-MPC's target network), the
+EMA update, and every N steps logging, evaluation, a checkpoint and a Hub push.
 `--resume=true` continues the run in `--output_dir` from its last checkpoint, exactly: the data order, the random
 crops and noise, the optimizer, LR schedule and EMA all continue as if the run had never stopped.
 
@@ -165,6 +166,7 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
                 t.optimizer.zero_grad(set_to_none=True)
             loss_sum += loss.detach()
         t.lr_scheduler.step()
+        accelerator.unwrap_model(policy).after_optimizer_step()
         if t.ema is not None:
             t.ema.step(policy)
         if t.online is not None and t.online.is_due(step) and step < cfg.steps:

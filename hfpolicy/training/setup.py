@@ -16,6 +16,7 @@ from accelerate.utils import ProjectConfiguration, set_seed
 from diffusers.optimization import get_scheduler
 
 from hfpolicy.cli.flags import error_in_flags
+from hfpolicy.constants import REWARD
 from hfpolicy.datasets import (
     DatasetMeta,
     EpisodeAwareSampler,
@@ -148,6 +149,12 @@ def configure_policy_features(
                 f"it has {sorted(inputs)}"
             )
         inputs = {key: inputs[key] for key in input_keys}
+    if policy_cfg.reward_delta_indices is not None and REWARD not in dataset_features:
+        raise TrainConfigError(
+            f"the {policy_cfg.type} policy trains on rewards, but the dataset has no {REWARD!r} feature; train on a "
+            "recording with rewards: `hfpolicy record` (scripted PushT; --environment_state=true adds the keypoints), "
+            "`hfpolicy convert` (the PushT zarr) or `hfpolicy eval --dataset_dir=DIR` (rollouts) write it"
+        )
     chosen_inputs = policy_cfg.input_features or inputs
     chosen_outputs = policy_cfg.output_features or outputs
     for key, feature in {**chosen_inputs, **chosen_outputs}.items():

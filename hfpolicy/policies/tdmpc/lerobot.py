@@ -1,0 +1,104 @@
+"""TD-MPC to and from LeRobot (0.6 field names and weight layout): the four functions that
+`hfpolicy.policies.lerobot_format` calls (see its docstring).
+
+The config fields are LeRobot's, with the same names and meanings. The networks are the same layer by layer; only the
+module names differ: LeRobot's `model_target.` is hfpolicy's `target_model.`, and inside each model `_encoder.
+image_enc_layers` / `state_enc_layers` / `env_state_enc_layers`, `_dynamics`, `_reward`, `_pi`, `_Qs`, `_V` are
+`encoder.image` / `encoder.state` / `encoder.env_state`, `dynamics`, `reward`, `policy`, `q_functions`, `value`.
+"""
+
+from typing import Any
+
+from torch import Tensor
+
+from hfpolicy.policies.config import PolicyFeature
+from hfpolicy.policies.lerobot_format import LeRobotConversionError, lerobot_model_inputs, warn_ignored
+from hfpolicy.policies.tdmpc.configuration import TDMPCConfig
+
+SHARED_FIELDS = (  # LeRobot TDMPCConfig fields that are TDMPCConfig fields of the same name and meaning
+    "n_obs_steps", "n_action_repeats", "horizon", "n_action_steps", "image_encoder_hidden_dim",
+    "state_encoder_hidden_dim", "latent_dim", "q_ensemble_size", "mlp_dim", "discount", "use_mpc", "cem_iterations",
+    "max_std", "min_std", "n_gaussian_samples", "n_pi_samples", "uncertainty_regularizer_coeff", "n_elites",
+    "elite_weighting_temperature", "gaussian_mean_momentum", "max_random_shift_ratio", "reward_coeff",
+    "expectile_weight", "value_coeff", "consistency_coeff", "advantage_scaling", "pi_coeff", "temporal_decay_coeff",
+    "target_model_momentum", "optimizer_lr",
+)  # fmt: skip
+HANDLED_FIELDS = ("type", "input_features", "output_features", "normalization_mapping", "use_peft")
+IGNORED_FIELDS = {"use_amp": False}  # LeRobot's autocast; hfpolicy acts in float32
+RUNTIME_FIELDS = ("device", "push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path")
+RUNTIME_FIELDS += ("pretrained_revision",)  # where LeRobot runs or uploads: nothing to do with the policy
+
+MODELS = (("model.", "model."), ("model_target.", "target_model."))  # (LeRobot, hfpolicy) prefixes
+PARTS = (  # (LeRobot, hfpolicy) module names inside a model
+    ("_encoder.image_enc_layers.", "encoder.image."),
+    ("_encoder.state_enc_layers.", "encoder.state."),
+    ("_encoder.env_state_enc_layers.", "encoder.env_state."),
+    ("_dynamics.", "dynamics."),
+    ("_reward.", "reward."),
+    ("_pi.", "policy."),
+    ("_Qs.", "q_functions."),
+    ("_V.", "value."),
+)
+
+
+def config_from_lerobot(
+    lerobot_config: dict[str, Any], input_features: dict[str, PolicyFeature], output_features: dict[str, PolicyFeature]
+) -> TDMPCConfig:
+    """TDMPCConfig from LeRobot's TD-MPC config.json dict (features already converted)."""
+    if lerobot_config.get("use_peft"):
+        raise LeRobotConversionError(
+            "use_peft=true: this LeRobot checkpoint holds PEFT adapter weights, which hfpolicy does not apply; "
+            "merge the adapters into the model in LeRobot and save it again"
+        )
+    unknown = sorted(set(lerobot_config) - {*SHARED_FIELDS, *HANDLED_FIELDS, *IGNORED_FIELDS, *RUNTIME_FIELDS})
+    if unknown:
+        warn_ignored(f"LeRobot TD-MPC config fields {unknown} are unknown to hfpolicy's conversion and ignored")
+    for name, default in IGNORED_FIELDS.items():
+        if name in lerobot_config and lerobot_config[name] != default:
+            warn_ignored(f"LeRobot's {name}={lerobot_config[name]!r} does not change the actions; hfpolicy ignores it")
+    fields = {name: lerobot_config[name] for name in SHARED_FIELDS if name in lerobot_config}
+    inputs = lerobot_model_inputs(input_features, "TD-MPC")
+    try:
+        return TDMPCConfig(input_features=inputs, output_features=dict(output_features), **fields)
+    except ValueError as e:
+        raise LeRobotConversionError(
+            f"this LeRobot TD-MPC config cannot be reproduced by hfpolicy's TD-MPC: {e}"
+        ) from e
+
+
+def config_to_lerobot(config: TDMPCConfig) -> dict[str, Any]:
+    """LeRobot's TD-MPC config.json fields (besides the common ones lerobot_format writes)."""
+    return {name: getattr(config, name) for name in SHARED_FIELDS}
+
+
+def _rename(name: str, direction: int) -> str:
+    """A weight's name in the other library's words (direction 0: LeRobot -> hfpolicy, 1: back); KeyError if unknown."""
+    for models in MODELS:
+        old_model, new_model = models[direction], models[1 - direction]
+        if name.startswith(old_model):
+            rest = name[len(old_model) :]
+            for parts in PARTS:
+                if rest.startswith(parts[direction]):
+                    return new_model + parts[1 - direction] + rest[len(parts[direction]) :]
+    raise KeyError(name)
+
+
+def state_dict_from_lerobot(state_dict: dict[str, Tensor], config: TDMPCConfig) -> dict[str, Tensor]:
+    """LeRobot TD-MPC weights renamed to TDMPCPolicy's (without normalization stats); LeRobotConversionError names
+    the keys that are not TD-MPC weights."""
+    renamed, unknown = {}, []
+    for name, value in state_dict.items():
+        try:
+            renamed[_rename(name, 0)] = value
+        except KeyError:
+            unknown.append(name)
+    if unknown:
+        raise LeRobotConversionError(
+            f"the LeRobot checkpoint has weights that are not TD-MPC weights: {sorted(unknown)}"
+        )
+    return renamed
+
+
+def state_dict_to_lerobot(state_dict: dict[str, Tensor], config: TDMPCConfig) -> dict[str, Tensor]:
+    """TDMPCPolicy weights (normalization stats excluded by the caller) under LeRobot TD-MPC's names."""
+    return {_rename(name, 1): value for name, value in state_dict.items()}
