@@ -8,10 +8,11 @@ import av
 import numpy as np
 import pytest
 
-from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE, REWARD, SUCCESS
+from hfpolicy.constants import ACTION, DONE, EVAL_INFO_FILE, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE, REWARD, SUCCESS
 from hfpolicy.datasets import PolicyDataset
 from hfpolicy.envs import XarmEnvConfig
 from hfpolicy.record import main
+from hfpolicy.training import main as train_main
 
 # lerobot/xarm_lift_medium's features, and next.success (as hfpolicy's PushT recordings have).
 HUB_FEATURES = {OBS_IMAGE, OBS_STATE, ACTION, REWARD, DONE, "episode_index", "frame_index", "timestamp", "index"}
@@ -70,3 +71,22 @@ def test_state_only_needs_the_cube(tmp_path, capsys):
     assert main(["--env.type=xarm", "--images=false", f"--output_dir={tmp_path / 'x'}"]) == 2
     assert "--images=false needs --environment_state=true" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_a_few_training_steps_on_a_recorded_xarm_dataset_evaluate_with_a_video(recorded, tmp_path):
+    """Record -> train (tiny ACT on the gripper + the cube's pose, 3 steps) -> evaluate in the xArm env with a video."""
+    out = tmp_path / "run"
+    flags = [f"--dataset.root={recorded}", f"--output_dir={out}", "--policy.type=act"]
+    flags += [f"--dataset.input_features=[{OBS_STATE},{OBS_ENV_STATE}]", "--policy.dim_model=32", "--policy.n_heads=2"]
+    flags += ["--policy.dim_feedforward=64", "--policy.n_encoder_layers=1", "--policy.n_vae_encoder_layers=1"]
+    flags += ["--policy.latent_dim=4", "--policy.chunk_size=10", "--policy.n_action_steps=5", "--batch_size=8"]
+    flags += ["--tracker=none", "--progress=false", "--steps=3", "--log_freq=1", "--eval.freq=3"]
+    flags += ["--eval.n_episodes=1", "--eval.batch_size=1", "--eval.n_videos=1"]
+    flags += ["--env.type=xarm", "--env.episode_length=4"]
+    assert train_main(flags) == 0
+    evaluation = out / "eval" / "step_000003"
+    info = json.loads((evaluation / EVAL_INFO_FILE).read_text())
+    assert info["aggregated"]["n_episodes"] == 1 and info["per_episode"][0]["length"] == 4
+    with av.open(str(evaluation / "videos" / "eval_episode_0.mp4")) as container:
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    assert len(frames) == 5 and frames[0].shape == (384, 384, 3)  # the first frame and one per step
