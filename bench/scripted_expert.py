@@ -17,6 +17,10 @@ at every step (480x640) of full 400-step episodes, as `hfpolicy record` does: se
 then the recording speed (encoding aside). Targets: transfer cube >= 98%, insertion
 >= 90% over 200 seeds.
 
+xArm (issue 34): `--env.type=xarm` runs the scripted lift expert (hfpolicy.policies.scripted.xarm_expert) state-only
+for up to 200 steps per seed (LeRobot's xArm episode length) and reports success (gym-xarm's is_success, which ends
+the episode), episode length and seconds per episode. Target: >= 95% over 200 seeds.
+
 Jitter (see `target_motion_stats`): a reversal is a move of the target that turns more than 120 degrees from the
 previous move (moves under 2 px skipped); jitter counts the reversals that are not at a phase change (a newly planned
 push) plus those that follow another reversal within two moves. Prints a table; the LAST line is one JSON object.
@@ -133,9 +137,58 @@ def aloha_main(args) -> int:
     return 0
 
 
+def run_xarm_seed(seed: int) -> dict:
+    from hfpolicy.envs import XarmEnvConfig
+    from hfpolicy.policies.scripted.xarm_expert import XarmExpert, run_xarm_expert_episode
+
+    if "xarm" not in _WORKER:
+        env = XarmEnvConfig(obs_type="environment_state_agent_pos").make_single()
+        _WORKER.update(xarm=True, env=env, expert=XarmExpert())
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    episode = run_xarm_expert_episode(_WORKER["env"], _WORKER["expert"], seed)
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    return {"seed": seed, "success": episode.success, "length": episode.n_steps, "wall_s": wall, "cpu_s": cpu}
+
+
+def xarm_main(args) -> int:
+    seeds = list(range(args.first_seed, args.first_seed + args.episodes))
+    started = time.perf_counter()
+    if args.workers > 1:
+        with ProcessPoolExecutor(args.workers) as pool:
+            rows = list(pool.map(run_xarm_seed, seeds))
+    else:
+        rows = [run_xarm_seed(seed) for seed in seeds]
+    success = np.array([r["success"] for r in rows])
+    lengths = [r["length"] for r in rows if r["success"]] or [0]
+    result = {
+        "env": "xarm",
+        "episodes": len(rows),
+        "success_rate": float(success.mean()),
+        "target": 0.95,
+        "median_length_successes": float(np.median(lengths)),
+        "max_length_successes": int(np.max(lengths)),
+        "episode_wall_s": float(np.mean([r["wall_s"] for r in rows])),
+        "episode_cpu_s": float(np.mean([r["cpu_s"] for r in rows])),
+        "failed_seeds": [r["seed"] for r in rows if not r["success"]],
+        "workers": args.workers,
+        "total_wall_s": time.perf_counter() - started,
+    }
+    print(f"scripted xArm lift expert, seeds {seeds[0]}..{seeds[-1]} ({len(rows)} episodes)")
+    mark = "ok" if result["success_rate"] >= 0.95 else "MISSED"
+    print(f"{'success rate':<28} {result['success_rate']:>10.3f} {'>= 0.95':>8}  {mark}")
+    print(f"{'median length (successes)':<28} {result['median_length_successes']:>10.0f}")
+    print(f"{'s/episode (wall)':<28} {result['episode_wall_s']:>10.2f}")
+    if result["failed_seeds"]:
+        print(f"failed seeds: {result['failed_seeds']}")
+    print(json.dumps(result))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env.type", dest="env_type", default="pusht", choices=["pusht", "aloha"], help="the env")
+    parser.add_argument(
+        "--env.type", dest="env_type", default="pusht", choices=["pusht", "aloha", "xarm"], help="the env"
+    )
     parser.add_argument("--env.task", dest="task", default="AlohaTransferCube-v0", help="ALOHA task")
     parser.add_argument("--images", action="store_true", help="ALOHA: render the top camera every step")
     parser.add_argument("--no-shadows", dest="shadows", action="store_false", help="ALOHA: render without shadows")
@@ -147,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.env_type == "aloha":
         return aloha_main(args)
+    if args.env_type == "xarm":
+        return xarm_main(args)
 
     seeds = list(range(args.first_seed, args.first_seed + args.episodes))
     started = time.perf_counter()

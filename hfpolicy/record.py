@@ -3,6 +3,7 @@
     hfpolicy record --env.type=pusht --policy.type=scripted --n_episodes=200 --output_dir=data/pusht_scripted \\
         [--push_to=user/pusht_scripted]
     hfpolicy record --env.type=aloha --env.task=AlohaInsertion-v0 --policy.type=scripted ...  (hfpolicy.record_aloha)
+    hfpolicy record --env.type=xarm --policy.type=scripted ...  (hfpolicy.record_xarm)
 
 The dataset has the features of the converted lerobot/pusht (observation.image as a 96x96 video, observation.state =
 agent x, y, action = target agent x, y, next.reward / next.success / next.done), optionally the block keypoints as
@@ -24,7 +25,7 @@ from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE
 from hfpolicy.datasets import DatasetWriter, push_dataset_to_hub
 from hfpolicy.datasets.pusht_zarr import PUSHT_TASK, pusht_features
 from hfpolicy.datasets.writer import check_dataset_destination
-from hfpolicy.envs import SUCCESS_INFO_KEY, AlohaEnvConfig, EnvConfig, PushTEnvConfig
+from hfpolicy.envs import SUCCESS_INFO_KEY, AlohaEnvConfig, EnvConfig, PushTEnvConfig, XarmEnvConfig
 from hfpolicy.envs.aloha import TASK_NAMES
 from hfpolicy.envs.pusht_scorer import PushTScorer
 from hfpolicy.io.termination import stop_on_sigterm
@@ -37,7 +38,7 @@ class DemonstratorConfig:
     """Who acts while recording."""
 
     type: str = "scripted"
-    """"scripted": the env's expert planning on the simulator's state (PushT, ALOHA)"""
+    """"scripted": the env's expert planning on the simulator's state (PushT, ALOHA, xArm)"""
 
 
 @dataclass
@@ -48,13 +49,15 @@ class RecordConfig:
     policy: DemonstratorConfig = field(default_factory=DemonstratorConfig)  # the demonstrator (--policy.type=scripted)
     n_episodes: int = 50  # episodes to record
     start_seed: int = 0  # episode i is seeded start_seed + i
-    max_steps: int | None = None  # steps after which an episode is cut (default: the env's, PushT 300, ALOHA 400)
+    max_steps: int | None = (
+        None  # steps after which an episode is cut (default: the env's: PushT 300, ALOHA 400, xArm 200)
+    )
     output_dir: str | None = None  # where the dataset is written (must not exist, unless --overwrite=true); required
     overwrite: bool = False  # replace the dataset at output_dir, once the new one is complete (a re-run of a recipe)
     repo_id: str | None = None  # the dataset's name in its metadata (default: local/<output_dir name>)
     push_to: str | None = None  # Hub dataset repo id to upload the finished dataset to
-    environment_state: bool = False  # also record observation.environment_state (PushT: block keypoints; ALOHA: poses)
-    images: bool = True  # record the camera (PushT 96x96, ALOHA 480x640 video); false: state-only, faster to record
+    environment_state: bool = False  # also record observation.environment_state (PushT keypoints; ALOHA, xArm poses)
+    images: bool = True  # record the camera (PushT 96x96, ALOHA 480x640, xArm 84x84 video); false: state-only
     discard_failures: bool = False  # leave out episodes that did not succeed within max_steps
     progress: bool = True  # show a progress bar
 
@@ -63,8 +66,8 @@ def checked_record_config(cfg: RecordConfig) -> RecordConfig:
     """`cfg` checked, with --max_steps resolved (default: the env's episode length); ValueError naming the flag."""
     if cfg.policy.type not in DEMONSTRATORS:
         raise ValueError(f"unknown demonstrator --policy.type={cfg.policy.type!r}; valid: {', '.join(DEMONSTRATORS)}")
-    if not isinstance(cfg.env, PushTEnvConfig | AlohaEnvConfig):
-        raise ValueError(f"scripted experts play PushT and ALOHA only; got --env.type={cfg.env.type}")
+    if not isinstance(cfg.env, PushTEnvConfig | AlohaEnvConfig | XarmEnvConfig):
+        raise ValueError(f"scripted experts play PushT, ALOHA and xArm only; got --env.type={cfg.env.type}")
     if cfg.output_dir is None:
         raise ValueError("--output_dir is required: the folder the dataset is written to")
     if cfg.max_steps is None:
@@ -77,7 +80,7 @@ def checked_record_config(cfg: RecordConfig) -> RecordConfig:
 def record_episodes(writer: DatasetWriter, cfg: RecordConfig, record_one: Callable[[int], bool]) -> int:
     """Records episodes `cfg.start_seed`.. with `record_one(seed)` (it adds the frames and says whether the episode
     succeeded), keeping each one unless it failed and --discard_failures=true; finishes the dataset; returns how
-    many episodes it kept. One loop for every env's recording (PushT here, ALOHA in record_aloha)."""
+    many episodes it kept. One loop for every env's recording (PushT here, ALOHA and xArm in record_aloha/_xarm)."""
     n_kept = n_successes = 0
     with writer:
         bar = tqdm(range(cfg.n_episodes), desc="recording", unit="episode", disable=not cfg.progress)
@@ -102,6 +105,10 @@ def record(cfg: RecordConfig) -> Path:
         from hfpolicy.record_aloha import record_aloha
 
         return record_aloha(cfg)
+    if isinstance(cfg.env, XarmEnvConfig):
+        from hfpolicy.record_xarm import record_xarm
+
+        return record_xarm(cfg)
     output_dir = Path(cfg.output_dir)
     check_dataset_destination(output_dir, cfg.overwrite, cli=True)  # before the env starts; again once held
     from hfpolicy.policies.scripted import PushTExpert
@@ -137,32 +144,39 @@ def record(cfg: RecordConfig) -> Path:
 
 
 def record_episode(env, expert, writer: DatasetWriter, cfg: RecordConfig, seed: int, scorer) -> bool:
-    """One expert episode (hfpolicy.policies.scripted.run_expert_episode) into the writer's current episode: frame t
-    holds the observation before action t, and the reward, success so far and done flag that action produced.
-    Returns whether the episode succeeded."""
+    """One PushT expert episode (hfpolicy.policies.scripted.run_expert_episode) into the writer's current episode
+    (see `record_frames`). Returns whether the episode succeeded."""
     from hfpolicy.policies.scripted.pusht_expert import run_expert_episode
 
-    before: dict = {}  # the frame of the observation the next action is taken from
-    succeeded = False
-
-    def observe(observation) -> None:
-        before.clear()
-        before[OBS_STATE] = observation["agent_pos"].astype(np.float32)
+    def observe(observation) -> dict:
+        frame = {OBS_STATE: observation["agent_pos"].astype(np.float32)}
         if cfg.images:
-            before[OBS_IMAGE] = observation["pixels"]
+            frame[OBS_IMAGE] = observation["pixels"]
         if scorer is not None:
             block = env.unwrapped.block
-            before[OBS_ENV_STATE] = scorer.keypoints(np.array([[*block.position, block.angle]]))[0].astype(np.float32)
+            frame[OBS_ENV_STATE] = scorer.keypoints(np.array([[*block.position, block.angle]]))[0].astype(np.float32)
+        return frame
+
+    return record_frames(
+        writer, PUSHT_TASK, observe, lambda **hooks: run_expert_episode(env, expert, seed, cfg.max_steps, **hooks)
+    )
+
+
+def record_frames(writer: DatasetWriter, task: str, observe: Callable, run_episode: Callable) -> bool:
+    """Writes the episode `run_episode(on_reset=..., on_step=...)` plays into the writer's current episode, with
+    rewards: frame t holds `observe(observation)` of the observation before action t, and the reward, success so far
+    (info["is_success"]) and done flag that action produced, as in lerobot/pusht. Returns whether it succeeded."""
+    before: dict = {}  # the frame of the observation the next action is taken from
+    succeeded = False
 
     def on_step(t, action, observation, reward, terminated, truncated, info) -> None:
         nonlocal succeeded
         succeeded = succeeded or bool(info.get(SUCCESS_INFO_KEY, False))
-        done = terminated or truncated
         frame = {**before, ACTION: np.asarray(action, dtype=np.float32), REWARD: np.float32(reward)}
-        writer.add_frame({**frame, SUCCESS: succeeded, DONE: done}, task=PUSHT_TASK)
-        observe(observation)
+        writer.add_frame({**frame, SUCCESS: succeeded, DONE: bool(terminated or truncated)}, task=task)
+        before.update(observe(observation))
 
-    run_expert_episode(env, expert, seed, cfg.max_steps, on_step=on_step, on_reset=lambda obs, info: observe(obs))
+    run_episode(on_reset=lambda observation, info: before.update(observe(observation)), on_step=on_step)
     return succeeded
 
 
@@ -191,26 +205,29 @@ def main(argv: list[str] | None = None) -> int:
 
 def scripted_recording_env(env: EnvConfig | None) -> EnvConfig:
     """The env whose expert `--dataset.scripted_episodes` records: the training's task (default PushT) with its default
-    episode length (PushT 300, ALOHA 400: full episodes, as the Hub's scripted datasets have)."""
+    episode length (PushT 300, ALOHA 400: full episodes, as the Hub's scripted datasets have; xArm 200)."""
     if isinstance(env, AlohaEnvConfig):
         return AlohaEnvConfig(task=env.task)
+    if isinstance(env, XarmEnvConfig):
+        return XarmEnvConfig(task=env.task)
     if env is None or isinstance(env, PushTEnvConfig):
         return PushTEnvConfig()
     raise ValueError(
-        f"--dataset.scripted_episodes records the scripted expert of PushT or ALOHA, and --env.type={env.type} has "
+        f"--dataset.scripted_episodes records the scripted expert of PushT, ALOHA or xArm, and --env.type={env.type} has "
         "none: record or convert a dataset and pass --dataset.root=DIR"
     )
 
 
 def scripted_task_label(env: EnvConfig | None) -> str:
-    """What a scripted recording of `env` shows, for messages: "PushT", or the ALOHA task."""
+    """What a scripted recording of `env` shows, for messages: "PushT", or the ALOHA or xArm task."""
     env = scripted_recording_env(env)
-    return env.task if isinstance(env, AlohaEnvConfig) else "PushT"
+    return env.task if isinstance(env, AlohaEnvConfig | XarmEnvConfig) else "PushT"
 
 
 def scripted_dataset_root(n_episodes: int, env: EnvConfig | None = None) -> Path:
     """Where `--dataset.scripted_episodes=N` records by default: $HFPOLICY_CACHE (default ~/.cache/hfpolicy), in a
-    folder named after the task (pusht_scripted_N, aloha_transfer_cube_scripted_N, aloha_insertion_scripted_N)."""
+    folder named after the task (pusht_scripted_N, aloha_transfer_cube_scripted_N, aloha_insertion_scripted_N,
+    xarm_lift_scripted_N)."""
     cache = Path(os.environ.get("HFPOLICY_CACHE", Path.home() / ".cache" / "hfpolicy"))
     for folder in (cache, cache / "datasets"):
         if folder.exists() and not folder.is_dir():
@@ -220,6 +237,8 @@ def scripted_dataset_root(n_episodes: int, env: EnvConfig | None = None) -> Path
             )
     env = scripted_recording_env(env)
     name = f"aloha_{TASK_NAMES[env.task]}_scripted" if isinstance(env, AlohaEnvConfig) else "pusht_scripted"
+    if isinstance(env, XarmEnvConfig):
+        name = f"xarm_{env.task.removeprefix('Xarm').removesuffix('-v0').lower()}_scripted"
     return cache / "datasets" / f"{name}_{n_episodes}"
 
 

@@ -37,6 +37,7 @@ BAD_INPUT = (
     "draccus.utils:ParsingError",
     "hfpolicy.io.run_lock:RunLockedError",
     "hfpolicy.policies.registry:PolicyLoadError",
+    "hfpolicy.envs.mujoco_gl:RenderBackendError",  # no OpenGL backend for pixels: its line names MUJOCO_GL's choices
 )
 
 # name -> Command. A name with a space is a command of a group (`hfpolicy convert pusht-zarr`).

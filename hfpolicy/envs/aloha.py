@@ -22,7 +22,6 @@ set already. `shadows=False` turns the one shadow-casting light off (about 3x fa
 then differ slightly from gym-aloha's).
 """
 
-import importlib.util
 import os
 import sys
 from typing import Any
@@ -30,6 +29,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+
+from hfpolicy.envs.mujoco_gl import RENDER_FAILURE, RenderBackendError, backend_advice, use_headless_gl
 
 TASK_NAMES = {"AlohaTransferCube-v0": "transfer_cube", "AlohaInsertion-v0": "insertion"}  # --env.task -> scene
 # The task strings of LeRobot's converted ALOHA sim datasets (lerobot/aloha_sim_*).
@@ -52,55 +53,25 @@ CAMERA = "top"
 GYM_ID = "hfpolicy/Aloha-v0"
 
 
-class RenderBackendError(RuntimeError):
-    """MuJoCo has no working OpenGL backend, so camera frames cannot be rendered."""
-
-
-# (backend, error) of a GL backend that could not be loaded, once rendering was disabled to run the physics
-_RENDER_FAILURE: list[tuple[str, str]] = []
-
-
-def _backend_advice(error: str) -> str:
-    backend = os.environ.get("MUJOCO_GL", "egl")
-    if _RENDER_FAILURE:
-        backend, error = _RENDER_FAILURE[0]
-    return (
-        f"MuJoCo cannot render: MUJOCO_GL={backend} did not work ({error}). Headless machines render with "
-        "MUJOCO_GL=egl (Mesa's EGL: apt install libegl1 libgl1-mesa-dri) or MUJOCO_GL=osmesa (software: apt install "
-        "libosmesa6; slower); a desktop with a display can use MUJOCO_GL=glfw. Set it before starting. State-only "
-        "observations need no rendering: --env.obs_type=environment_state_agent_pos, and no videos (--eval.n_videos=0)"
-    )
-
-
 def load_dm_control(need_rendering: bool):
     """dm_control's `mujoco` module with a GL backend (MUJOCO_GL, default egl). When the backend cannot be loaded,
     RenderBackendError naming the alternatives, unless `need_rendering` is False: then rendering is disabled
     (MUJOCO_GL=disable) for this process and the physics still works."""
-    if _RENDER_FAILURE and need_rendering:
-        raise RenderBackendError(_backend_advice(""))
-    os.environ.setdefault("MUJOCO_GL", "egl")
-    _load_triton_first()
+    if RENDER_FAILURE and need_rendering:
+        raise RenderBackendError(backend_advice(""))
+    use_headless_gl()
     try:
         from dm_control import mujoco
     except Exception as e:  # a missing library shows as ImportError, AttributeError, OSError or RuntimeError
         error = f"{type(e).__name__}: {e}"
         if need_rendering:
-            raise RenderBackendError(_backend_advice(error)) from e
-        _RENDER_FAILURE.append((os.environ["MUJOCO_GL"], error))
+            raise RenderBackendError(backend_advice(error)) from e
+        RENDER_FAILURE.append((os.environ["MUJOCO_GL"], error))
         for name in [m for m in sys.modules if m.startswith("dm_control")]:
             del sys.modules[name]
         os.environ["MUJOCO_GL"] = "disable"
         from dm_control import mujoco
     return mujoco
-
-
-def _load_triton_first() -> None:
-    """Loads triton (when installed) before the GL backend. Mesa's EGL/OSMesa drivers load their LLVM into the process
-    when dm_control opens its display; triton, which torch imports for dynamo (diffusers, accelerate do), brings its
-    own LLVM, and loading it after Mesa's crashes the process (a segfault in triton's import). In this order both
-    work."""
-    if "triton" not in sys.modules and importlib.util.find_spec("triton") is not None:
-        import triton  # noqa: F401
 
 
 def sample_object_pose(task: str, seed: int) -> np.ndarray:
@@ -290,7 +261,7 @@ class AlohaEnv(gym.Env):
         try:
             return self.physics.render(height=size[0], width=size[1], camera_id=CAMERA)
         except (RuntimeError, ImportError, AttributeError, OSError, FatalError) as e:  # no GL context could be made
-            raise RenderBackendError(_backend_advice(f"{type(e).__name__}: {e}")) from e
+            raise RenderBackendError(backend_advice(f"{type(e).__name__}: {e}")) from e
 
     def render(self):
         return self._render(self.visualization_size)

@@ -1,0 +1,44 @@
+"""MuJoCo's OpenGL backend for the MuJoCo envs (ALOHA, xArm): headless by default, one line of advice when it fails.
+
+MuJoCo picks its GL backend from `MUJOCO_GL` when `mujoco` is first imported; `use_headless_gl()` sets it to `egl`
+(headless; Mesa's EGL works without a GPU) unless it is set already, so call it before importing mujoco.
+"""
+
+import importlib.util
+import os
+import sys
+
+
+class RenderBackendError(RuntimeError):
+    """MuJoCo has no working OpenGL backend, so camera frames cannot be rendered."""
+
+
+# (backend, error) of a GL backend that could not be loaded, once rendering was disabled to run the physics
+RENDER_FAILURE: list[tuple[str, str]] = []
+
+
+def backend_advice(error: str) -> str:
+    """One line: which backend failed and how, the backends to choose from, and the state-only way around it."""
+    backend = os.environ.get("MUJOCO_GL", "egl")
+    if RENDER_FAILURE:
+        backend, error = RENDER_FAILURE[0]
+    return (
+        f"MuJoCo cannot render: MUJOCO_GL={backend} did not work ({error}). Headless machines render with "
+        "MUJOCO_GL=egl (Mesa's EGL: apt install libegl1 libgl1-mesa-dri) or MUJOCO_GL=osmesa (software: apt install "
+        "libosmesa6; slower); a desktop with a display can use MUJOCO_GL=glfw. Set it before starting. State-only "
+        "observations need no rendering: --env.obs_type=environment_state_agent_pos, and no videos (--eval.n_videos=0)"
+    )
+
+
+def use_headless_gl() -> None:
+    """MUJOCO_GL=egl unless set, and triton loaded first (see `load_triton_first`)."""
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    load_triton_first()
+
+
+def load_triton_first() -> None:
+    """Loads triton (when installed) before the GL backend. Mesa's EGL/OSMesa drivers load their LLVM into the process
+    when a GL display opens; triton, which torch imports for dynamo (diffusers, accelerate do), brings its own LLVM,
+    and loading it after Mesa's crashes the process (a segfault in triton's import). In this order both work."""
+    if "triton" not in sys.modules and importlib.util.find_spec("triton") is not None:
+        import triton  # noqa: F401

@@ -1,0 +1,108 @@
+"""A scripted xArm lift expert: reach above the cube, descend around it, close the gripper, lift.
+
+It reads the simulator's state (the end effector's and the cube's positions, privileged: a policy sees only its
+observations) at every step and steers the end effector towards its phase's target with a proportional controller:
+
+    env = XarmEnvConfig(obs_type="environment_state_agent_pos").make_single()
+    expert = XarmExpert()
+    observation, info = env.reset(seed=seed)
+    expert.reset(env)
+    while ...:
+        observation, reward, terminated, truncated, info = env.step(expert.act())
+
+Positions are in metres, relative to the table centre (gym-xarm's `eef` and `obj`); actions are the env's: a move in
+[-1, 1]^3 and the grip (-1 open, 1 closed). The expert is a function of the state alone (deterministic).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+REACH, DESCEND, CLOSE, LIFT = range(4)  # the phases, in order
+
+
+@dataclass
+class XarmExpertConfig:
+    """Knobs of the scripted xArm expert (metres, env steps)."""
+
+    approach_height: float = 0.05  # first go this far above the cube's centre ...
+    grasp_depth: float = -0.01  # ... then to this height relative to its centre, gripper open
+    tolerance: float = 0.012  # a target is reached within this distance (above the cube: horizontally, and 2 cm up)
+    close_steps: int = 20  # steps the gripper closes before lifting (it needs ~15 to hold the 17 kg cube)
+    gain: float = 30.0  # action per metre of error (the move saturates at 1 beyond 3.3 cm)
+    episode_steps: int = 200  # LeRobot's xArm episode length
+
+
+class XarmExpert:
+    """The lift expert: `reset(env)` after each env reset, then `act()` for each step's action."""
+
+    def __init__(self, config: XarmExpertConfig | None = None):
+        self.config = config or XarmExpertConfig()
+        self.sim = None
+        self.phase, self.phase_steps = REACH, 0
+
+    def reset(self, env) -> None:
+        """Follows the (just reset) hfpolicy XarmEnv `env`."""
+        sim = getattr(env.unwrapped, "sim", None)
+        if sim is None or not hasattr(sim, "obj"):
+            raise TypeError(f"the xArm expert needs an hfpolicy XarmEnv, got {type(env.unwrapped).__name__}")
+        self.sim, self.phase, self.phase_steps = sim, REACH, 0
+
+    def act(self) -> np.ndarray:
+        """The next action (float32, 4): towards the phase's target, and the phase moves on once it is reached."""
+        if self.sim is None:
+            raise RuntimeError("call reset(env) after each env reset, before act()")
+        cfg, eef, cube = self.config, np.asarray(self.sim.eef), np.asarray(self.sim.obj)
+        if self.phase in (REACH, DESCEND):
+            target = cube + [0, 0, cfg.approach_height if self.phase == REACH else cfg.grasp_depth]
+            error = target - eef
+            reached = np.linalg.norm(error[:2]) < cfg.tolerance and abs(error[2]) < 0.02
+            if self.phase == DESCEND:
+                reached = np.linalg.norm(error) < cfg.tolerance
+            action = np.clip(np.r_[cfg.gain * error, -1.0], -1, 1)
+        else:  # close in place, then lift at full speed
+            reached = self.phase == CLOSE and self.phase_steps + 1 >= cfg.close_steps
+            action = np.array([0.0, 0.0, 1.0 if self.phase == LIFT else 0.0, 1.0])
+        self.phase_steps += 1
+        if reached and self.phase != LIFT:
+            self.phase, self.phase_steps = self.phase + 1, 0
+        return action.astype(np.float32)
+
+
+@dataclass
+class XarmEpisode:
+    """What `run_xarm_expert_episode` returns."""
+
+    seed: int
+    success: bool  # gym-xarm's is_success was reached (it ends the episode)
+    n_steps: int
+    rewards: np.ndarray  # (n_steps,) gym-xarm's rewards
+
+
+def run_xarm_expert_episode(
+    env,
+    expert: XarmExpert,
+    seed: int,
+    max_steps: int | None = None,
+    on_reset: Callable | None = None,
+    on_step: Callable | None = None,
+) -> XarmEpisode:
+    """One episode of `expert` in `env` (an hfpolicy XarmEnv, possibly wrapped) seeded `seed`, for `max_steps`
+    (default: the expert's episode length) or until the env ends it. `on_reset(observation, info)` and
+    `on_step(t, action, observation, reward, terminated, truncated, info)` let a recorder follow."""
+    observation, info = env.reset(seed=seed)
+    if on_reset is not None:
+        on_reset(observation, info)
+    expert.reset(env)
+    rewards, success = [], False
+    for t in range(max_steps or expert.config.episode_steps):
+        action = expert.act()
+        observation, reward, terminated, truncated, info = env.step(action)
+        rewards.append(float(reward))
+        success = success or bool(info.get("is_success", False))
+        if on_step is not None:
+            on_step(t, action, observation, reward, terminated, truncated, info)
+        if terminated or truncated:
+            break
+    return XarmEpisode(seed=seed, success=success, n_steps=len(rewards), rewards=np.array(rewards))
