@@ -50,7 +50,7 @@ def contained_path(root: str | Path, relative: str | PurePath, what: str) -> Pat
     blobs = _hub_cache_blobs(real_root)
     if not (real.is_relative_to(real_root) or (blobs is not None and real.parent == blobs)):
         raise OutsideFolderError(
-            f"{what} names {text!r}, a link to {real}, outside {root}: hfpolicy reads only files inside the folder it "
+            f"{what} names {text!r}, which resolves to {real}, outside {root}: hfpolicy reads only files inside the folder it "
             "is given (copy the file into the folder instead of linking it)"
         )
     return path

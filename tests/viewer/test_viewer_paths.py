@@ -80,7 +80,7 @@ def test_a_linked_eval_video_leading_out_is_refused(eval_dir, tmp_path, capsys):
     video = crafted / "videos" / "eval_episode_0.mp4"
     video.unlink()
     video.symlink_to(tmp_path / "secret.mp4")
-    assert "a link to" in refused(capsys, crafted, "--embed_videos=true")
+    assert "which resolves to" in refused(capsys, crafted, "--embed_videos=true")
     assert_nowhere_embedded(tmp_path)
 
 
