@@ -101,3 +101,20 @@ def test_the_run_page_never_replaces_an_evaluation_page(eval_dir, tmp_path, caps
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and f"--output={eval_page} is the page of step 10 itself" in err
     assert not eval_page.exists() and not (run / "view.html").exists()
+
+
+def test_push_never_uploads_a_linked_video_from_elsewhere(eval_dir, tmp_path):
+    """`hfpolicy push` copies the latest evaluation's videos into the repo: a link leading out is refused first."""
+    from hfpolicy.hub.push import run_artifacts
+    from hfpolicy.training.run_folder import RunFolder
+
+    run = tmp_path / "run"
+    shutil.copytree(eval_dir, run / "eval" / "step_000010")
+    append_metrics(run / METRICS_FILE, 10, {"loss": 1.0})
+    (tmp_path / "secret.mp4").write_bytes(SECRET)
+    video = run / "eval" / "step_000010" / "videos" / "eval_episode_1.mp4"
+    video.unlink()
+    video.symlink_to(tmp_path / "secret.mp4")
+    with pytest.raises(OutsideFolderError, match="eval_episode_1.mp4"):
+        run_artifacts(RunFolder(run), {}, None, "hfpolicy train")
+    assert_nowhere_embedded(tmp_path)
