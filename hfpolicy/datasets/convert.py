@@ -38,7 +38,7 @@ def convert_pusht_zarr_command(config: PushTZarrConfig) -> str:
         raise ValueError("give the zarr path and --output_dir=DIR")
     check_apart(
         config.output_dir, config.zarr_path, output_words=f"--output_dir={config.output_dir}",
-        source_words=f"the zarr {config.zarr_path}",
+        source_words=f"the zarr {config.zarr_path}", replaces_output=config.overwrite,
     )  # fmt: skip
     check_dataset_destination(config.output_dir, config.overwrite, cli=True)  # before reading the zarr
     with stop_on_sigterm():  # a stopped conversion removes its staging folder
@@ -93,7 +93,7 @@ def convert_lerobot_v21_command(config: LeRobotV21Config) -> str:
     if Path(config.source).expanduser().is_dir():  # a Hub source is checked once downloaded, still before writing
         check_apart(
             config.output_dir, Path(config.source).expanduser(), output_words=f"--output_dir={config.output_dir}",
-            source_words=f"the source {config.source}",
+            source_words=f"the source {config.source}", replaces_output=config.overwrite,
         )  # fmt: skip
     check_dataset_destination(config.output_dir, config.overwrite, cli=True)  # before reading the source
     with stop_on_sigterm():  # a stopped conversion removes its staging folder

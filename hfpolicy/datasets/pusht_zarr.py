@@ -193,7 +193,13 @@ def convert_pusht_zarr(
         progress: show a progress bar.
     """
     zarr_path, output_dir = Path(zarr_path), Path(output_dir)
-    check_apart(output_dir, zarr_path, output_words=f"output_dir={output_dir}", source_words=f"the zarr {zarr_path}")
+    check_apart(
+        output_dir,
+        zarr_path,
+        output_words=f"output_dir={output_dir}",
+        source_words=f"the zarr {zarr_path}",
+        replaces_output=overwrite,
+    )
     group, (starts, ends), states, actions, chosen = open_pusht_zarr(zarr_path, episodes)
     images = _ZarrFrames(group["data/img"], f"{zarr_path}/data/img")
     image_size = int(group["data/img"].shape[1])
