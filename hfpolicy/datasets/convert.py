@@ -6,8 +6,10 @@ hfpolicy convert lerobot-v2.1 REPO_OR_DIR --output_dir=DIR [--revision=REV] [--e
 
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from hfpolicy.datasets.metadata import DatasetMeta
+from hfpolicy.io.paths import check_apart
 from hfpolicy.io.termination import stop_on_sigterm
 
 
@@ -34,6 +36,10 @@ def convert_pusht_zarr_command(config: PushTZarrConfig) -> str:
 
     if not config.zarr_path or not config.output_dir:
         raise ValueError("give the zarr path and --output_dir=DIR")
+    check_apart(
+        config.output_dir, config.zarr_path, output_words=f"--output_dir={config.output_dir}",
+        source_words=f"the zarr {config.zarr_path}", replaces_output=config.overwrite,
+    )  # fmt: skip
     check_dataset_destination(config.output_dir, config.overwrite, cli=True)  # before reading the zarr
     with stop_on_sigterm():  # a stopped conversion removes its staging folder
         root = convert_pusht_zarr(
@@ -84,6 +90,11 @@ def convert_lerobot_v21_command(config: LeRobotV21Config) -> str:
 
     if not config.source or not config.output_dir:
         raise ValueError("give the v2.1 dataset (a folder or a Hub repo id) and --output_dir=DIR")
+    if Path(config.source).expanduser().is_dir():  # a Hub source is checked once downloaded, still before writing
+        check_apart(
+            config.output_dir, Path(config.source).expanduser(), output_words=f"--output_dir={config.output_dir}",
+            source_words=f"the source {config.source}", replaces_output=config.overwrite,
+        )  # fmt: skip
     check_dataset_destination(config.output_dir, config.overwrite, cli=True)  # before reading the source
     with stop_on_sigterm():  # a stopped conversion removes its staging folder
         root = convert_lerobot_v21(

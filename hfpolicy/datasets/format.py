@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from hfpolicy.constants import EPISODE_INDEX, FRAME_INDEX, INDEX, TASK_INDEX, TIMESTAMP
+from hfpolicy.io.paths import contained_path
 
 CODEBASE_VERSION = "v3.0"
 
@@ -132,7 +133,7 @@ REQUIRED_INFO_FIELDS = ("codebase_version", "fps", "features", "data_path")
 def load_info(root: str | Path, repo_id: str | None = None) -> dict[str, Any]:
     """Reads and checks meta/info.json of a local dataset root; feature shapes become tuples."""
     root = Path(root)
-    path = root / INFO_PATH
+    path = contained_path(root, INFO_PATH, what=INFO_PATH)
     if not root.is_dir():
         raise DatasetFormatError(f"dataset root {root} does not exist (or is not a directory)")
     if not path.is_file():

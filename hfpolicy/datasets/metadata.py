@@ -1,7 +1,7 @@
 """The meta/ folder of a dataset, loaded: info.json, stats.json, tasks.parquet and the episode table (v3.0), or
 their v2.1 counterparts in the same shape (legacy_v21.py)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from hfpolicy.datasets.format import (
     load_info,
 )
 from hfpolicy.datasets.stats import aggregate_stats, load_stats_json
+from hfpolicy.io.paths import contained_path
 
 
 @dataclass
@@ -40,6 +41,7 @@ class DatasetMeta:
     stats: dict[str, dict[str, np.ndarray]] | None  # meta/stats.json (None when absent and not derivable)
     tasks: dict[int, str]  # task_index -> task
     episodes: pd.DataFrame  # one row per episode, sorted by episode_index (stats columns left out)
+    _inside: set[str] = field(default_factory=set, init=False, repr=False, compare=False)  # checked paths
 
     @classmethod
     def load(cls, root: str | Path, repo_id: str | None = None) -> "DatasetMeta":
@@ -94,9 +96,10 @@ class DatasetMeta:
         row = self.episode_row(episode_index)
         chunk, file = int(row[EP_DATA_CHUNK]), int(row[EP_DATA_FILE])
         # v3.0 templates name chunk_index / file_index, v2.1 ones episode_chunk / episode_index
-        return self.info["data_path"].format(
+        path = self.info["data_path"].format(
             chunk_index=chunk, file_index=file, episode_chunk=chunk, episode_index=episode_index
         )
+        return self.checked_file(path, "data_path")
 
     def video_file(self, episode_index: int, video_key: str) -> str:
         row = self.episode_row(episode_index)
@@ -104,13 +107,22 @@ class DatasetMeta:
         if not template:
             raise DatasetFormatError(f"{INFO_PATH} has video feature {video_key!r} but no video_path template")
         chunk = int(row[ep_video_column(video_key, "chunk_index")])
-        return template.format(
+        path = template.format(
             video_key=video_key,
             chunk_index=chunk,
             file_index=int(row[ep_video_column(video_key, "file_index")]),
             episode_chunk=chunk,
             episode_index=episode_index,
         )
+        return self.checked_file(path, "video_path")
+
+    def checked_file(self, path: str, template: str) -> str:
+        """`path`, made from info.json's `template`, once `contained_path` found it inside the dataset root (every
+        reader, local, streamed or v2.1, opens a dataset's files through data_file / video_file)."""
+        if path not in self._inside:
+            contained_path(self.root, path, what=f"{INFO_PATH} {template}")
+            self._inside.add(path)
+        return path
 
     def files_for(self, episodes: list[int], with_videos: bool = True) -> list[str]:
         """Relative paths of the data (and video) files that hold the given episodes."""

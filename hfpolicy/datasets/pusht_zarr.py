@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE, REWARD, SUCCESS
 from hfpolicy.datasets.writer import DatasetWriter
 from hfpolicy.envs.pusht_scorer import PushTScorer
+from hfpolicy.io.paths import check_apart
 
 PUSHT_FPS = 10
 PUSHT_TASK = "Push the T-shaped block onto the T-shaped target."
@@ -192,6 +193,13 @@ def convert_pusht_zarr(
         progress: show a progress bar.
     """
     zarr_path, output_dir = Path(zarr_path), Path(output_dir)
+    check_apart(
+        output_dir,
+        zarr_path,
+        output_words=f"output_dir={output_dir}",
+        source_words=f"the zarr {zarr_path}",
+        replaces_output=overwrite,
+    )
     group, (starts, ends), states, actions, chosen = open_pusht_zarr(zarr_path, episodes)
     images = _ZarrFrames(group["data/img"], f"{zarr_path}/data/img")
     image_size = int(group["data/img"].shape[1])

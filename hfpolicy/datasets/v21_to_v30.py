@@ -17,6 +17,7 @@ from hfpolicy.datasets.dataset import PolicyDataset
 from hfpolicy.datasets.format import BOOKKEEPING_FEATURES, DatasetFormatError
 from hfpolicy.datasets.legacy_v21 import is_v21
 from hfpolicy.datasets.writer import DatasetWriter
+from hfpolicy.io.paths import check_apart
 
 
 def open_v21_source(source: str, revision: str | None = None, episodes: Sequence[int] | None = None) -> PolicyDataset:
@@ -56,6 +57,13 @@ def convert_lerobot_v21(
 ) -> Path:
     """Writes the v2.1 dataset `source` (a folder, or a Hub repo id) as a v3.0 dataset at `output_dir`."""
     dataset = open_v21_source(source, revision=revision, episodes=episodes)
+    check_apart(
+        output_dir,
+        dataset.root,
+        output_words=f"output_dir={output_dir}",
+        source_words=f"the source {source}",
+        replaces_output=overwrite,
+    )
     features = writer_features(dataset.features)
     writer = DatasetWriter.create(
         output_dir,

@@ -33,6 +33,7 @@ from hfpolicy.eval.rollouts import EpisodeRecord
 from hfpolicy.eval.videos import VideoWriteError
 from hfpolicy.field_errors import ConfigFieldError
 from hfpolicy.io.atomic import is_temporary
+from hfpolicy.io.paths import check_apart
 from hfpolicy.io.run_lock import RunLock
 from hfpolicy.io.termination import stop_on_sigterm
 from hfpolicy.policies.base import Policy, PolicyLoadError
@@ -176,6 +177,21 @@ class OutputDirError(ValueError):
     """--output_dir cannot be written."""
 
 
+def check_eval_folders(config: EvalPipelineConfig) -> None:
+    """Before anything is read or created: --output_dir and --dataset_dir lie apart from a local --policy.path (the
+    policy's folder is never written into), and --output_dir is neither --dataset_dir nor inside it."""
+    policy_dir = Path(config.policy.path).expanduser() if config.policy.path else None
+    source = f"--policy.path={config.policy.path}"
+    for flag, folder in (("--output_dir", config.output_dir), ("--dataset_dir", config.dataset_dir)):
+        if folder is not None and policy_dir is not None and policy_dir.is_dir():
+            check_apart(folder, policy_dir, output_words=f"{flag}={folder}", source_words=source, replaces_output=False)
+    if config.output_dir is not None and config.dataset_dir is not None:
+        check_apart(
+            config.output_dir, config.dataset_dir, output_words=f"--output_dir={config.output_dir}",
+            source_words=f"--dataset_dir={config.dataset_dir}", replaces_output=False,
+        )  # fmt: skip
+
+
 def check_writable(output_dir: Path, flag: str | None = None) -> None:
     """Creates `output_dir` and writes a probe file in it, so an unwritable folder fails before any episode runs.
     `flag` names the folder in the error (default: --output_dir=<output_dir>)."""
@@ -241,6 +257,7 @@ class EvalWriteError(RuntimeError):
 
 def run(config: EvalPipelineConfig) -> str:
     """`hfpolicy eval`: loads the policy, evaluates it, saves the results; the summary line."""
+    check_eval_folders(config)
     set_torch_threads(config.num_threads)
     policy, env_config = load_policy_and_env_config(config)
     config.output_dir = config.output_dir or default_output_dir(env_config)

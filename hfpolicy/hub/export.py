@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hfpolicy.io.atomic import Staging
+from hfpolicy.io.paths import check_apart
 from hfpolicy.io.termination import stop_on_sigterm
 from hfpolicy.policies.base import Policy
 from hfpolicy.policies.card import make_model_card
@@ -96,6 +97,12 @@ def export_command(config: ExportConfig) -> str:
         raise ValueError("--output_dir is required: the directory to create")
     if config.format not in FORMATS:
         raise ValueError(f"unknown --format={config.format!r}; formats: {', '.join(FORMATS)}")
+    policy_dir = Path(config.policy.path).expanduser()
+    if policy_dir.is_dir():  # a local policy: the export is never written into its folder
+        check_apart(
+            config.output_dir, policy_dir, output_words=f"--output_dir={config.output_dir}",
+            source_words=f"--policy.path={config.policy.path}", replaces_output=False,
+        )  # fmt: skip
     if Path(config.output_dir).exists():
         raise FileExistsError(f"{config.output_dir} already exists; choose a new --output_dir")
     policy = Policy.from_pretrained(config.policy.path, revision=config.policy.revision)

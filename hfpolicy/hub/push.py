@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from hfpolicy.constants import EVAL_INFO_FILE, TRAIN_CONFIG_FILE
 from hfpolicy.io.hub_errors import describe_push_error
+from hfpolicy.io.paths import contained_path
 from hfpolicy.io.run_lock import RunLock, RunLockedError
 from hfpolicy.training.run_folder import PRETRAINED_DIR, RunFolder
 
@@ -140,7 +141,11 @@ def run_artifacts(run: RunFolder, train_config: dict, up_to_step: int | None, tr
     from hfpolicy.training.curve import draw_training_curve
 
     eval_dir = run.latest_eval_dir(up_to_step)
+    if eval_dir is not None:  # what is uploaded is checked to lie inside the run folder (no link to elsewhere)
+        eval_dir = contained_path(run.root, eval_dir.relative_to(run.root), what="the run's evaluation")
+        contained_path(eval_dir, EVAL_INFO_FILE, what=f"the evaluation's {EVAL_INFO_FILE}")
     videos = sorted((eval_dir / "videos").glob("*.mp4"), key=episode_index_of) if eval_dir is not None else []
+    videos = [contained_path(eval_dir, v.relative_to(eval_dir), what=f"the eval video {v.name}") for v in videos]
     dataset = train_config.get("dataset") or {}
     return PolicyArtifacts(
         eval_info=eval_dir / EVAL_INFO_FILE if eval_dir is not None else None,

@@ -21,6 +21,7 @@ from hfpolicy.cli.flags import parse_flags
 from hfpolicy.constants import TRAIN_CONFIG_FILE
 from hfpolicy.envs.configs import EnvConfig, PushTEnvConfig
 from hfpolicy.eval.config import TrainEvalConfig
+from hfpolicy.io.paths import OutputOverlapsSourceError, check_apart
 from hfpolicy.policies.config import PolicyConfig
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
 
@@ -148,6 +149,14 @@ def validate_train_config(cfg: TrainConfig) -> None:
     if cfg.dataset.scripted_episodes < 0:
         problems.append(f"--dataset.scripted_episodes must be >= 0, got {cfg.dataset.scripted_episodes}")
     problems += online_config_problems(cfg)
+    if cfg.output_dir and cfg.dataset.root:  # the run folder (checkpoints rotate, online_data/ is replaced) apart
+        try:
+            check_apart(
+                cfg.output_dir, cfg.dataset.root, output_words=f"--output_dir={cfg.output_dir}",
+                source_words=f"--dataset.root={cfg.dataset.root}",
+            )  # fmt: skip
+        except OutputOverlapsSourceError as e:
+            problems.append(str(e))
     from hfpolicy.policies.device import accelerator_device_options  # imports torch: not at `--help` time
 
     try:

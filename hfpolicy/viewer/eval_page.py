@@ -16,6 +16,7 @@ from hfpolicy.constants import EVAL_INFO_FILE
 from hfpolicy.eval.cli import EPISODES_FILE
 from hfpolicy.eval.evaluation import summarize_episodes
 from hfpolicy.eval.rollouts import EpisodeRecord
+from hfpolicy.io.paths import contained_path
 from hfpolicy.io.video import episode_index_of, probe_video
 from hfpolicy.viewer.page import rounded, rounded_list
 
@@ -26,13 +27,13 @@ RECORD_FIELDS = ("index", "seed", "success", "max_reward", "sum_reward", "length
 
 def load_eval_info(eval_dir: Path) -> dict[str, Any]:
     """eval_info.json, or the records of episodes.jsonl with their aggregates computed here (eval time unknown)."""
-    info_path = eval_dir / EVAL_INFO_FILE
+    info_path = contained_path(eval_dir, EVAL_INFO_FILE, what=f"the evaluation's {EVAL_INFO_FILE}")
     if info_path.is_file():
         info = json.loads(info_path.read_text())
         if "per_episode" not in info or "aggregated" not in info:
             raise ValueError(f"{info_path} is not an eval_info.json (no 'aggregated' / 'per_episode' entries)")
         return info
-    records_path = eval_dir / EPISODES_FILE
+    records_path = contained_path(eval_dir, EPISODES_FILE, what=f"the evaluation's {EPISODES_FILE}")
     if not records_path.is_file():
         raise FileNotFoundError(
             f"{eval_dir} holds neither {EVAL_INFO_FILE} nor {EPISODES_FILE}: pass the --output_dir of `hfpolicy eval`"
@@ -50,13 +51,18 @@ def load_eval_info(eval_dir: Path) -> dict[str, Any]:
 
 
 def find_eval_videos(eval_dir: Path, info: dict[str, Any]) -> dict[int, Path]:
-    """Episode index -> mp4, from eval_dir/videos/ (where the eval wrote them), else from eval_info's video_paths."""
+    """Episode index -> mp4, from eval_dir/videos/ (where the eval wrote them), else from eval_info's video_paths
+    (relative to eval_dir, or absolute) for the episodes filmed elsewhere; an entry naming no file is passed over (a
+    copied or moved evaluation's old paths). Every video is checked by `contained_path` to lie inside eval_dir."""
     videos = {}
-    candidates = sorted((eval_dir / VIDEOS_DIR).glob("*.mp4")) + [Path(p) for p in info.get("video_paths", [])]
-    for path in candidates:
+    for path in sorted((eval_dir / VIDEOS_DIR).glob("*.mp4")):
         index = episode_index_of(path)
         if index is not None and index not in videos and path.is_file():
-            videos[index] = path
+            videos[index] = contained_path(eval_dir, path.relative_to(eval_dir), what=f"the eval video {path.name}")
+    for entry in info.get("video_paths", []):
+        index = episode_index_of(entry)
+        if index is not None and index not in videos and (eval_dir / entry).is_file():
+            videos[index] = contained_path(eval_dir, entry, what=f"{EVAL_INFO_FILE} video_paths")
     return videos
 
 

@@ -50,10 +50,16 @@ def render_page(data: dict[str, Any]) -> str:
     """The page's HTML: `data` (JSON-ready, with "kind" and "title") in a script element, the assets inline."""
     if data.get("kind") not in PAGE_KINDS:
         raise ValueError(f"page data needs a kind among {PAGE_KINDS}, got {data.get('kind')!r}")
-    # "</" would end the script element early; "<\/" is the same string to JSON.
-    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     title = str(data.get("title", "hfpolicy")).replace("&", "&amp;").replace("<", "&lt;")
-    return TEMPLATE.format(title=title, data=payload, **{name: asset(name) for name in ASSETS})
+    return TEMPLATE.format(title=title, data=script_json(data), **{name: asset(name) for name in ASSETS})
+
+
+def script_json(data: Any) -> str:
+    """`data` as JSON that stays inert inside an HTML script element: every "<" is written \\u003c (so that no
+    "</script" ends the element early and no "<!--" turns the parser into its escaped states, which leaves the page
+    blank), and U+2028 / U+2029 as escapes too. JSON.parse reads the same strings back."""
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
 def write_page(path: str | Path, data: dict[str, Any]) -> Path:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from hfpolicy.constants import METRICS_FILE, TRAIN_CONFIG_FILE
+from hfpolicy.io.paths import check_apart, contained_path
 from hfpolicy.training.config import flat_hparams
 from hfpolicy.training.metrics_log import read_metrics
 from hfpolicy.viewer.eval_page import eval_page_data, load_eval_info
@@ -18,12 +19,13 @@ TRAIN_CURVES = ("loss", "lr", "grad_norm")  # metrics.jsonl entries drawn over s
 
 
 def run_evaluations(run_dir: Path) -> list[tuple[int, Path]]:
-    """(step, folder) of the run's evaluations that wrote records, by step."""
+    """(step, folder) of the run's evaluations that wrote records, by step; each checked by `contained_path` to lie
+    inside the run folder."""
     found = []
     for folder in (run_dir / EVAL_DIR).glob("step_*"):
         step = folder.name.removeprefix("step_")
         if step.isdigit() and any((folder / name).is_file() for name in ("eval_info.json", "episodes.jsonl")):
-            found.append((int(step), folder))
+            found.append((int(step), contained_path(run_dir, folder.relative_to(run_dir), "the run's evaluation")))
     return sorted(found)
 
 
@@ -36,8 +38,8 @@ def curve(entries: list[dict[str, Any]], key: str) -> list[list[float | None]]:
 def run_page_data(run_dir: str | Path, eval_pages: dict[int, str] | None = None) -> dict[str, Any]:
     """The page data of the run in `run_dir`; `eval_pages` maps an evaluation's step to the URL of its page."""
     run_dir = Path(run_dir)
-    entries = read_metrics(run_dir / METRICS_FILE)
-    config_path = run_dir / TRAIN_CONFIG_FILE
+    entries = read_metrics(contained_path(run_dir, METRICS_FILE, what=f"the run's {METRICS_FILE}"))
+    config_path = contained_path(run_dir, TRAIN_CONFIG_FILE, what=f"the run's {TRAIN_CONFIG_FILE}")
     config = json.loads(config_path.read_text()) if config_path.is_file() else {}
     evaluations = []
     for step, folder in run_evaluations(run_dir):
@@ -71,8 +73,12 @@ def write_run_pages(run_dir: str | Path, page_path: str | Path, embed_videos: bo
     """Writes each evaluation's page (eval/step_N/view.html) and the run's page at `page_path`, linked to them.
     `embed_videos=None` embeds an evaluation's videos when they total under 10 MB."""
     run_dir, page_path = Path(run_dir), Path(page_path)
+    evaluations = run_evaluations(run_dir)
+    for step, folder in evaluations:  # before any page is written: the run's page replaces none of the others
+        eval_page = folder / EVAL_PAGE_FILE
+        check_apart(page_path, eval_page, output_words=f"--output={page_path}", source_words=f"the page of step {step}")
     eval_pages = {}
-    for step, folder in run_evaluations(run_dir):
+    for step, folder in evaluations:
         eval_page = folder / EVAL_PAGE_FILE
         embed = small_enough_to_embed(folder) if embed_videos is None else embed_videos
         data = eval_page_data(folder, VideoLinker(eval_page, embed), title=f"evaluation at step {step}")

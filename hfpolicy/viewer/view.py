@@ -66,6 +66,8 @@ def view(path: str | Path, output: str | Path | None = None, embed_videos: bool 
     page = Path(output) if output is not None else path / DEFAULT_PAGE_FILE
     if page.suffix.lower() not in (".html", ".htm"):
         raise ValueError(f"--output={page} must name an .html file")
+    if page.is_dir():
+        raise ValueError(f"--output={page} is a folder: name the .html file to write")
     if kind == "run":
         return write_run_pages(path, page, embed_videos)
     if embed_videos is None:

@@ -72,3 +72,16 @@ def test_a_damaged_store_is_refused_naming_array_and_chunk(small_zarr, tmp_path,
 def test_the_intact_small_store_converts(small_zarr, tmp_path, capsys):
     assert convert_main(["pusht-zarr", str(small_zarr), f"--output_dir={tmp_path / 'out'}"]) == 0
     assert "2 episodes, 279 frames" in capsys.readouterr().out
+
+
+def test_the_dataset_is_never_written_inside_the_store(small_zarr, tmp_path, capsys):
+    """An --output_dir inside the zarr (or the zarr itself) is refused in one line before anything is written."""
+    store = tmp_path / "store.zarr"
+    shutil.copytree(small_zarr, store)
+    before = sorted(str(p.relative_to(store)) for p in store.rglob("*"))
+    for out in (store / "lerobot", store):
+        argv = ["pusht-zarr", str(store), f"--output_dir={out}", "--episodes=[0]", "--overwrite=true"]
+        assert convert_main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and f"the zarr {store}" in err
+    assert sorted(str(p.relative_to(store)) for p in store.rglob("*")) == before

@@ -2,6 +2,9 @@
 reads the episode table from the DOM, clicks an episode, checks that its video (an H.264 mp4 as hfpolicy writes it)
 loads and that moving the time cursor moves the plots' marker, and saves screenshots under the test's tmp dir."""
 
+import json
+
+import numpy as np
 import pytest
 from chromium import Chromium, find_chromium
 from viewer.viewer_inputs import pusht_eval, recorded_dataset
@@ -105,3 +108,60 @@ def test_dataset_page_in_chromium(browser, tmp_path):
     )
     assert page.evaluate(f"{ROWS}.length") == 0
     page.screenshot(tmp_path / "dataset_page.png")
+
+
+# Strings that, put in a page's inline JSON unescaped, end its script element, turn the HTML parser into its
+# (double-)escaped script states (a blank page), or would run script if the page ever wrote them as HTML.
+PAYLOADS = [
+    "<!--<script>",
+    "</script><script>window.__payload_ran = 1</script>",
+    "<script>window.__payload_ran = 2</script>",
+    '<img src=x onerror="window.__payload_ran = 3">',
+    '<svg onload="window.__payload_ran = 4">',
+    "<!--",
+    "-->",
+    "</SCRIPT ><!-- <script>",
+    "<![CDATA[ ]]>",
+    "\u2028\u2029 line separators",
+    '<iframe srcdoc="<script>parent.__payload_ran = 5</script>">',
+    "&lt;/script&gt; \" ' ` ${1}",
+]
+FEATURE_PAYLOADS = ["<!--<script>", "<img src=x onerror=window.__payload_ran=6>"]  # no "/": not in feature names
+
+
+def assert_drawn_and_inert(page, texts):
+    """The page drew (the viewer script ran to its end), no payload ran, and each payload reads as plain text."""
+    page.wait_for("document.body.dataset.ready", timeout=10)
+    assert page.evaluate("window.__payload_ran === undefined")
+    body = page.evaluate("document.body.textContent")
+    for text in texts:
+        assert text in body
+
+
+def test_payloads_in_task_strings_and_feature_names_stay_text(browser, tmp_path):
+    from hfpolicy.datasets import DatasetWriter
+
+    names = {"observation.state": FEATURE_PAYLOADS[0], "action": FEATURE_PAYLOADS[1]}
+    features = {key: {"dtype": "float32", "shape": [1], "names": [name]} for key, name in names.items()}
+    features[FEATURE_PAYLOADS[0]] = {"dtype": "float32", "shape": [1], "names": None}
+    writer = DatasetWriter.create(tmp_path / "payloads", "user/payloads", 10, features)
+    with writer:
+        for episode, task in enumerate(PAYLOADS):
+            for i in range(3):
+                writer.add_frame({key: np.full(1, episode + i, np.float32) for key in features}, task=task)
+            writer.save_episode()
+    page = browser.open(view(tmp_path / "payloads").as_uri())
+    assert_drawn_and_inert(page, [p.replace("\u2028", "").replace("\u2029", "") for p in PAYLOADS[:9]])
+
+
+def test_payloads_in_eval_records_stay_text(browser, tmp_path):
+    eval_dir = tmp_path / "<!--<script>eval"
+    eval_dir.mkdir()
+    pusht_eval(eval_dir, n_episodes=2, n_videos=0, episode_length=5)
+    info = json.loads((eval_dir / "eval_info.json").read_text())
+    info["aggregated"].update({f"note {i}": text for i, text in enumerate(PAYLOADS)})
+    for record, text in zip(info["per_episode"], PAYLOADS, strict=False):
+        record["seed"] = text
+    (eval_dir / "eval_info.json").write_text(json.dumps(info))
+    page = browser.open(view(eval_dir).as_uri())
+    assert_drawn_and_inert(page, ["<!--<script>eval", PAYLOADS[0], PAYLOADS[1]])

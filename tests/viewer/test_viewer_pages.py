@@ -261,3 +261,21 @@ def test_videos_go_inside_the_page_only_when_small(toy_eval_dir, tmp_path, monke
     assert cli_main(["view", str(eval_dir), f"--output={tmp_path / 'c.html'}", "--embed_videos=true"]) == 0
     assert page_data(tmp_path / "c.html").data["episodes"][0]["video"].startswith("data:video/mp4")
     assert cli_main(["view", str(eval_dir), "--embed_videos=maybe"]) == 2
+
+
+def test_the_page_json_holds_no_angle_bracket_and_no_line_separator():
+    """Every "<" of the data is written \\u003c: "<!--" and "<script" cannot reach the HTML parser (it would leave
+    the page blank), and U+2028 / U+2029 are escaped; the JSON reads back the same."""
+    from hfpolicy.viewer.page import script_json
+
+    data = {"kind": "dataset", "tasks": ["<!--<script>", "</script>", "a\u2028b\u2029c", "<"], "<k>": 1}
+    text = script_json(data)
+    assert "<" not in text and "\u2028" not in text and "\u2029" not in text
+    assert json.loads(text) == data
+    assert page_data_of(render_page(data)) == data
+
+
+def page_data_of(html_text: str):
+    parser = PageData()
+    parser.feed(html_text)
+    return parser.data
