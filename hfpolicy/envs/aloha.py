@@ -65,7 +65,7 @@ def _backend_advice(error: str) -> str:
     if _RENDER_FAILURE:
         backend, error = _RENDER_FAILURE[0]
     return (
-        f"MuJoCo cannot render: MUJOCO_GL={backend} did not work ({error}). Headless machines render with "
+        f"MuJoCo cannot render: MUJOCO_GL={backend} did not work ({error.rstrip('.')}). Headless machines render with "
         "MUJOCO_GL=egl (Mesa's EGL: apt install libegl1 libgl1-mesa-dri) or MUJOCO_GL=osmesa (software: apt install "
         "libosmesa6; slower); a desktop with a display can use MUJOCO_GL=glfw. Set it before starting. State-only "
         "observations need no rendering: --env.obs_type=environment_state_agent_pos, and no videos (--eval.n_videos=0)"
