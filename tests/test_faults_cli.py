@@ -211,6 +211,10 @@ def test_a_local_looking_convert_source_that_is_not_there_is_no_such_folder(tmp_
         assert convert_main(["lerobot-v2.1", source, f"--output_dir={tmp_path / 'out'}"]) == 2
         err = one_line(capsys)
         assert f"no such folder: {source}" in err and "Hub" not in err.split("(")[0]
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)  # a repo id that cannot be fetched: one line too
+    assert convert_main(["lerobot-v2.1", "user/not-here", f"--output_dir={tmp_path / 'out'}"]) == 2
+    err = one_line(capsys)
+    assert "could not download the dataset 'user/not-here' from the Hub" in err and "no folder user/not-here" in err
     (tmp_path / "data.zip").write_bytes(b"PK")
     assert convert_main(["lerobot-v2.1", "data.zip", f"--output_dir={tmp_path / 'out'}"]) == 2
     assert "data.zip is a file, not a dataset folder" in one_line(capsys)
@@ -247,6 +251,8 @@ def test_a_mixture_says_which_features_it_leaves_out_without_progress_bars(pusht
     no_keypoints = record(RecordConfig(n_episodes=2, output_dir=str(tmp_path / "b"), progress=False, repo_id="local/b"))
     argv = flags(f"[{pusht_state_dataset},{no_keypoints}]", tmp_path / "run", "--steps=1")
     argv = [a for a in argv if not a.startswith("--dataset.input_features")]  # the keypoints: only one dataset has them
-    assert train_main([*argv, "--dataset.input_features=[observation.state,observation.image]"]) == 0  # --progress=false
+    assert (
+        train_main([*argv, "--dataset.input_features=[observation.state,observation.image]"]) == 0
+    )  # --progress=false
     out = capsys.readouterr().out
     assert "features not in every dataset are left out: ['observation.environment_state']" in out
