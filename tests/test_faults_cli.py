@@ -1,9 +1,12 @@
 """Fault cases that used to end in a traceback or the wrong cause: each now ends in one line naming the problem and
 the fix (export, eval, push, the Hub, metrics.jsonl, the action shape, the cache folder)."""
 
+import json
 import os
 import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import huggingface_hub.constants as hub_constants
 import pytest
@@ -12,7 +15,7 @@ from hub.test_export import saved_policy
 from huggingface_hub import HfApi
 from training.test_train_faults import closed_port, flags
 
-from hfpolicy.constants import ACTION, EVAL_INFO_FILE, METRICS_FILE, OBS_ENV_STATE, OBS_STATE
+from hfpolicy.constants import ACTION, EVAL_INFO_FILE, METRICS_FILE, OBS_ENV_STATE, OBS_STATE, TRAIN_CONFIG_FILE
 from hfpolicy.eval import main as eval_main
 from hfpolicy.hub.export import export_policy
 from hfpolicy.hub.export import main as export_main
@@ -21,6 +24,7 @@ from hfpolicy.io.run_lock import RunLock
 from hfpolicy.policies import FeatureType, Policy, PolicyFeature, PolicyLoadError, PolicyPushError
 from hfpolicy.training import main as train_main
 
+ROOT = Path(__file__).resolve().parents[1]
 EVAL = ["--env.episode_length=3", "--progress=false", "--num_threads=1", "--eval.n_episodes=1", "--env.render_size=96"]
 
 
@@ -34,8 +38,8 @@ def test_export_to_an_unwritable_path_and_over_a_concurrent_export(tmp_path, cap
     saved_policy(tmp_path / "policy")
     shadow = tmp_path / "a_file"
     shadow.write_text("a file where a folder should be")
-    assert export_main([f"--policy.path={tmp_path / 'policy'}", f"--output_dir={shadow / 'export'}"]) == 1
-    assert f"cannot write --output_dir={shadow / 'export'}" in one_line(capsys)
+    assert export_main([f"--policy.path={tmp_path / 'policy'}", f"--output_dir={shadow / 'export'}"]) == 2
+    assert f"--output_dir={shadow / 'export'} cannot be made ({shadow} is a file, not a folder)" in one_line(capsys)
 
     out = tmp_path / "exports" / "lerobot"
     dead = out.parent / ".lerobot.partial-1-deadbeef"  # a killed export's staging (47 MB once)
@@ -197,3 +201,58 @@ def test_episodes_shorter_than_the_training_window_name_the_policy_flags(tmp_pat
         assert train_main([*base, f"--policy.type={policy}", f"--output_dir={tmp_path / policy}"]) == 2
         err = one_line(capsys)
         assert flag in err and "the longest episode has 5 frames" in err and "delta_timestamps" not in err
+
+
+def test_a_local_looking_convert_source_that_is_not_there_is_no_such_folder(tmp_path, capsys, monkeypatch):
+    from hfpolicy.datasets.convert import main as convert_main
+
+    monkeypatch.chdir(tmp_path)
+    for source in ("./no_such_dir", str(tmp_path / "no" / "such"), "../x"):
+        assert convert_main(["lerobot-v2.1", source, f"--output_dir={tmp_path / 'out'}"]) == 2
+        err = one_line(capsys)
+        assert f"no such folder: {source}" in err and "Hub" not in err.split("(")[0]
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)  # a repo id that cannot be fetched: one line too
+    assert convert_main(["lerobot-v2.1", "user/not-here", f"--output_dir={tmp_path / 'out'}"]) == 2
+    err = one_line(capsys)
+    assert "could not download the dataset 'user/not-here' from the Hub" in err and "no folder user/not-here" in err
+    (tmp_path / "data.zip").write_bytes(b"PK")
+    assert convert_main(["lerobot-v2.1", "data.zip", f"--output_dir={tmp_path / 'out'}"]) == 2
+    assert "data.zip is a file, not a dataset folder" in one_line(capsys)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_mujoco_gl_is_one_line_and_exit_2(tmp_path):
+    env = {**os.environ, "MUJOCO_GL": "nonsense", "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "hfpolicy.cli", "record", "--env.type=aloha", "--n_episodes=1", "--progress=false"]
+    done = subprocess.run([*argv, f"--output_dir={tmp_path / 'aloha'}"], env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("hfpolicy record: error: MuJoCo cannot render: MUJOCO_GL=nonsense did not work")
+    assert "MUJOCO_GL=egl" in done.stderr and not (tmp_path / "aloha").exists()
+
+
+def test_a_one_item_dataset_list_is_that_dataset(pusht_state_dataset, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train_main(flags(f"[{pusht_state_dataset}]", out, "--steps=1")) == 0
+    assert json.loads((out / TRAIN_CONFIG_FILE).read_text())["dataset"]["root"] == str(pusht_state_dataset)
+
+
+def test_resume_with_another_policy_type_names_the_flag(pusht_state_dataset, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train_main(flags(pusht_state_dataset, out, "--steps=1")) == 0
+    assert train_main([f"--output_dir={out}", "--resume=true", "--steps=2", "--policy.type=act"]) == 2
+    err = one_line(capsys)
+    assert "--policy.type=act (the run has diffusion)" in err and "drop --policy.type to resume" in err
+    assert "not valid for ACTConfig" not in err
+
+
+def test_a_mixture_says_which_features_it_leaves_out_without_progress_bars(pusht_state_dataset, tmp_path, capsys):
+    from hfpolicy.record import RecordConfig, record
+
+    no_keypoints = record(RecordConfig(n_episodes=2, output_dir=str(tmp_path / "b"), progress=False, repo_id="local/b"))
+    argv = flags(f"[{pusht_state_dataset},{no_keypoints}]", tmp_path / "run", "--steps=1")
+    argv = [a for a in argv if not a.startswith("--dataset.input_features")]  # the keypoints: only one dataset has them
+    assert (
+        train_main([*argv, "--dataset.input_features=[observation.state,observation.image]"]) == 0
+    )  # --progress=false
+    out = capsys.readouterr().out
+    assert "features not in every dataset are left out: ['observation.environment_state']" in out

@@ -10,7 +10,9 @@ a folder, a file), 1 for a run that failed on its own (a diverged loss, a push t
 """
 
 import importlib
+import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -184,11 +186,24 @@ def run_command(
         if status is None:
             raise
         cause = f" ({e.__cause__})" if type(e).__name__ == "ParsingError" and e.__cause__ else ""
+        wait_for_the_main_process()
         print(f"{prog}: error: {e}{cause}", file=sys.stderr)
         return status
     if line:
         print(line)
     return 0
+
+
+OTHER_RANK_WAIT_S = 20.0  # how long a launched process other than the main one holds back its error line
+
+
+def wait_for_the_main_process() -> None:
+    """In a process other than the main one of a multi-process launch (`accelerate launch`, torchrun: RANK > 0),
+    waits OTHER_RANK_WAIT_S before its error line: the main process, which meets the same bad flag or folder, prints
+    the line and exits, and the launcher then stops this process, so the launch prints the error once, not once per
+    process. An error of this process alone is still printed, that much later."""
+    if int(os.environ.get("RANK", "0") or 0) > 0 and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        time.sleep(OTHER_RANK_WAIT_S)
 
 
 def exit_status(error: BaseException, command: Command) -> int | None:

@@ -25,18 +25,6 @@ from hfpolicy.datasets.worker_batch import loader_batch
 DATASET_INDEX = "dataset_index"  # items of a mixture say which dataset they come from
 
 
-def parse_dataset_list(value: str | Sequence[str] | None) -> list[str] | None:
-    """'[a,b]' (as --dataset.repo_id / --dataset.root give several datasets), a list, or one name -> the names."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        return [str(v) for v in value]
-    text = value.strip()
-    if text.startswith("[") and text.endswith("]"):
-        return [part.strip().strip("'\"") for part in text[1:-1].split(",") if part.strip()]
-    return [text]
-
-
 def parse_renames(pairs: Sequence[str] | None) -> dict[str, str]:
     """['old=new', ...] (--dataset.rename_features) -> {old: new}."""
     renames = {}

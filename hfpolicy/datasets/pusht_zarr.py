@@ -109,6 +109,27 @@ def validate_pusht_zarr(group, zarr_path: Path) -> tuple[np.ndarray, np.ndarray,
     return ends, arrays[0], arrays[1]
 
 
+ZARR_METADATA_FILES = (".zgroup", ".zarray", ".zattrs", "zarr.json")  # JSON files zarr v2 / v3 keep per folder
+
+
+def check_zarr_metadata(zarr_path: Path) -> None:
+    """ZarrStoreError naming the first metadata file of the converted arrays (and the groups above them) that is not
+    a JSON object: one cut short by a copy or download that broke off."""
+    folders = ["", "data", "meta", *ZARR_ARRAYS]
+    for path in (zarr_path / folder / name for folder in folders for name in ZARR_METADATA_FILES):
+        if not path.is_file():
+            continue
+        try:
+            parsed = json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError) as e:
+            parsed = e
+        if not isinstance(parsed, dict):
+            raise ZarrStoreError(
+                f"{path} is not a JSON object ({parsed}): the store's metadata is damaged (cut short?); copy or "
+                "download the zarr again"
+            )
+
+
 def _read_array(group, name: str, zarr_path: Path) -> np.ndarray:
     """A whole zarr array, read chunk by chunk so that a chunk that fails to decode is named."""
     array = group[name]
@@ -229,7 +250,13 @@ def open_pusht_zarr(
 
     if not zarr_path.is_dir():
         raise FileNotFoundError(f"{zarr_path} is not a zarr folder (expected the diffusion_policy PushT zarr)")
-    group = zarr.open_group(str(zarr_path), mode="r")
+    check_zarr_metadata(zarr_path)
+    try:
+        group = zarr.open_group(str(zarr_path), mode="r")
+    except zarr.errors.GroupNotFoundError:
+        raise ZarrStoreError(
+            f"{zarr_path} holds no zarr group (no .zgroup or zarr.json): it is not the diffusion_policy PushT zarr"
+        ) from None
     missing = [name for name in ZARR_ARRAYS if name not in group]
     if missing:
         raise ValueError(f"{zarr_path} lacks the arrays {missing}: it is not the diffusion_policy PushT zarr")

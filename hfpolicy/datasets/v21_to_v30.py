@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
+from huggingface_hub.utils import validate_repo_id
 from tqdm.auto import tqdm
 
 from hfpolicy.constants import TASK
@@ -21,12 +23,33 @@ from hfpolicy.io.paths import check_apart
 
 
 def open_v21_source(source: str, revision: str | None = None, episodes: Sequence[int] | None = None) -> PolicyDataset:
-    """`source` as a dataset: an existing folder is a local root, anything else a Hub repo id."""
+    """`source` as a dataset: an existing folder is a local root, a valid Hub repo id (user/name) is downloaded, and
+    anything else is a folder that is not there (FileNotFoundError saying so, not a Hub error)."""
     path = Path(source).expanduser()
     if path.is_dir():
         dataset = PolicyDataset(path.name, root=path, episodes=episodes)
-    else:
+        return check_v21(dataset, source)
+    if path.exists():
+        raise FileNotFoundError(f"{source} is a file, not a dataset folder: pass the folder that holds meta/info.json")
+    try:
+        validate_repo_id(source)
+    except HFValidationError:
+        raise FileNotFoundError(
+            f"no such folder: {source} (the v2.1 dataset to convert: a folder holding meta/info.json, or a Hub repo "
+            "id user/name)"
+        ) from None
+    try:
         dataset = PolicyDataset(source, revision=revision, episodes=episodes)
+    except (HfHubHTTPError, LocalEntryNotFoundError) as e:
+        raise FileNotFoundError(
+            f"could not download the dataset {source!r} from the Hub ({type(e).__name__}: "
+            f"{str(e).splitlines()[0]}); check the repo id and the network (there is no folder {source} here either)"
+        ) from None
+    return check_v21(dataset, source)
+
+
+def check_v21(dataset: PolicyDataset, source: str) -> PolicyDataset:
+    """`dataset` when it is a v2.1 dataset, else DatasetFormatError (a v3.0 one needs no conversion)."""
     if not is_v21(dataset.info):
         raise DatasetFormatError(
             f"{source} is a LeRobot {dataset.info['codebase_version']} dataset, not v2.1: hfpolicy reads it as it is "

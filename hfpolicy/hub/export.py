@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hfpolicy.io.atomic import Staging
+from hfpolicy.io.atomic import Staging, output_path_problem
 from hfpolicy.io.paths import check_apart
 from hfpolicy.io.termination import stop_on_sigterm
 from hfpolicy.policies.base import Policy
@@ -105,6 +105,9 @@ def export_command(config: ExportConfig) -> str:
         )  # fmt: skip
     if Path(config.output_dir).exists():
         raise FileExistsError(f"{config.output_dir} already exists; choose a new --output_dir")
+    problem = output_path_problem(config.output_dir, folder=True)
+    if problem is not None:
+        raise ValueError(f"--output_dir={config.output_dir} cannot be made ({problem}): choose another --output_dir")
     policy = Policy.from_pretrained(config.policy.path, revision=config.policy.revision)
     try:
         with stop_on_sigterm():  # a stopped export removes its staging folder

@@ -44,6 +44,19 @@ def is_temporary(name: str) -> bool:
     return name.startswith(".") and TEMPORARY_SUFFIX in Path(name).suffixes
 
 
+def output_path_problem(path: str | Path, folder: bool = False) -> str | None:
+    """Why a file (or, with `folder`, a folder) cannot be written at `path`, in words for an error message: a folder
+    stands there (a file is to be written), or a file stands where one of its parent folders must be; None if
+    neither."""
+    path = Path(path)
+    if not folder and path.is_dir():
+        return f"{path} is a folder"
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else f"{parent} is a file, not a folder"
+    return None
+
+
 @contextlib.contextmanager
 def replacing(path: str | Path, suffix: str = "") -> Iterator[Path]:
     """Yields the temporary path to write (a file or a symlink); on leaving, renames it over `path`. On an error (a

@@ -141,6 +141,10 @@ class NoVideoStreamError(ValueError):
     """The file opens, but holds no video stream."""
 
 
+class UnreadableVideoError(ValueError):
+    """The file is no video FFmpeg can open: cut short, garbage, or another kind of file."""
+
+
 def video_name(path: str | Path | BinaryIO) -> str:
     """How messages name a video: its path, or a file object's `name`."""
     return str(getattr(path, "name", path)) if hasattr(path, "read") else str(path)
@@ -305,8 +309,16 @@ class VideoProbe:
 
 
 def probe_video(path: str | Path) -> VideoProbe:
-    """The frame rate, size, codec and pixel format of the file's video stream (and whether it has audio)."""
-    with av.open(str(path)) as container:
+    """The frame rate, size, codec and pixel format of the file's video stream (and whether it has audio).
+    UnreadableVideoError naming the file when FFmpeg cannot open it."""
+    try:
+        container = av.open(str(path))
+    except av.error.FFmpegError as e:
+        raise UnreadableVideoError(
+            f"{path} is not a readable video ({e.strerror or type(e).__name__}): it is cut short or not an mp4; "
+            "write it again, or remove it"
+        ) from None
+    with container:
         if not container.streams.video:
             raise NoVideoStreamError(f"{path} holds no video stream")
         stream = container.streams.video[0]

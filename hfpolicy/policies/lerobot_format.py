@@ -117,7 +117,10 @@ def is_lerobot_config(config_data: Mapping[str, Any]) -> bool:
     upper-case enums (VISUAL, STATE, ...), where hfpolicy writes lower-case ones (image, state, ...)."""
     if not isinstance(config_data, Mapping):  # not a config at all: the caller's own check names the problem
         return False
-    features = {**(config_data.get("input_features") or {}), **(config_data.get("output_features") or {})}
+    features = {}
+    for field_name in ("input_features", "output_features"):
+        if isinstance(config_data.get(field_name), Mapping):  # any other value: the conversion names the field
+            features.update(config_data[field_name])
     feature_types = {f.get("type") for f in features.values() if isinstance(f, Mapping)}
     mapping_keys = set(config_data.get("normalization_mapping") or {})
     lerobot_names = {"VISUAL", "STATE", "ENV", "ACTION", "REWARD", "LANGUAGE"}
@@ -226,15 +229,35 @@ def features_from_lerobot(
     converted: list[dict[str, PolicyFeature]] = []
     for field_name, allowed in (("input_features", ("VISUAL", "STATE", "ENV")), ("output_features", ("ACTION",))):
         features = {}
-        for key, feature in (config_data.get(field_name) or {}).items():
+        given = config_data.get(field_name) or {}
+        if not isinstance(given, Mapping):
+            raise LeRobotConversionError(
+                f"{source}: {CONFIG_FILE} {field_name} is {json.dumps(given)}, not an object of features "
+                '{"key": {"type": ..., "shape": [...]}}: fix that field'
+            )
+        for key, feature in given.items():
+            where = f"{source}: {CONFIG_FILE} {field_name}[{key!r}]"
+            if not isinstance(feature, Mapping):
+                raise LeRobotConversionError(
+                    f"{where} is {json.dumps(feature)}, not a feature object "
+                    '{"type": ..., "shape": [...]}: fix that field'
+                )
             kind = feature.get("type")
+            shape = feature.get("shape")
+            if not isinstance(shape, list | tuple) or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape
+            ):
+                raise LeRobotConversionError(
+                    f"{where}.shape is {json.dumps(shape)}: a feature's shape is a list of positive integers (e.g. "
+                    "[2]); fix that field"
+                )
             if kind not in allowed:
                 raise LeRobotConversionError(
                     f"{source}: {field_name}[{key!r}] has LeRobot type {kind!r}; hfpolicy converts "
                     f"{'/'.join(allowed)} {field_name.split('_')[0]} features only"
                 )
             lerobot_types[key] = kind
-            features[key] = PolicyFeature(FEATURE_TYPES_FROM_LEROBOT[kind], tuple(int(d) for d in feature["shape"]))
+            features[key] = PolicyFeature(FEATURE_TYPES_FROM_LEROBOT[kind], tuple(shape))
         converted.append(features)
     if ACTION not in converted[1]:
         raise LeRobotConversionError(f"{source}: LeRobot's config has no {ACTION!r} output feature")

@@ -11,6 +11,7 @@ back on `--resume`.
 import io
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -233,6 +234,18 @@ def train_config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
     return data
 
 
+def parse_dataset_list(value: str | Sequence[str] | None) -> list[str] | None:
+    """'[a,b]' (as --dataset.repo_id / --dataset.root give several datasets), a list, or one name -> the names."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        return [str(v) for v in value]
+    text = value.strip()
+    if text.startswith("[") and text.endswith("]"):
+        return [part.strip().strip("'\"") for part in text[1:-1].split(",") if part.strip()]
+    return [text]
+
+
 def parse_train_config(
     argv: list[str], config_class: type[TrainConfig] = TrainConfig, prog: str = "hfpolicy train"
 ) -> TrainConfig:
@@ -250,9 +263,27 @@ def parse_train_config(
         )
     if cfg.resume and cfg.output_dir and (Path(cfg.output_dir) / TRAIN_CONFIG_FILE).is_file():
         saved = Path(cfg.output_dir) / TRAIN_CONFIG_FILE
+        check_resumed_policy_type(argv, cfg.policy.type, saved)
         with draccus.config_type("json"):
             cfg = parse_flags(config_class, argv, prog, config_path=saved)
+    for name in ("repo_id", "root"):  # a list of one dataset ('[dir]') is that dataset
+        names = parse_dataset_list(getattr(cfg.dataset, name))
+        if names is not None and len(names) == 1:
+            setattr(cfg.dataset, name, names[0])
     return cfg
+
+
+def check_resumed_policy_type(argv: list[str], policy_type: str, saved: Path) -> None:
+    """TrainConfigError when --policy.type in `argv` names another policy than the run's (a resume continues the
+    run's policy; its own flags would not parse against the other type's config)."""
+    given = any(arg == "--policy.type" or arg.startswith("--policy.type=") for arg in argv)
+    run_type = (json.loads(saved.read_text()).get("policy") or {}).get("type")
+    if given and run_type is not None and policy_type != run_type:
+        raise TrainConfigError(
+            f"--resume=true continues the {run_type} policy of the run in {saved.parent}, and --policy.type="
+            f"{policy_type} (the run has {run_type}) would change it: drop --policy.type to resume, or train the "
+            f"{policy_type} policy as a new run in another --output_dir"
+        )
 
 
 def flat_hparams(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

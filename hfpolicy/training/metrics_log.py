@@ -18,6 +18,19 @@ class MetricsFileError(ValueError):
     """A metrics.jsonl damaged before its last line (names the file, the line and the fix)."""
 
 
+FIX = "delete that line (or the file) and run again"
+
+
+def entry_problem(entry: Any) -> str | None:
+    """What makes a parsed line no metrics entry (an object with an integer step and numbers or nulls), or None."""
+    if not isinstance(entry, dict) or isinstance(entry.get("step"), bool) or not isinstance(entry.get("step"), int):
+        return "not an object with an integer step"
+    for key, value in entry.items():
+        if value is not None and not isinstance(value, int | float):
+            return f"{key} is {json.dumps(value)}, not a number"
+    return None
+
+
 def append_metrics(path: Path, step: int, entry: dict[str, Any]) -> None:
     """Appends one line; non-finite floats become null (JSON has no NaN)."""
     clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in entry.items()}
@@ -37,14 +50,13 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
             continue
         try:
             entry = json.loads(line)
-            if not isinstance(entry, dict) or not isinstance(entry.get("step"), int):
-                raise ValueError("not an object with an integer step")
         except ValueError as e:
             if number == len(lines):  # the last line, cut short by a kill mid-write: the entry is lost, nothing else
                 break
-            raise MetricsFileError(
-                f"{path} line {number} is not a metrics entry ({e}); delete that line (or the file) and run again"
-            ) from None
+            raise MetricsFileError(f"{path} line {number} is not a metrics entry ({e}); {FIX}") from None
+        problem = entry_problem(entry)
+        if problem is not None:  # whole JSON (never a torn line: a cut object does not parse), but not an entry
+            raise MetricsFileError(f"{path} line {number} is not a metrics entry ({problem}); {FIX}")
         entries.append(entry)
     return entries
 

@@ -11,12 +11,11 @@ from hfpolicy.datasets.mixture import (
     MixtureDataset,
     MixtureSampler,
     common_features,
-    parse_dataset_list,
     parse_renames,
     renamed_view,
 )
 from hfpolicy.datasets.sampler import EpochBatchSampler
-from hfpolicy.training.config import DatasetConfig, TrainConfig, TrainConfigError
+from hfpolicy.training.config import DatasetConfig, TrainConfig, TrainConfigError, parse_dataset_list
 
 
 def mixture_members(dataset: DatasetConfig) -> list[DatasetConfig] | None:
@@ -67,9 +66,10 @@ def open_members(roots, names, metas, renames: dict[str, str], policy_cfg) -> li
     ]
 
 
-def mixture_policy_config(cfg: TrainConfig, metas: list[DatasetMeta], names: list[str], progress: bool):
+def mixture_policy_config(cfg: TrainConfig, metas: list[DatasetMeta], names: list[str], is_main: bool):
     """(the policy config with the features every dataset shares, the renames): datasets that disagree on a
-    feature or fps, a dropped feature asked for, or a window longer than an episode are refused naming them."""
+    feature or fps, a dropped feature asked for, or a window longer than an episode are refused naming them. The
+    main process (`is_main`) says which features are left out, with or without --progress."""
     from hfpolicy.training.setup import configure_policy_features, dataset_errors_as_config_errors
 
     with dataset_errors_as_config_errors(cfg.dataset):
@@ -83,7 +83,7 @@ def mixture_policy_config(cfg: TrainConfig, metas: list[DatasetMeta], names: lis
     with dataset_errors_as_config_errors(cfg.dataset):
         for meta in metas:
             policy_cfg.check_window_fits(meta.episodes["length"].tolist())
-    if progress and dropped:
+    if is_main and dropped:
         print(f"hfpolicy train: features not in every dataset are left out: {dropped}")
     return policy_cfg, renames
 
@@ -105,7 +105,7 @@ def load_mixture_data(cfg: TrainConfig, accelerator: Accelerator, members: list[
     names = [member.repo_id if member.root is None else str(member.root) for member in members]
     with dataset_errors_as_config_errors(cfg.dataset):
         metas = [DatasetMeta.load(root, name) for root, name in zip(roots, names, strict=True)]
-    policy_cfg, renames = mixture_policy_config(cfg, metas, names, progress)
+    policy_cfg, renames = mixture_policy_config(cfg, metas, names, accelerator.is_main_process)
     with dataset_errors_as_config_errors(cfg.dataset):
         parts = open_members(roots, names, metas, renames, policy_cfg)
         dataset = MixtureDataset(parts, names, renames)

@@ -177,7 +177,7 @@ def load_streaming_mixture(cfg: TrainConfig, accelerator: Accelerator, members: 
     dataset_cfg, names = cfg.dataset, [member.repo_id for member in members]
     with dataset_errors_as_config_errors(dataset_cfg):
         metas = [open_streaming_meta(member) for member in members]
-    policy_cfg, renames = mixture_policy_config(cfg, metas, names, accelerator.is_main_process and cfg.progress)
+    policy_cfg, renames = mixture_policy_config(cfg, metas, names, accelerator.is_main_process)
     with dataset_errors_as_config_errors(dataset_cfg):
         parts = [
             # no decoding processes: they would be forked before split_budgets gives each dataset its share

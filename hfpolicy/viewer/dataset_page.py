@@ -12,7 +12,7 @@ import numpy as np
 from hfpolicy.constants import DONE, EPISODE_INDEX, FRAME_INDEX, INDEX, REWARD, SUCCESS, TASK_INDEX, TIMESTAMP
 from hfpolicy.datasets import DatasetMeta, PolicyDataset
 from hfpolicy.datasets.features import STRING, is_visual
-from hfpolicy.datasets.format import EP_LENGTH, EP_TASKS, ep_video_column
+from hfpolicy.datasets.format import EP_LENGTH, EP_TASKS, DatasetFormatError, ep_video_column
 from hfpolicy.viewer.page import rounded, rounded_list
 
 BOOKKEEPING = (INDEX, EPISODE_INDEX, FRAME_INDEX, TIMESTAMP, TASK_INDEX, DONE)  # columns not worth a plot
@@ -103,6 +103,12 @@ def dataset_page_data(
             record["series"] = episode_series(batch, keys)
             budget -= (end - start) * values_per_frame
         episodes.append(record)
+    missing = [path for path in file_ids if not (root / path).is_file()]
+    if missing:
+        raise DatasetFormatError(
+            f"{root} lacks the video files {missing[:3]}{' ...' if len(missing) > 3 else ''} that meta/episodes points "
+            "to (a copy or download without videos/?): copy them in, or view the complete dataset"
+        )
     return {
         "kind": "dataset",
         "title": title or f"dataset: {meta.repo_id}",

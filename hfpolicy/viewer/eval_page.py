@@ -8,6 +8,7 @@ episodes' max rewards split by success.
 """
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,22 +24,70 @@ from hfpolicy.viewer.page import rounded, rounded_list
 VIDEOS_DIR = "videos"
 HISTOGRAM_BINS = 20
 RECORD_FIELDS = ("index", "seed", "success", "max_reward", "sum_reward", "length", "n_clipped_actions")
+NUMBER_FIELDS = ("index", "max_reward", "sum_reward", "length")  # what the page computes with: each record has them
+
+
+class EvalRecordsError(ValueError):
+    """An evaluation's eval_info.json or episodes.jsonl that cannot be read (names the file, the line or record)."""
+
+
+def checked_record(record: Any, where: str) -> dict[str, Any]:
+    """`record` when it is an episode record with the numbers the page needs, else EvalRecordsError naming `where`."""
+    if not isinstance(record, dict):
+        raise EvalRecordsError(f"{where} is not an episode record (a JSON object): re-run the evaluation")
+    lacking = [
+        k for k in NUMBER_FIELDS if isinstance(record.get(k), bool) or not isinstance(record.get(k), int | float)
+    ]
+    lacking += [] if "success" in record else ["success"]
+    if lacking:
+        raise EvalRecordsError(
+            f"{where} has no number for {lacking} (written by another tool or an older hfpolicy?): re-run the "
+            "evaluation with `hfpolicy eval`"
+        )
+    return record
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The records of an episodes.jsonl. A torn last line (an evaluation killed while writing it) is skipped with a
+    one-line warning on stderr; damage elsewhere is an EvalRecordsError naming the line."""
+    lines = path.read_text().splitlines()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            if number == len(lines):
+                print(f"warning: {path} line {number} is cut short (the evaluation was stopped while writing it): "
+                      f"showing the {len(records)} episodes before it", file=sys.stderr)  # fmt: skip
+                break
+            raise EvalRecordsError(
+                f"{path} line {number} is not JSON ({e.msg}): delete that line, or re-run the evaluation"
+            ) from None
+        records.append(checked_record(record, f"{path} line {number}"))
+    return records
 
 
 def load_eval_info(eval_dir: Path) -> dict[str, Any]:
     """eval_info.json, or the records of episodes.jsonl with their aggregates computed here (eval time unknown)."""
     info_path = contained_path(eval_dir, EVAL_INFO_FILE, what=f"the evaluation's {EVAL_INFO_FILE}")
     if info_path.is_file():
-        info = json.loads(info_path.read_text())
-        if "per_episode" not in info or "aggregated" not in info:
-            raise ValueError(f"{info_path} is not an eval_info.json (no 'aggregated' / 'per_episode' entries)")
+        try:
+            info = json.loads(info_path.read_text())
+        except json.JSONDecodeError as e:
+            raise EvalRecordsError(f"{info_path} is not JSON ({e}): re-run the evaluation") from None
+        if not isinstance(info, dict) or "per_episode" not in info or "aggregated" not in info:
+            raise EvalRecordsError(f"{info_path} is not an eval_info.json (no 'aggregated' / 'per_episode' entries)")
+        for i, record in enumerate(info["per_episode"]):
+            checked_record(record, f"{info_path} per_episode[{i}]")
         return info
     records_path = contained_path(eval_dir, EPISODES_FILE, what=f"the evaluation's {EPISODES_FILE}")
     if not records_path.is_file():
         raise FileNotFoundError(
             f"{eval_dir} holds neither {EVAL_INFO_FILE} nor {EPISODES_FILE}: pass the --output_dir of `hfpolicy eval`"
         )
-    per_episode = [json.loads(line) for line in records_path.read_text().splitlines() if line.strip()]
+    per_episode = read_records(records_path)
     if not per_episode:
         raise ValueError(f"{records_path} holds no episode yet")
     per_episode.sort(key=lambda record: record["index"])

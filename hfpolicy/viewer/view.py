@@ -15,6 +15,7 @@ from pathlib import Path
 
 from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, TRAIN_CONFIG_FILE
 from hfpolicy.datasets.format import INFO_PATH
+from hfpolicy.io.atomic import output_path_problem
 from hfpolicy.viewer.dataset_page import dataset_page_data
 from hfpolicy.viewer.eval_page import EPISODES_FILE, eval_page_data
 from hfpolicy.viewer.page import VideoLinker, small_enough_to_embed, write_page
@@ -66,8 +67,9 @@ def view(path: str | Path, output: str | Path | None = None, embed_videos: bool 
     page = Path(output) if output is not None else path / DEFAULT_PAGE_FILE
     if page.suffix.lower() not in (".html", ".htm"):
         raise ValueError(f"--output={page} must name an .html file")
-    if page.is_dir():
-        raise ValueError(f"--output={page} is a folder: name the .html file to write")
+    problem = output_path_problem(page)
+    if problem is not None:
+        raise ValueError(f"--output={page} cannot be written ({problem}): name a new .html file")
     if kind == "run":
         return write_run_pages(path, page, embed_videos)
     if embed_videos is None:

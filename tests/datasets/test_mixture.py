@@ -8,8 +8,9 @@ import torch
 from dataset_helpers import write_tiny_dataset
 
 from hfpolicy.datasets import DatasetFormatError, DatasetWriter, PolicyDataset
-from hfpolicy.datasets.mixture import DATASET_INDEX, MixtureDataset, MixtureSampler, parse_dataset_list
+from hfpolicy.datasets.mixture import DATASET_INDEX, MixtureDataset, MixtureSampler
 from hfpolicy.datasets.stats import array_stats
+from hfpolicy.training.config import parse_dataset_list
 
 FEATURES = {
     "observation.state": {"dtype": "float32", "shape": [2], "names": None},

@@ -42,6 +42,11 @@ def set_values(name, index, value):
     return damage
 
 
+def cut_short(path):
+    """A metadata file as a copy that broke off leaves it."""
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+
+
 @pytest.mark.parametrize(
     "damage, message",
     [
@@ -58,6 +63,9 @@ def set_values(name, index, value):
         ),
         (set_values("meta/episode_ends", 1, 100), "meta/episode_ends must rise strictly"),
         (set_values("data/img", (5, 0, 0, 0), np.nan), "data/img: images must hold values in 0..255, chunk 0"),
+        (lambda p: cut_short(p / "data/state/.zarray"), "data/state/.zarray is not a JSON object"),
+        (lambda p: cut_short(p / ".zgroup"), ".zgroup is not a JSON object"),
+        (lambda p: (p / ".zgroup").unlink(), "holds no zarr group (no .zgroup or zarr.json)"),
     ],
 )
 def test_a_damaged_store_is_refused_naming_array_and_chunk(small_zarr, tmp_path, capsys, damage, message):

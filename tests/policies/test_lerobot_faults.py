@@ -97,3 +97,32 @@ def test_an_n_action_steps_flag_that_does_not_fit_names_the_flag(tmp_path, capsy
     assert eval_main(argv) == 2
     err = capsys.readouterr().err
     assert "--policy.n_action_steps=1 (got 4)" in err and "config_overrides" not in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "edit, named",
+    [
+        (
+            lambda c: c["input_features"]["observation.state"].update(shape=["x"]),
+            "['observation.state'].shape is [\"x\"]",
+        ),
+        (
+            lambda c: c["input_features"]["observation.state"].update(shape=[2.5]),
+            "['observation.state'].shape is [2.5]",
+        ),
+        (lambda c: c["input_features"]["observation.state"].pop("shape"), "['observation.state'].shape is null"),
+        (lambda c: c["input_features"].update({"observation.state": "STATE"}), "['observation.state'] is \"STATE\""),
+        (lambda c: c.update(input_features=["observation.state"]), 'input_features is ["observation.state"]'),
+    ],
+)
+def test_a_feature_field_of_the_wrong_kind_is_named(tmp_path, capsys, edit, named):
+    folder = copy_fixture("lerobot_act_state", tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    edit(config)
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PolicyLoadError, match="config.json input_features") as e:
+        Policy.from_pretrained(folder)
+    assert named in str(e.value) and "fix that field" in str(e.value)
+    assert export_main([f"--policy.path={folder}", f"--output_dir={tmp_path / 'export'}"]) == 2
+    err = capsys.readouterr().err
+    assert named in err and err.count("\n") == 1
