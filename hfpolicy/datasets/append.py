@@ -1,0 +1,200 @@
+"""What an appending `DatasetWriter` continues from: the committed state of a LeRobot v3.0 dataset on disk, and
+truncation to its first episodes.
+
+An append adds files and never rewrites the data rows of earlier episodes: its data rows go to a new data file, its
+video segments to a new mp4 per camera, its rows of the episode table to a new meta/episodes file; then
+meta/tasks.parquet, meta/stats.json and, last, meta/info.json are replaced (each a write and a rename). info.json's
+`total_episodes` is the commit: readers (`DatasetMeta.load`) take the first `total_episodes` episodes, so a writer
+killed before it leaves the last complete append readable, and the files it had added are orphans. Files of one
+append follow those of the previous one in (chunk, file) order, so what lies beyond the files of the last committed
+episode is such an orphan: `settle` removes it, reading only the last meta/episodes file, so opening a dataset to
+append costs the same however many episodes it holds.
+
+`settle(root, n)` also truncates: it keeps the first `n` episodes (info.json first, then stats.json from the kept
+episodes' stats and the tasks they use, then the files of later episodes removed; a data file shared with a later
+episode rewritten with the kept rows only; a shared video file kept, its later frames unreferenced).
+"""
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from hfpolicy.constants import EPISODE_INDEX, TASK, TASK_INDEX
+from hfpolicy.datasets import legacy_v21
+from hfpolicy.datasets.format import (
+    EP_DATA_CHUNK,
+    EP_DATA_FILE,
+    EP_STATS_PREFIX,
+    EP_TASKS,
+    EP_TO_INDEX,
+    EPISODES_DIR,
+    INFO_PATH,
+    STATS_PATH,
+    TASKS_PATH,
+    DatasetFormatError,
+    ep_video_column,
+    load_info,
+    next_chunk_file,
+)
+from hfpolicy.datasets.metadata import load_tasks
+from hfpolicy.datasets.stats import STAT_KEYS, aggregate_stats, load_stats_json, stats_to_json
+from hfpolicy.io.atomic import is_temporary, replacing, write_json_atomically
+
+_CHUNK_FILE = re.compile(r"chunk-(\d+)/file-(\d+)\.(parquet|mp4)$")
+
+
+@dataclass
+class CommittedState:
+    """A dataset's committed episodes and where the next append's files go."""
+
+    info: dict[str, Any]  # meta/info.json (its totals those of the committed episodes)
+    tasks: dict[str, int]  # task -> task_index
+    stats: dict[str, dict[str, np.ndarray]]  # of the committed frames, with counts (they combine with new episodes')
+    next_data: tuple[int, int]  # (chunk, file) of the next data file
+    next_video: dict[str, tuple[int, int]]  # per video key, of the next mp4
+    next_meta: tuple[int, int]  # of the next meta/episodes file
+
+
+def chunk_file(path: Path) -> tuple[int, int]:
+    """(chunk, file) of a .../chunk-XXX/file-YYY.parquet|mp4 path."""
+    found = _CHUNK_FILE.search(path.as_posix())
+    if found is None:
+        raise DatasetFormatError(f"{path} is not named chunk-XXX/file-YYY like the files of a v3.0 dataset")
+    return int(found.group(1)), int(found.group(2))
+
+
+def _files(folder: Path, suffix: str) -> list[Path]:
+    """The chunk-XXX/file-YYY files under `folder`, in (chunk, file) order."""
+    return sorted(folder.glob(f"*/*{suffix}"), key=chunk_file) if folder.is_dir() else []
+
+
+def _kept_episodes(root: Path, n: int) -> tuple[list[dict[str, dict[str, np.ndarray]]], set[str]]:
+    """(the per-episode stats (stats/{key}/{stat} columns), the tasks) of the first `n` episodes."""
+    parts, tasks = [], set()
+    for path in _files(root / EPISODES_DIR, ".parquet"):
+        columns = [name for name in pq.read_schema(path).names if name.startswith(EP_STATS_PREFIX)]
+        for row in pq.read_table(path, columns=[EPISODE_INDEX, EP_TASKS, *columns]).to_pylist():
+            if row.pop(EPISODE_INDEX) >= n:
+                continue
+            tasks.update(row.pop(EP_TASKS) or [])
+            stats: dict[str, dict[str, np.ndarray]] = {}
+            for column, value in row.items():
+                key, _, stat = column[len(EP_STATS_PREFIX) :].rpartition("/")
+                stats.setdefault(key, {})[stat] = np.asarray(value)
+            parts.append(stats)
+    return parts, tasks
+
+
+def _countable(stats: dict | None, features: dict[str, Any]) -> bool:
+    """Whether stats.json has min/max/mean/std/count of every non-string feature (they then combine exactly)."""
+    listed = [key for key, feature in features.items() if feature["dtype"] != "string"]
+    return bool(stats) and all(key in stats and set(STAT_KEYS) <= set(stats[key]) for key in listed)
+
+
+def _rewrite_parquet(path: Path, n: int) -> None:
+    """`path` keeping only the rows of the first `n` episodes (a write and a rename)."""
+    table = pq.read_table(path)
+    kept = table.filter(pc.less(table.column(EPISODE_INDEX), n))
+    with replacing(path, suffix=".parquet") as tmp:
+        pq.write_table(kept, tmp)
+
+
+def _remove_beyond(files: list[Path], last: tuple[int, int]) -> None:
+    """Unlinks the files after (chunk, file) `last`: an unfinished append's, or those of truncated episodes."""
+    for path in files:
+        if chunk_file(path) > last:
+            path.unlink()
+
+
+def _remove_temporary(root: Path) -> None:
+    """Temporary files of writes a killed writer left, and emptied chunk folders."""
+    for top in ("meta", "data", "videos"):
+        for path in sorted((root / top).rglob("*"), reverse=True) if (root / top).is_dir() else []:
+            if path.is_file() and is_temporary(path.name):
+                path.unlink()
+            elif path.is_dir() and path.name.startswith("chunk-") and not any(path.iterdir()):
+                path.rmdir()
+
+
+def settle(root: str | Path, n_episodes: int | None = None) -> CommittedState:
+    """The committed state of the v3.0 dataset at `root` (the caller holds its run lock), keeping its first
+    `n_episodes` (default: all that info.json commits) and removing the rest and whatever an unfinished append
+    left. DatasetFormatError if it is not a v3.0 dataset, ValueError if `n_episodes` is not in 1..total."""
+    root = Path(root)
+    info = load_info(root)
+    if legacy_v21.is_v21(info):
+        raise DatasetFormatError(
+            f"{root} is a LeRobot v2.1 dataset: episodes are appended to v3.0 datasets only; convert it first "
+            "(`hfpolicy convert lerobot-v2.1`)"
+        )
+    committed = int(info.get("total_episodes", 0))
+    n = committed if n_episodes is None else int(n_episodes)
+    if not 1 <= n <= committed:
+        raise ValueError(f"{root} holds {committed} episodes: keep between 1 and {committed}, not {n}")
+
+    # The meta/episodes file holding episode n - 1, and the files after it (wholly beyond n: dropped).
+    episode_files = _files(root / EPISODES_DIR, ".parquet")
+    beyond: list[Path] = []
+    anchor, indices = None, None
+    for path in reversed(episode_files):
+        indices = pq.read_table(path, columns=[EPISODE_INDEX]).column(EPISODE_INDEX).to_numpy()
+        if (indices < n).any():
+            anchor = path
+            break
+        beyond.append(path)
+    if anchor is None or n - 1 not in indices:
+        raise DatasetFormatError(f"{root}: no file of {EPISODES_DIR} lists episode {n - 1}, which info.json counts")
+    last = next(row for row in pq.read_table(anchor).to_pylist() if row[EPISODE_INDEX] == n - 1)
+    shrinks = bool(beyond) or bool((indices >= n).any())  # truncated episodes, or a killed append's rows
+
+    stats, tasks = load_stats_json(root / STATS_PATH), {task: index for index, task in load_tasks(root).items()}
+    if shrinks or n != committed or not _countable(stats, info["features"]):
+        episode_stats, used = _kept_episodes(root, n)
+        stats = aggregate_stats(episode_stats) or stats
+        # Tasks are numbered in order of first use: those after the kept episodes' were first used by dropped ones.
+        last_used = max((tasks[task] for task in used if task in tasks), default=len(tasks) - 1)
+        tasks = {task: index for task, index in tasks.items() if index <= last_used}
+    if n != committed or shrinks:
+        info = {
+            **info, "total_episodes": n, "total_frames": int(last[EP_TO_INDEX]), "total_tasks": len(tasks),
+            "splits": {"train": f"0:{n}"},
+        }  # fmt: skip
+        write_json_atomically(root / INFO_PATH, info, indent=4)  # the commit: readers now see n episodes
+        write_json_atomically(root / STATS_PATH, stats_to_json(stats or {}), indent=4)
+        frame = pd.DataFrame({TASK_INDEX: list(tasks.values())}, index=pd.Index(list(tasks), name=TASK))
+        with replacing(root / TASKS_PATH, suffix=".parquet") as tmp:
+            frame.to_parquet(tmp)
+        if (indices >= n).any():
+            _rewrite_parquet(anchor, n)
+        for path in beyond:
+            path.unlink()
+
+    last_data = (int(last[EP_DATA_CHUNK]), int(last[EP_DATA_FILE]))
+    data_files = _files(root / "data", ".parquet")
+    _remove_beyond(data_files, last_data)
+    if n != committed or shrinks:
+        path = next(p for p in data_files if chunk_file(p) == last_data)
+        if pc.max(pq.read_table(path, columns=[EPISODE_INDEX]).column(EPISODE_INDEX)).as_py() >= n:
+            _rewrite_parquet(path, n)
+    next_video = {}
+    video_keys = [key for key, feature in info["features"].items() if feature["dtype"] == "video"]
+    for key in video_keys:
+        last_video = (int(last[ep_video_column(key, "chunk_index")]), int(last[ep_video_column(key, "file_index")]))
+        _remove_beyond(_files(root / "videos" / key, ".mp4"), last_video)
+        next_video[key] = next_chunk_file(*last_video, int(info["chunks_size"]))
+    _remove_temporary(root)
+    chunks_size = int(info["chunks_size"])
+    return CommittedState(
+        info=info,
+        tasks=tasks,
+        stats=stats or {},
+        next_data=next_chunk_file(*last_data, chunks_size),
+        next_video=next_video,
+        next_meta=next_chunk_file(*chunk_file(anchor), chunks_size),
+    )
