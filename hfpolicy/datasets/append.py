@@ -15,6 +15,7 @@ episodes' stats and the tasks they use, then the files of later episodes removed
 episode rewritten with the kept rows only; a shared video file kept, its later frames unreferenced).
 """
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,15 +70,41 @@ def chunk_file(path: Path) -> tuple[int, int]:
     return int(found.group(1)), int(found.group(2))
 
 
-def _files(folder: Path, suffix: str) -> list[Path]:
-    """The chunk-XXX/file-YYY files under `folder`, in (chunk, file) order."""
-    return sorted(folder.glob(f"*/*{suffix}"), key=chunk_file) if folder.is_dir() else []
+_NUMBERED = re.compile(r"(chunk|file)-(\d+)(\.parquet|\.mp4)?$")
+
+
+def _numbered(folder: Path, prefix: str, suffix: str = "") -> list[tuple[int, Path]]:
+    """The entries of `folder` named {prefix}-NNN{suffix}, by number (names only: no stat of each)."""
+    found = []
+    for name in os.listdir(folder) if folder.is_dir() else []:
+        match = _NUMBERED.match(name)
+        if match and match.group(1) == prefix and (match.group(3) or "") == suffix:
+            found.append((int(match.group(2)), folder / name))
+    return sorted(found)
+
+
+def _files(folder: Path, suffix: str, from_chunk: int = 0) -> list[Path]:
+    """The chunk-XXX/file-YYY files under `folder` in chunks >= `from_chunk`, in (chunk, file) order: only those
+    chunk folders are listed, so finding the last files costs the same however many there are before."""
+    return [
+        path
+        for chunk, folder_path in _numbered(folder, "chunk")
+        if chunk >= from_chunk
+        for _, path in _numbered(folder_path, "file", suffix)
+    ]
+
+
+def _last_files(folder: Path, suffix: str):
+    """The chunk-XXX/file-YYY files under `folder` from the last one back, listing a chunk folder when reached."""
+    for _, chunk in reversed(_numbered(folder, "chunk")):
+        for _, path in reversed(_numbered(chunk, "file", suffix)):
+            yield path
 
 
 def _kept_episodes(root: Path, n: int) -> tuple[list[dict[str, dict[str, np.ndarray]]], set[str]]:
     """(the per-episode stats (stats/{key}/{stat} columns), the tasks) of the first `n` episodes."""
     parts, tasks = [], set()
-    for path in _files(root / EPISODES_DIR, ".parquet"):
+    for path in _files(root / EPISODES_DIR, ".parquet"):  # all of them (a truncation, or a foreign dataset)
         columns = [name for name in pq.read_schema(path).names if name.startswith(EP_STATS_PREFIX)]
         for row in pq.read_table(path, columns=[EPISODE_INDEX, EP_TASKS, *columns]).to_pylist():
             if row.pop(EPISODE_INDEX) >= n:
@@ -105,21 +132,23 @@ def _rewrite_parquet(path: Path, n: int) -> None:
         pq.write_table(kept, tmp)
 
 
-def _remove_beyond(files: list[Path], last: tuple[int, int]) -> None:
-    """Unlinks the files after (chunk, file) `last`: an unfinished append's, or those of truncated episodes."""
-    for path in files:
+def _remove_beyond(folder: Path, suffix: str, last: tuple[int, int]) -> None:
+    """Unlinks the files under `folder` after (chunk, file) `last` (an unfinished append's, or those of truncated
+    episodes) and the chunk folders they leave empty."""
+    for path in _files(folder, suffix, from_chunk=last[0]):
         if chunk_file(path) > last:
             path.unlink()
+    for chunk, path in _numbered(folder, "chunk"):
+        if chunk > last[0] and not any(path.iterdir()):
+            path.rmdir()
 
 
-def _remove_temporary(root: Path) -> None:
-    """Temporary files of writes a killed writer left, and emptied chunk folders."""
-    for top in ("meta", "data", "videos"):
-        for path in sorted((root / top).rglob("*"), reverse=True) if (root / top).is_dir() else []:
-            if path.is_file() and is_temporary(path.name):
-                path.unlink()
-            elif path.is_dir() and path.name.startswith("chunk-") and not any(path.iterdir()):
-                path.rmdir()
+def _remove_temporary(*folders: Path) -> None:
+    """Temporary files that writes of a killed writer left in `folders` (where files are rewritten in place)."""
+    for folder in folders:
+        for name in os.listdir(folder) if folder.is_dir() else []:
+            if is_temporary(name):
+                (folder / name).unlink(missing_ok=True)
 
 
 def settle(root: str | Path, n_episodes: int | None = None) -> CommittedState:
@@ -139,10 +168,9 @@ def settle(root: str | Path, n_episodes: int | None = None) -> CommittedState:
         raise ValueError(f"{root} holds {committed} episodes: keep between 1 and {committed}, not {n}")
 
     # The meta/episodes file holding episode n - 1, and the files after it (wholly beyond n: dropped).
-    episode_files = _files(root / EPISODES_DIR, ".parquet")
     beyond: list[Path] = []
     anchor, indices = None, None
-    for path in reversed(episode_files):
+    for path in _last_files(root / EPISODES_DIR, ".parquet"):
         indices = pq.read_table(path, columns=[EPISODE_INDEX]).column(EPISODE_INDEX).to_numpy()
         if (indices < n).any():
             anchor = path
@@ -176,19 +204,19 @@ def settle(root: str | Path, n_episodes: int | None = None) -> CommittedState:
             path.unlink()
 
     last_data = (int(last[EP_DATA_CHUNK]), int(last[EP_DATA_FILE]))
-    data_files = _files(root / "data", ".parquet")
-    _remove_beyond(data_files, last_data)
+    last_data_path = root / info["data_path"].format(chunk_index=last_data[0], file_index=last_data[1])
+    _remove_beyond(root / "data", ".parquet", last_data)
     if n != committed or shrinks:
-        path = next(p for p in data_files if chunk_file(p) == last_data)
-        if pc.max(pq.read_table(path, columns=[EPISODE_INDEX]).column(EPISODE_INDEX)).as_py() >= n:
-            _rewrite_parquet(path, n)
+        indices = pq.read_table(last_data_path, columns=[EPISODE_INDEX]).column(EPISODE_INDEX)
+        if pc.max(indices).as_py() >= n:
+            _rewrite_parquet(last_data_path, n)
     next_video = {}
     video_keys = [key for key, feature in info["features"].items() if feature["dtype"] == "video"]
     for key in video_keys:
         last_video = (int(last[ep_video_column(key, "chunk_index")]), int(last[ep_video_column(key, "file_index")]))
-        _remove_beyond(_files(root / "videos" / key, ".mp4"), last_video)
+        _remove_beyond(root / "videos" / key, ".mp4", last_video)
         next_video[key] = next_chunk_file(*last_video, int(info["chunks_size"]))
-    _remove_temporary(root)
+    _remove_temporary(root / "meta", anchor.parent, last_data_path.parent)
     chunks_size = int(info["chunks_size"])
     return CommittedState(
         info=info,

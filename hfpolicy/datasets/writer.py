@@ -200,6 +200,7 @@ def truncate_dataset(root: str | Path, n_episodes: int) -> Path:
     root = Path(root)
     lock = RunLock(root).acquire()
     try:
+        remove_stale_staging(root, APPEND_TAG)  # the new files of an append that was killed
         settle(root, n_episodes)
     finally:
         _release_appended(lock, root)
