@@ -194,9 +194,10 @@ def _discard_append(staging: Staging, lock: RunLock, root: Path) -> None:
     _release_appended(lock, root)
 
 
-def truncate_dataset(root: str | Path, n_episodes: int) -> Path:
+def truncate_dataset(root: str | Path, n_episodes: int | None = None) -> Path:
     """Keeps the first `n_episodes` of the v3.0 dataset at `root` (its meta rewritten first, then the files of
-    later episodes removed: see append.py); RunLockedError while a writer holds it."""
+    later episodes removed: see append.py); None keeps those info.json commits, removing only what a writer killed
+    mid-append left (which LeRobot, reading every file, would trip on). RunLockedError while a writer holds it."""
     root = Path(root)
     lock = RunLock(root).acquire()
     try:

@@ -192,7 +192,17 @@ def test_a_writer_killed_mid_append_leaves_the_last_complete_append(tmp_path, po
         dataset.get_batch(range(15))["action"], PolicyDataset("r", root=reference).get_batch(range(15))["action"]
     )
 
-    # The next writer removes what the killed one left (and its stats), then appends as if nothing happened.
+    # Settling it (as a push does) removes what the killed writer left: the files LeRobot, reading all, would see.
+    truncate_dataset(root)
+    assert not (root / "data/chunk-000/file-002.parquet").exists()
+    assert not (root / "videos/observation.image/chunk-000/file-002.mp4").exists()
+    assert sorted(p.name for p in (root / "meta/episodes/chunk-000").iterdir()) == [
+        "file-000.parquet",
+        "file-001.parquet",
+    ]
+    assert_same_dataset(root, reference)  # the stats too: those of the committed episodes again
+
+    # The next writer appends as if nothing had happened.
     with DatasetWriter.open(root) as writer:
         assert writer.num_episodes == 3
         add_episode(writer, 3)
