@@ -8,8 +8,10 @@ Episode k (k = 1..N) is appended to a dataset holding k - 1 episodes (the 1st cr
 own, as an online round does: `open` (reads the committed state, removes what a killed writer left), the frames
 (add_frame: H.264 encoding; save_episode: the data rows), `finish` (the new files moved in, meta/ rewritten, info.json
 last). The frames are a moving pattern and a random walk, the same for every episode, so the seconds differ only by
-what the dataset already holds. `--rewrite_at` also times writing the first n episodes as a new dataset (the cost of
-the old whole rewrite at that size). Prints a table, then one JSON line.
+what the dataset already holds. Right after each append the same episode is appended to a control dataset that
+holds 1 episode (truncated back to it after each, untimed): `ratio` = append / control is the cost against size
+with the machine's load (shared dev machines) divided out. `--rewrite_at` also times writing the first n episodes as
+a new dataset (the cost of the old whole rewrite at that size). Prints a table, then one JSON line.
 """
 
 import argparse
@@ -23,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from hfpolicy.datasets import DatasetWriter
+from hfpolicy.datasets.writer import truncate_dataset
 
 FPS = 10
 
@@ -85,7 +88,9 @@ def main() -> None:
     feats = features(args.images)
     rows = []
     with tempfile.TemporaryDirectory(prefix="append_cost_") as work:
-        root = Path(work) / "online_data"
+        root, control = Path(work) / "online_data", Path(work) / "control"
+        with DatasetWriter.create(control, "local/control", FPS, feats) as writer:
+            add(writer, frames)
         for k in range(1, args.episodes + 1):
             start = time.perf_counter()
             create = k == 1  # the 1st round writes the dataset, the later ones append
@@ -95,6 +100,10 @@ def main() -> None:
             written = time.perf_counter()
             writer.finish()
             end = time.perf_counter()
+            with DatasetWriter.open(control) as writer:
+                add(writer, frames)
+            control_s = time.perf_counter() - end
+            truncate_dataset(control, 1)
             rows.append(
                 {
                     "episode": k,
@@ -102,8 +111,10 @@ def main() -> None:
                     "frames_s": written - opened,
                     "finish_s": end - written,
                     "append_s": end - start,
+                    "control_s": control_s,
+                    "ratio": (end - start) / control_s,
                     "dataset_mb": folder_mb(root),
-                }  # fmt: skip
+                }
             )
         rewrites = {}
         for n in [int(v) for v in args.rewrite_at.split(",") if v.strip()]:
@@ -116,12 +127,15 @@ def main() -> None:
             rewrites[n] = time.perf_counter() - start
 
     shown = sorted({1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, args.episodes} & set(range(1, args.episodes + 1)))
-    print(f"{'episode':>8} {'dataset MB':>11} {'open s':>8} {'frames s':>9} {'finish s':>9} {'append s':>9}")
+    print(
+        f"{'episode':>8} {'dataset MB':>11} {'open s':>8} {'frames s':>9} {'finish s':>9} {'append s':>9} "
+        f"{'control s':>10} {'ratio':>6}"
+    )
     for k in shown:
         r = rows[k - 1]
         print(
             f"{k:>8} {r['dataset_mb']:>11.2f} {r['open_s']:>8.4f} {r['frames_s']:>9.4f} {r['finish_s']:>9.4f} "
-            f"{r['append_s']:>9.4f}"
+            f"{r['append_s']:>9.4f} {r['control_s']:>10.4f} {r['ratio']:>6.2f}"
         )
     for n, seconds in rewrites.items():
         print(f"rewriting {n} episodes as a new dataset (the old round's cost at that size): {seconds:.3f} s")
@@ -142,6 +156,8 @@ def main() -> None:
         "images": args.images,
         "append_s_median_first": median(first, "append_s"),  # appends 2..tenth+1
         "append_s_median_last": median(last, "append_s"),  # the last tenth
+        "ratio_median_first": median(first, "ratio"),  # append / control (a 1-episode dataset), same moment
+        "ratio_median_last": median(last, "ratio"),
         "open_finish_s_median_first": round(statistics.median(overhead["first"]), 4),
         "open_finish_s_median_last": round(statistics.median(overhead["last"]), 4),
         "append_s_slope_per_episode": float(f"{slope:.3g}"),  # least squares over appends 2..N

@@ -7,12 +7,15 @@ meta/tasks.parquet, meta/stats.json and, last, meta/info.json are replaced (each
 `total_episodes` is the commit: readers (`DatasetMeta.load`) take the first `total_episodes` episodes, so a writer
 killed before it leaves the last complete append readable, and the files it had added are orphans. Files of one
 append follow those of the previous one in (chunk, file) order, so what lies beyond the files of the last committed
-episode is such an orphan: `settle` removes it, reading only the last meta/episodes file, so opening a dataset to
-append costs the same however many episodes it holds.
+episode is such an orphan: `settle` removes it, reading only the last meta/episodes file (and listing chunk folders
+only when the next file numbers are taken), so opening a dataset to append costs the same however many episodes it
+holds.
 
 `settle(root, n)` also truncates: it keeps the first `n` episodes (info.json first, then stats.json from the kept
-episodes' stats and the tasks they use, then the files of later episodes removed; a data file shared with a later
-episode rewritten with the kept rows only; a shared video file kept, its later frames unreferenced).
+episodes' stats and the tasks they use, then the data and video files of later episodes removed, a data file shared
+with a later episode rewritten with the kept rows only (a shared video file is kept, its later frames unreferenced),
+and last the episode table's later rows, so that a truncation killed half-way is redone by the next settle). A
+reader that opens the dataset while a truncation rewrites a shared data file may fail: truncate when no one reads.
 """
 
 import os
@@ -198,31 +201,41 @@ def settle(root: str | Path, n_episodes: int | None = None) -> CommittedState:
         frame = pd.DataFrame({TASK_INDEX: list(tasks.values())}, index=pd.Index(list(tasks), name=TASK))
         with replacing(root / TASKS_PATH, suffix=".parquet") as tmp:
             frame.to_parquet(tmp)
+
+    chunks_size = int(info["chunks_size"])
+    last_data = (int(last[EP_DATA_CHUNK]), int(last[EP_DATA_FILE]))
+    last_data_path = root / info["data_path"].format(chunk_index=last_data[0], file_index=last_data[1])
+    video_keys = [key for key, feature in info["features"].items() if feature["dtype"] == "video"]
+    last_video = {
+        key: (int(last[ep_video_column(key, "chunk_index")]), int(last[ep_video_column(key, "file_index")]))
+        for key in video_keys
+    }
+    next_data = next_chunk_file(*last_data, chunks_size)
+    next_video = {key: next_chunk_file(*last, chunks_size) for key, last in last_video.items()}
+    # An unfinished append left files only if it left the first one it numbers (data or video): only then are the
+    # last chunk folders listed (a clean dataset is opened without listing them).
+    left_over = (root / info["data_path"].format(chunk_index=next_data[0], file_index=next_data[1])).exists() or any(
+        (root / info["video_path"].format(video_key=key, chunk_index=c, file_index=f)).exists()
+        for key, (c, f) in next_video.items()
+    )
+    if left_over or n != committed or shrinks:
+        _remove_beyond(root / "data", ".parquet", last_data)
+        for key in video_keys:
+            _remove_beyond(root / "videos" / key, ".mp4", last_video[key])
+    if n != committed or shrinks:
+        if pc.max(pq.read_table(last_data_path, columns=[EPISODE_INDEX]).column(EPISODE_INDEX)).as_py() >= n:
+            _rewrite_parquet(last_data_path, n)
+        # The episode table's rows beyond n go last: until they are gone the next settle sees them and redoes this.
         if (indices >= n).any():
             _rewrite_parquet(anchor, n)
         for path in beyond:
             path.unlink()
-
-    last_data = (int(last[EP_DATA_CHUNK]), int(last[EP_DATA_FILE]))
-    last_data_path = root / info["data_path"].format(chunk_index=last_data[0], file_index=last_data[1])
-    _remove_beyond(root / "data", ".parquet", last_data)
-    if n != committed or shrinks:
-        indices = pq.read_table(last_data_path, columns=[EPISODE_INDEX]).column(EPISODE_INDEX)
-        if pc.max(indices).as_py() >= n:
-            _rewrite_parquet(last_data_path, n)
-    next_video = {}
-    video_keys = [key for key, feature in info["features"].items() if feature["dtype"] == "video"]
-    for key in video_keys:
-        last_video = (int(last[ep_video_column(key, "chunk_index")]), int(last[ep_video_column(key, "file_index")]))
-        _remove_beyond(root / "videos" / key, ".mp4", last_video)
-        next_video[key] = next_chunk_file(*last_video, int(info["chunks_size"]))
     _remove_temporary(root / "meta", anchor.parent, last_data_path.parent)
-    chunks_size = int(info["chunks_size"])
     return CommittedState(
         info=info,
         tasks=tasks,
         stats=stats or {},
-        next_data=next_chunk_file(*last_data, chunks_size),
+        next_data=next_data,
         next_video=next_video,
         next_meta=next_chunk_file(*chunk_file(anchor), chunks_size),
     )
