@@ -51,7 +51,7 @@ class DatasetMeta:
             episodes, tasks = legacy_v21.load_episode_table(root, info), legacy_v21.load_tasks(root)
             stats = load_stats_json(root / STATS_PATH) or legacy_v21.load_stats(root)
         else:
-            episodes, tasks = load_episode_table(root), load_tasks(root)
+            episodes, tasks = load_episode_table(root, info.get("total_episodes")), load_tasks(root)
             stats = load_stats_json(root / STATS_PATH)
             if stats is None:
                 stats = stats_from_episode_table(root)
@@ -132,7 +132,9 @@ class DatasetMeta:
         return sorted(files)
 
 
-def load_episode_table(root: Path) -> pd.DataFrame:
+def load_episode_table(root: Path, total_episodes: int | None = None) -> pd.DataFrame:
+    """meta/episodes as one table indexed by episode_index: the first `total_episodes` (info.json's count; rows
+    after it belong to an append that was never committed: writer.py)."""
     paths = sorted((root / EPISODES_DIR).glob("*/*.parquet"))
     if not paths:
         raise DatasetFormatError(
@@ -149,6 +151,8 @@ def load_episode_table(root: Path) -> pd.DataFrame:
     missing = [name for name in required if name not in table.columns]
     if missing:
         raise DatasetFormatError(f"the episode table in {root / EPISODES_DIR} lacks the columns {missing}")
+    if total_episodes is not None:
+        table = table[table[EPISODE_INDEX] < int(total_episodes)]
     table = table.sort_values(EPISODE_INDEX).set_index(EPISODE_INDEX, drop=False)
     if table.index.has_duplicates:
         raise DatasetFormatError(f"the episode table in {root / EPISODES_DIR} lists some episode twice")

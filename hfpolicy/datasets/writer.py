@@ -12,6 +12,11 @@
         writer.save_episode()        # or writer.clear_episode() to drop it
     root = writer.finish()
 
+Appending: `DatasetWriter.open(root)` continues an existing v3.0 dataset with the same calls; `finish()` then adds
+the new episodes' files and rewrites meta/ (info.json last), never the data of earlier episodes (append.py says how,
+and why a writer killed meanwhile leaves the last complete append readable). `truncate_dataset(root, n)` keeps the
+first n episodes.
+
 Everything is written into a hidden temporary folder beside `root` and renamed to `root` by `finish()`, so an
 interrupted write leaves nothing at `root` (`abort()`, or an exception inside `with DatasetWriter.create(...)`,
 removes the temporary folder). The writer holds `root` with the run lock from `create` to `finish`/`abort`: a second
@@ -45,6 +50,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hfpolicy.constants import EPISODE_INDEX, FRAME_INDEX, INDEX, TASK, TASK_INDEX, TIMESTAMP
+from hfpolicy.datasets.append import CommittedState, settle
 from hfpolicy.datasets.features import (
     IMAGE,
     NUMERIC_DTYPES,
@@ -81,7 +87,7 @@ from hfpolicy.datasets.format import (
     next_chunk_file,
 )
 from hfpolicy.datasets.stats import ImageStatsAccumulator, aggregate_stats, array_stats, stats_to_json
-from hfpolicy.io.atomic import Staging, remove_stale_staging, staging_path, write_json_atomically
+from hfpolicy.io.atomic import Staging, remove_stale_staging, replacing, staging_path, write_json_atomically
 from hfpolicy.io.run_lock import LOCK_FILE, LOCK_FILES, RunLock, is_lock_file
 from hfpolicy.io.termination import raise_if_terminated
 from hfpolicy.io.video import VIDEO_PIX_FMT, Mp4Writer, probe_video
@@ -91,10 +97,11 @@ MB = 1024**2
 
 DATASET_TOP_LEVEL = {"meta", "data", "videos", "images", "README.md", ".gitattributes"}  # what a dataset folder holds
 _DATASET_SUFFIXES = {"meta": (".json", ".jsonl", ".parquet"), "data": (".parquet",), "videos": (".mp4",)}
-STAGING_TAG, REPLACED_TAG = (
+STAGING_TAG, REPLACED_TAG, APPEND_TAG = (
     "writing",
     "replaced",
-)  # .<name>.writing-*: a dataset being written; .replaced-*: the old one
+    "appending",
+)  # .<name>.writing-*: a dataset being written; .replaced-*: the old one; .appending-*: the files of an append
 
 
 def _folder_entries(root: Path) -> list[str]:
@@ -175,6 +182,32 @@ def _discard(staging: Staging, lock: RunLock, root: Path, created: bool) -> None
     _release_destination(lock, root, created)
 
 
+def _release_appended(lock: RunLock, root: Path) -> None:
+    """Releases a dataset that was appended to, leaving no lock file in it (lockers never block: none waits)."""
+    for name in LOCK_FILES:
+        (root / name).unlink(missing_ok=True)
+    lock.release()
+
+
+def _discard_append(staging: Staging, lock: RunLock, root: Path) -> None:
+    staging.discard()
+    _release_appended(lock, root)
+
+
+def truncate_dataset(root: str | Path, n_episodes: int | None = None) -> Path:
+    """Keeps the first `n_episodes` of the v3.0 dataset at `root` (its meta rewritten first, then the files of
+    later episodes removed: see append.py); None keeps those info.json commits, removing only what a writer killed
+    mid-append left (which LeRobot, reading every file, would trip on). RunLockedError while a writer holds it."""
+    root = Path(root)
+    lock = RunLock(root).acquire()
+    try:
+        remove_stale_staging(root, APPEND_TAG)  # the new files of an append that was killed
+        settle(root, n_episodes)
+    finally:
+        _release_appended(lock, root)
+    return root
+
+
 class DatasetWriter:
     """Writes a LeRobot v3.0 dataset episode by episode. Make one with `DatasetWriter.create(...)`."""
 
@@ -192,6 +225,7 @@ class DatasetWriter:
         chunks_size: int,
         data_files_size_in_mb: float,
         video_files_size_in_mb: float,
+        appending: tuple[RunLock, CommittedState] | None = None,
     ):
         self.root = root
         self.repo_id = repo_id
@@ -204,19 +238,27 @@ class DatasetWriter:
         self.chunks_size = chunks_size
         self.data_files_size_in_mb = data_files_size_in_mb
         self.video_files_size_in_mb = video_files_size_in_mb
-        self._root_lock, created = _hold_destination(root, overwrite)  # the folder is this writer's until the end
-        try:
-            self._staging_folder = Staging.create(root, STAGING_TAG)  # also removes dead writers' staging
+        if appending is None:  # the folder is this writer's until the end
+            self._root_lock, created = _hold_destination(root, overwrite)
+        else:
+            self._root_lock, created = appending[0], False
+        try:  # also removes dead writers' staging
+            self._staging_folder = Staging.create(root, STAGING_TAG if appending is None else APPEND_TAG)
         except BaseException:
             _release_destination(self._root_lock, root, created)
             raise
-        self.tmp_root = self._staging_folder.path
-        self._cleanup = weakref.finalize(  # on GC / exit if never finished
-            self, _discard, self._staging_folder, self._root_lock, root, created
-        )
+        self.tmp_root = self._staging_folder.path  # the new files (all of them, or an append's) until finish()
+        if appending is None:
+            cleanup = (_discard, self._staging_folder, self._root_lock, root, created)
+        else:
+            cleanup = (_discard_append, self._staging_folder, self._root_lock, root)
+        self._cleanup = weakref.finalize(self, *cleanup)  # on GC / exit if never finished
         self._staging = self.tmp_root / ".episode"  # the current episode's videos while it is recorded
         self._init_columns(features)
         self._init_counters()
+        self._committed = appending[1] if appending is not None else None  # appending: what the dataset holds
+        if self._committed is not None:
+            self._continue(self._committed)
 
     def _init_columns(self, features: dict[str, dict[str, Any]]) -> None:
         """The feature keys by kind and the data parquet's schema."""
@@ -249,7 +291,18 @@ class DatasetWriter:
         self._video_stream: dict[str, Any] = {}
         self._video_path: dict[str, Path] = {}
         self._video_file_frames = dict.fromkeys(self.video_keys, 0)
+        self._meta_chunk_file = (0, 0)  # the meta/episodes file finish() writes
         self._reset_episode()
+
+    def _continue(self, committed: CommittedState) -> None:
+        """Counters that continue a dataset's committed episodes; the new ones go to new files."""
+        self.num_episodes = int(committed.info["total_episodes"])
+        self.num_frames = int(committed.info["total_frames"])
+        self.tasks = dict(committed.tasks)
+        self._episode_stats = [committed.stats] if committed.stats else []
+        self._data_chunk, self._data_file = committed.next_data
+        self._video_chunk_file = dict(committed.next_video)
+        self._meta_chunk_file = committed.next_meta
 
     @classmethod
     def create(
@@ -296,6 +349,39 @@ class DatasetWriter:
             data_files_size_in_mb=data_files_size_in_mb,
             video_files_size_in_mb=video_files_size_in_mb,
         )
+
+    @classmethod
+    def open(
+        cls, root: str | Path, repo_id: str | None = None, *, video_crf: int = 23, video_preset: str = "fast"
+    ) -> "DatasetWriter":
+        """Continues the LeRobot v3.0 dataset at `root`: episodes added as with `create`, and `finish()` appends
+        them (new data, video and meta/episodes files; meta/ rewritten, info.json last; earlier files untouched).
+        What a writer killed during an earlier append left is removed first. The features, fps and file limits
+        are the dataset's. RunLockedError while another writer holds `root`; DatasetFormatError if it is no v3.0
+        dataset."""
+        root = Path(root)
+        lock = RunLock(root).acquire()
+        try:
+            committed = settle(root)
+            info = committed.info
+            features = {key: {**feature, "shape": list(feature["shape"])} for key, feature in info["features"].items()}
+            return cls(
+                root,
+                repo_id or f"local/{root.name}",
+                info["fps"],
+                features,
+                info.get("robot_type"),
+                overwrite=False,
+                video_crf=video_crf,
+                video_preset=video_preset,
+                chunks_size=int(info["chunks_size"]),
+                data_files_size_in_mb=float(info.get("data_files_size_in_mb", DEFAULT_DATA_FILE_SIZE_MB)),
+                video_files_size_in_mb=float(info.get("video_files_size_in_mb", DEFAULT_VIDEO_FILE_SIZE_MB)),
+                appending=(lock, committed),
+            )
+        except BaseException:
+            _release_appended(lock, root)
+            raise
 
     # --- episodes -----------------------------------------------------------------------------------------------
     def _reset_episode(self) -> None:
@@ -494,8 +580,11 @@ class DatasetWriter:
 
     # --- finishing ----------------------------------------------------------------------------------------------
     def finish(self) -> Path:
-        """Writes meta/ (info.json, stats.json, tasks.parquet, episodes) and renames the dataset into `root`."""
+        """Writes meta/ (info.json, stats.json, tasks.parquet, episodes) and renames the dataset into `root` (an
+        appending writer: moves the new files into `root`, then rewrites meta/, info.json last)."""
         self._check_open()
+        if self._committed is not None:
+            return self._finish_append()
         try:
             if self.episode_frames:
                 raise ValueError(
@@ -527,23 +616,59 @@ class DatasetWriter:
         self._finished = True
         return self.root
 
-    def _write_meta(self) -> None:
+    def _finish_append(self) -> Path:
+        """Moves the files of the new episodes (and whatever else was put in `tmp_root`) into `root`, then writes
+        their meta/episodes file, tasks, stats and info.json: until that last rename, readers see the dataset
+        as it was."""
+        try:
+            if self.episode_frames:
+                raise ValueError(
+                    f"the current episode has {self.episode_frames} unsaved frames: save_episode() to keep them or "
+                    "clear_episode() to drop them before finish()"
+                )
+            self._close_data_file()
+            for key in list(self._video_out):
+                self._close_video_file(key)
+            shutil.rmtree(self._staging, ignore_errors=True)
+            if self._episode_rows:
+                for path in sorted(self.tmp_root.rglob("*")):
+                    if path.is_file() and not is_lock_file(path.name):
+                        destination = self.root / path.relative_to(self.tmp_root)
+                        destination.parent.mkdir(parents=True, exist_ok=True)
+                        os.replace(path, destination)
+                self._write_meta(self.root)
+        except BaseException:
+            self.abort()
+            raise
+        self._cleanup()  # the (now empty) staging folder and the hold on root
+        self._finished = True
+        return self.root
+
+    def _write_meta(self, base: Path | None = None) -> None:
+        """meta/ of the dataset into `base` (default `tmp_root`): this writer's episodes as one meta/episodes
+        file, tasks, stats and, last, info.json; each file written whole, then renamed."""
+        base = self.tmp_root if base is None else base
         rows = self._episode_rows
         for row in rows:
-            row[EP_META_CHUNK], row[EP_META_FILE] = 0, 0
+            row[EP_META_CHUNK], row[EP_META_FILE] = self._meta_chunk_file
         episodes = pa.Table.from_pylist(rows)
-        path = self.tmp_root / EPISODES_PATH.format(chunk_index=0, file_index=0)
+        path = base / EPISODES_PATH.format(chunk_index=self._meta_chunk_file[0], file_index=self._meta_chunk_file[1])
         path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(episodes, path)
+        with replacing(path, suffix=".parquet") as tmp:
+            pq.write_table(episodes, tmp)
 
         tasks = pd.DataFrame({TASK_INDEX: list(self.tasks.values())}, index=pd.Index(list(self.tasks), name=TASK))
-        tasks.to_parquet(self.tmp_root / TASKS_PATH)
+        with replacing(base / TASKS_PATH, suffix=".parquet") as tmp:
+            tasks.to_parquet(tmp)
 
-        write_json_atomically(self.tmp_root / STATS_PATH, stats_to_json(aggregate_stats(self._episode_stats)), indent=4)
+        write_json_atomically(base / STATS_PATH, stats_to_json(aggregate_stats(self._episode_stats)), indent=4)
 
-        features = deepcopy(self.features)
-        for key in self.video_keys:
-            features[key]["info"] = self._video_info(key)
+        if self._committed is not None:
+            features = deepcopy(self._committed.info["features"])
+        else:
+            features = deepcopy(self.features)
+            for key in self.video_keys:
+                features[key]["info"] = self._video_info(key)
         info = {
             "codebase_version": CODEBASE_VERSION,
             "robot_type": self.robot_type,
@@ -559,7 +684,9 @@ class DatasetWriter:
             "video_path": VIDEO_PATH if self.video_keys else None,
             "features": features,
         }
-        write_json_atomically(self.tmp_root / INFO_PATH, info, indent=4)
+        if self._committed is not None:  # what else the dataset's info.json says stays
+            info = {**self._committed.info, **{k: v for k, v in info.items() if k.startswith("total") or k == "splits"}}
+        write_json_atomically(base / INFO_PATH, info, indent=4)
 
     def _video_info(self, key: str) -> dict[str, Any]:
         """The "info" LeRobot keeps per video feature, probed from the first file."""

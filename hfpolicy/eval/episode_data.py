@@ -22,6 +22,7 @@ import numpy as np
 from gymnasium.vector import VectorEnv
 
 from hfpolicy.constants import ACTION, DONE, REWARD, SUCCESS
+from hfpolicy.datasets.format import INFO_PATH
 from hfpolicy.datasets.writer import DatasetWriter
 from hfpolicy.envs import SUCCESS_INFO_KEY
 from hfpolicy.envs.observations import OBSERVATION_KEYS
@@ -200,11 +201,17 @@ def write_episodes_dataset(
     task: str,
     *,
     overwrite: bool = False,
+    append: bool = False,
     extra_meta: Mapping[str, Any] | None = None,
 ) -> Path:
     """Writes the episodes as a LeRobot v3.0 dataset at `root`, atomically (a new dataset replaces the old one only
-    when complete). `extra_meta` is written as meta/hfpolicy_online.json inside it."""
-    writer = DatasetWriter.create(root, repo_id, fps, features, overwrite=overwrite)
+    when complete), or with `append` adds them to the dataset at `root` if there is one (`DatasetWriter.open`: its
+    files stay as they are, meta/ is rewritten once they are in). `extra_meta` is written as
+    meta/hfpolicy_online.json inside it, with the episodes."""
+    if append and (Path(root) / INFO_PATH).is_file():
+        writer = DatasetWriter.open(root, repo_id)
+    else:
+        writer = DatasetWriter.create(root, repo_id, fps, features, overwrite=overwrite)
     with writer:
         for episode in episodes:
             write_episode(writer, episode, task)

@@ -197,12 +197,14 @@ def online_episode_count(run_dir: Path) -> int | None:
 def push_online_data(run_dir: Path, repo_id: str, private: bool = False) -> str:
     """Publishes the run's online_data/ as a Hub dataset repo (PushError when the run has none)."""
     from hfpolicy.datasets import push_dataset_to_hub
+    from hfpolicy.datasets.writer import truncate_dataset
 
     root = run_dir / "online_data"
     if not (root / "meta" / "info.json").is_file():
         raise PushError(
             f"{run_dir} has no online data to publish (it trained without --online.every, or no round kept an episode)"
         )
+    truncate_dataset(root)  # a run killed mid-round: the files of its unfinished append are not published
     return push_dataset_to_hub(
         root, repo_id, private=private, tags=["hfpolicy", "online-training"],
         description=f"The online training data of the hfpolicy run {run_dir.name}: the policy's own rollouts, "

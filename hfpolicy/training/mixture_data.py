@@ -97,8 +97,6 @@ def load_mixture_data(cfg: TrainConfig, accelerator: Accelerator, members: list[
         resolve_dataset_root,
     )
 
-    if cfg.online.every > 0:
-        raise TrainConfigError("--online.every trains on one dataset: leave it out with several datasets")
     progress = accelerator.is_main_process and cfg.progress
     with accelerator.main_process_first():
         roots = [resolve_dataset_root(member, recipe=cfg.recipe, progress=progress) for member in members]

@@ -12,16 +12,22 @@ Labels (`--online.labels`):
 - `policy` (self-imitation): the policy's own actions, successful episodes only; needs no expert.
 
 Every training batch then takes a fraction `--online.ratio` of its rows from the online data (uniformly over its
-frames, drawn from a generator seeded with (seed, step, rank)) and the rest from the offline batch. Normalization
-stays the offline data's stats: the policy's inputs and outputs keep their meaning. The offline data may be a
-streamed Hub dataset (`--dataset.streaming=true`): the online data takes only its features and fps.
+frames, drawn at the step that trains on them from a generator seeded with (seed, step, rank)) and the rest from the
+offline batch. The online data is one more member of the training data: the offline data may be one dataset, a
+mixture of several (`--dataset.repo_id='[a,b]'`; the online rows' `dataset_index` is then the next one), streamed
+from the Hub (`--dataset.streaming=true`) or both; the online data takes the offline data's (shared, renamed)
+features and fps. Its rows are drawn at the step rather than by the offline data's sampler because DataLoader
+workers read batches ahead, before the round that a later batch must see exists. Normalization stays the offline
+data's stats: the policy's inputs and outputs keep their meaning.
 
-The dataset is rewritten whole after each round, atomically (the new one replaces the old only when complete), so a
-run killed at any moment leaves the online data of its last finished round, readable. Its meta/hfpolicy_online.json
-lists the rounds (step, seeds, episodes kept). A checkpoint records how many online episodes it had seen; resuming
-from it drops the rounds collected after it, so the resumed run trains on exactly the data the uninterrupted one did.
-With several processes each collects its share of a round's seeds, the main process writes the dataset once, and
-every process then reads the same dataset.
+The first round writes the dataset (it appears whole, a rename); each later round appends its episodes
+(`DatasetWriter.open`: new data and video files, meta/ rewritten with info.json last), so a round costs the same
+however much online data there is, and a run killed at any moment leaves the online data of its last finished
+round, readable. Its meta/hfpolicy_online.json lists the rounds (step, seeds, episodes kept). A checkpoint records
+how many online episodes it had seen; resuming from it truncates the dataset to them (`truncate_dataset`: the
+rounds collected after it dropped, files and all), so the resumed run trains on exactly the data the uninterrupted
+one did. With several processes each collects its share of a round's seeds, the main process writes the dataset,
+and every process then reads the same dataset.
 
 Online episode j of round r is seeded `--online.start_seed + r * n_episodes + j` (validated not to overlap the
 evaluation's seeds).
@@ -42,6 +48,9 @@ from accelerate.utils import gather_object
 
 from hfpolicy.constants import ACTION
 from hfpolicy.datasets import PolicyDataset
+from hfpolicy.datasets.format import INFO_PATH
+from hfpolicy.datasets.mixture import DATASET_INDEX, MixtureDataset
+from hfpolicy.datasets.writer import truncate_dataset
 from hfpolicy.envs import EnvConfig
 from hfpolicy.eval.episode_data import (
     ONLINE_META_PATH,
@@ -51,7 +60,7 @@ from hfpolicy.eval.episode_data import (
     write_episodes_dataset,
 )
 from hfpolicy.eval.rollouts import rollout
-from hfpolicy.io.atomic import temporary_path
+from hfpolicy.io.atomic import temporary_path, write_json_atomically
 from hfpolicy.training.config import OnlineConfig, TrainConfigError
 
 ONLINE_DATA_DIR = "online_data"
@@ -84,15 +93,17 @@ class OnlineTraining:
         delta_timestamps: dict[str, list[float]] | None,
         drop_n_last_frames: int,
         seed: int,
+        member_index: int | None = None,
     ):
         self.cfg, self.env_cfg, self.features, self.fps = cfg, env_cfg, features, fps
         self.root = Path(output_dir) / ONLINE_DATA_DIR
         self.delta_timestamps, self.drop_n_last_frames, self.seed = delta_timestamps, drop_n_last_frames, seed
+        self.member_index = member_index  # offline data of several datasets: the online rows' dataset_index
         self.first_step = cfg.start_step if cfg.start_step is not None else cfg.every
-        self.episodes: list[RolloutEpisode] = []  # main process: every online episode kept, in order
         self.rounds: list[dict[str, Any]] = []  # {step, seeds, kept}: what meta/hfpolicy_online.json lists
         self.last_round = 0  # the step of the last round collected (kept episodes or not)
-        self.dataset: PolicyDataset | None = None
+        self.dataset: MixtureDataset | None = None  # the online data read so far: one member per reload
+        self._parts: list[PolicyDataset] = []
         self._valid: np.ndarray = np.zeros(0, dtype=np.int64)  # dataset positions a training sample may start at
 
     # --- schedule and state ------------------------------------------------------------------------------------------
@@ -126,7 +137,8 @@ class OnlineTraining:
 
     def restore(self, accelerator: Accelerator, step: int, checkpoint_state: dict[str, Any]) -> None:
         """Resuming at checkpoint `step`: keep the rounds collected up to it (which must hold the online episodes
-        the checkpoint recorded in its `state()`), drop later ones (the whole dataset when it keeps none), reload."""
+        the checkpoint recorded in its `state()`), truncate the dataset to them (remove it when it keeps none),
+        reload."""
         seen_episodes = int(checkpoint_state.get(ONLINE_STATE_KEY, 0))
         self.last_round = int(checkpoint_state.get(ONLINE_LAST_ROUND_KEY, step))  # older checkpoints: no catching up
         meta = self.root / ONLINE_META_PATH
@@ -145,10 +157,10 @@ class OnlineTraining:
                 f"{seen_episodes}: the online data does not belong to this checkpoint; start a new run"
             )
         if accelerator.is_main_process:
-            self.episodes = read_online_episodes(self.root, self.features, kept)
             self.rounds = rounds
             if kept:
-                self._write()
+                truncate_dataset(self.root, kept)
+                write_json_atomically(self.root / ONLINE_META_PATH, self._online_meta())
             else:  # the checkpoint came before every round: none of the data on disk may be trained on
                 discard_online_data(self.root)
         accelerator.wait_for_everyone()
@@ -172,8 +184,7 @@ class OnlineTraining:
         self.rounds.append({"step": step, "seeds": seeds, "kept": [e.seed for e in kept]})
         self.last_round = step
         if accelerator.is_main_process and kept:
-            self.episodes += kept
-            self._write()
+            self._append(kept)
         accelerator.wait_for_everyone()
         if kept:
             self._reload()
@@ -185,25 +196,35 @@ class OnlineTraining:
             "online/replans_per_step": sum(e.n_replans for e in episodes) / n_steps,
         }
 
-    def _write(self) -> None:
+    def _online_meta(self) -> dict[str, Any]:
+        """meta/hfpolicy_online.json: the labels, the flags and the rounds."""
+        return {"labels": self.cfg.labels, "config": asdict(self.cfg), "rounds": self.rounds}
+
+    def _append(self, episodes: list[RolloutEpisode]) -> None:
+        """Writes the first round's episodes as the dataset, appends each later round's."""
         from hfpolicy.datasets.pusht_zarr import PUSHT_TASK  # the task string of PushT data (imports gym-pusht)
 
-        extra = {"labels": self.cfg.labels, "config": asdict(self.cfg), "rounds": self.rounds}
         write_episodes_dataset(
-            self.root, f"local/{ONLINE_DATA_DIR}", self.fps, self.features, self.episodes, PUSHT_TASK,
-            overwrite=self.root.exists(), extra_meta=extra,
+            self.root, f"local/{ONLINE_DATA_DIR}", self.fps, self.features, episodes, PUSHT_TASK,
+            append=True, extra_meta=self._online_meta(),
         )  # fmt: skip
 
     def _reload(self) -> None:
-        if not (self.root / "meta" / "info.json").is_file():
+        """Reads the episodes added since the last reload (those of the rounds since, only their files) as one
+        more PolicyDataset; the online data is the mixture of them."""
+        read = sum(part.num_episodes for part in self._parts)
+        if not (self.root / INFO_PATH).is_file() or read >= self.n_episodes:
             return
-        self.dataset = PolicyDataset(
-            f"local/{ONLINE_DATA_DIR}", root=self.root, delta_timestamps=self.delta_timestamps,
+        part = PolicyDataset(
+            f"local/{ONLINE_DATA_DIR}", root=self.root, episodes=range(read, self.n_episodes),
+            delta_timestamps=self.delta_timestamps,
             download_videos=any(f["dtype"] == "video" for f in self.features.values()),
         )  # fmt: skip
-        bounds = self.dataset.episode_bounds
-        ranges = [np.arange(start, end - self.drop_n_last_frames) for start, end in bounds]
-        self._valid = np.concatenate(ranges).astype(np.int64) if ranges else np.zeros(0, dtype=np.int64)
+        offset = self.n_frames
+        self._parts.append(part)
+        self.dataset = MixtureDataset(self._parts, [f"{ONLINE_DATA_DIR}[{i}]" for i in range(len(self._parts))])
+        ranges = [np.arange(start, end - self.drop_n_last_frames) + offset for start, end in part.episode_bounds]
+        self._valid = np.concatenate([self._valid, *ranges]).astype(np.int64)
 
     # --- mixing ---------------------------------------------------------------------------------------------------------
     def mix(self, batch: dict[str, Any], step: int, rank: int) -> dict[str, Any]:
@@ -219,6 +240,9 @@ class OnlineTraining:
         picks = torch.randint(len(self._valid), (k,), generator=generator).numpy()
         uint8_images = any(batch[key].dtype == torch.uint8 for key in self.dataset.camera_keys if key in batch)
         online = self.dataset.get_batch(self._valid[picks], uint8_images=uint8_images)  # frames as the batch's
+        del online[DATASET_INDEX]  # which reload read them: nothing the training data knows of
+        if DATASET_INDEX in batch and self.member_index is not None:  # the member after the offline datasets
+            online[DATASET_INDEX] = torch.full((k,), self.member_index, dtype=batch[DATASET_INDEX].dtype)
         mixed = {}
         for key, value in batch.items():
             if key not in online:
@@ -319,23 +343,3 @@ def discard_online_data(root: Path) -> None:
     aside = temporary_path(root)
     os.replace(root, aside)
     shutil.rmtree(aside)
-
-
-def read_online_episodes(root: Path, features: dict[str, Any], n_episodes: int) -> list[RolloutEpisode]:
-    """The first `n_episodes` episodes of an online dataset, back as collected episodes (to rewrite on resume)."""
-    dataset = PolicyDataset(f"local/{ONLINE_DATA_DIR}", root=root)
-    meta = json.loads((root / ONLINE_META_PATH).read_text())
-    seeds = [seed for r in meta["rounds"] for seed in r["kept"]]
-    episodes = []
-    for position in range(min(n_episodes, dataset.num_episodes)):
-        start, end = (int(v) for v in dataset.episode_bounds[position])
-        batch = dataset.get_batch(np.arange(start, end), uint8_images=True)  # the frames as they were written
-        frames = {}
-        for key, feature in features.items():
-            values = batch[key].numpy()
-            if feature["dtype"] in ("video", "image"):
-                values = values.transpose(0, 2, 3, 1)
-            frames[key] = list(values.reshape(len(values), *feature["shape"]) if values.ndim > 1 else values)
-        success = bool(np.any(batch["next.success"].numpy())) if "next.success" in batch else False
-        episodes.append(RolloutEpisode(seed=seeds[position], frames=frames, success=success))
-    return episodes

@@ -63,7 +63,9 @@ def choose_cpu_threads(num_threads: int | None, num_processes: int) -> int:
 
 
 def make_online_training(cfg: TrainConfig, output_dir: Path, dataset: PolicyDataset):
-    """The run's online data (hfpolicy.training.online), for the policy's inputs, in the env the policy acts in."""
+    """The run's online data (hfpolicy.training.online), for the policy's inputs, in the env the policy acts in:
+    the features of the offline `dataset` (one dataset, or a mixture's shared ones, streamed or not), and, after
+    a mixture's datasets, the next dataset_index."""
     from hfpolicy.training.online import OnlineTraining, online_features
 
     policy_cfg, fps = cfg.policy, dataset.fps
@@ -74,10 +76,12 @@ def make_online_training(cfg: TrainConfig, output_dir: Path, dataset: PolicyData
             f"--env.episode_length={episode_length} is shorter than the policy's action window "
             f"({round(window * fps) + 1} steps): online episodes could not fill a training sample; raise it"
         )
-    features = online_features(dataset.meta.features, list(policy_cfg.input_features))
+    features = online_features(dataset.features, list(policy_cfg.input_features))
+    members = getattr(dataset, "datasets", None)  # a mixture's
     return OnlineTraining(
         cfg.online, output_dir, configure_eval_env(cfg.env, policy_cfg), features, fps,
         policy_cfg.delta_timestamps(fps), policy_cfg.drop_n_last_frames, cfg.seed,
+        member_index=len(members) if members is not None else None,
     )  # fmt: skip
 
 

@@ -172,8 +172,6 @@ def load_streaming_mixture(cfg: TrainConfig, accelerator: Accelerator, members: 
     from hfpolicy.training.mixture_data import member_deltas, mixture_policy_config
     from hfpolicy.training.setup import TrainingData, dataset_errors_as_config_errors, make_dataloader
 
-    if cfg.online.every > 0:  # as for an in-memory mixture
-        raise TrainConfigError("--online.every trains on one dataset: leave it out with several datasets")
     dataset_cfg, names = cfg.dataset, [member.repo_id for member in members]
     with dataset_errors_as_config_errors(dataset_cfg):
         metas = [open_streaming_meta(member) for member in members]

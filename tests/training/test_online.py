@@ -15,6 +15,7 @@ from training.tiny_online_run import FLAGS, ONLINE_FLAGS
 from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE, REWARD, SUCCESS
 from hfpolicy.datasets import PolicyDataset
 from hfpolicy.datasets.batch_images import frames_to_float
+from hfpolicy.datasets.mixture import DATASET_INDEX
 from hfpolicy.datasets.pusht_zarr import pusht_features
 from hfpolicy.envs import PushTEnvConfig
 from hfpolicy.policies.scripted import PushTExpert, run_expert_episode
@@ -23,7 +24,6 @@ from hfpolicy.training.online import (
     ONLINE_DATA_DIR,
     OnlineTraining,
     collect_episodes,
-    read_online_episodes,
     reset_argument,
 )
 
@@ -71,7 +71,11 @@ def test_rounds_write_a_dataset_that_counts_what_they_collected(tmp_path):
     online = online_training(tmp_path, labels="expert")
     accelerator, policy = Accelerator(cpu=True), make_toy_policy("environment_state_agent_pos")
     assert online.is_due(10) and online.is_due(20) and not online.is_due(15) and not online.is_due(5)
-    stats = [online.collect(accelerator, policy, None, step) for step in (10, 20)]
+    stats = [online.collect(accelerator, policy, None, 10)]
+    first_round = tmp_path / ONLINE_DATA_DIR / "data" / "chunk-000" / "file-000.parquet"
+    written = (first_round.stat().st_ino, first_round.read_bytes())
+    stats.append(online.collect(accelerator, policy, None, 20))
+    assert (first_round.stat().st_ino, first_round.read_bytes()) == written  # appended to, not rewritten
     dataset = PolicyDataset("local/online", root=tmp_path / ONLINE_DATA_DIR)
     assert dataset.num_episodes == 6 == stats[-1]["online/episodes"] == online.n_episodes
     assert dataset.num_frames == 6 * 40 == online.n_frames
@@ -90,6 +94,9 @@ def test_rounds_write_a_dataset_that_counts_what_they_collected(tmp_path):
     assert torch.equal(online.mix(offline, 21, 0)[ACTION], mixed[ACTION])
     assert not torch.equal(online.mix(offline, 22, 0)[ACTION], mixed[ACTION])
     assert not torch.equal(online.mix(offline, 21, 1)[ACTION], mixed[ACTION])
+    online.member_index = 2  # after a mixture of two datasets, the online rows say they come from a third
+    indexed = online.mix({**offline, DATASET_INDEX: torch.zeros(8, dtype=torch.int64)}, 21, 0)
+    assert indexed[DATASET_INDEX].tolist() == [0] * 4 + [2] * 4 and torch.equal(indexed[ACTION], mixed[ACTION])
 
     # Resume from a checkpoint at step 15 (after the first round): the second round is dropped from disk too.
     resumed = online_training(tmp_path, labels="expert")
@@ -207,8 +214,13 @@ def test_online_rows_carry_their_frames_as_the_offline_batch_does(tmp_path):
     assert mixed_uint8[OBS_IMAGE].dtype == torch.uint8 and mixed_float[OBS_IMAGE].dtype == torch.float32
     assert mixed_float[OBS_IMAGE][4:].max() > 0.5  # the rendered frames, not the zeros of the offline rows
     assert torch.equal(frames_to_float(mixed_uint8[OBS_IMAGE]), mixed_float[OBS_IMAGE])
-    # read back for a resume's rewrite: the frames as they were stored (uint8 HWC), not a float round trip's
-    episode = read_online_episodes(tmp_path / ONLINE_DATA_DIR, features, 1)[0]
-    plain = PolicyDataset("local/online", root=tmp_path / ONLINE_DATA_DIR)  # no windows
-    stored = plain.get_batch(np.arange(*plain.episode_bounds[0]))[OBS_IMAGE]
-    assert np.array_equal(np.stack(episode.frames[OBS_IMAGE]), np.round(stored.numpy().transpose(0, 2, 3, 1) * 255))
+    # A second round appends its own video file; a resume between the rounds drops it and keeps the first round's
+    # bytes as they were (no decode and re-encode of what was stored).
+    online.collect(Accelerator(cpu=True), make_toy_policy("pixels_agent_pos"), None, 20)
+    videos = sorted((tmp_path / ONLINE_DATA_DIR / "videos").rglob("*.mp4"))
+    assert [p.name for p in videos] == ["file-000.mp4", "file-001.mp4"]
+    first = videos[0].read_bytes()
+    resumed = OnlineTraining(OnlineConfig(every=10, n_episodes=2), tmp_path, env, features, 10, deltas, 7, seed=3)
+    resumed.restore(Accelerator(cpu=True), 15, {"online_episodes": 2})
+    assert sorted((tmp_path / ONLINE_DATA_DIR / "videos").rglob("*.mp4")) == videos[:1]
+    assert videos[0].read_bytes() == first and resumed.dataset.num_episodes == 2

@@ -66,14 +66,37 @@ def test_mixture_flags_are_checked_before_training(pusht_state_dataset, second_p
     assert "--dataset.episodes" in capsys.readouterr().err
     assert main([f"--dataset.root={pusht_state_dataset}", "--dataset.weights=[1,2]", f"--output_dir={out}", *TINY]) == 2
     assert "--dataset.weights and --dataset.rename_features need several datasets" in capsys.readouterr().err
-    online = ["--online.every=5", "--env.type=pusht", "--env.obs_type=environment_state_agent_pos", *TINY]
-    assert main([roots, f"--output_dir={out}", *online]) == 2
-    assert "--online.every trains on one dataset" in capsys.readouterr().err
-    # streamed alike, refused before anything is fetched (nothing serves these repos)
-    streamed = ["--dataset.streaming=true", "--dataset.repo_id=[user/a,user/b]", f"--output_dir={out}", *online]
-    assert main(streamed) == 2
-    assert "--online.every trains on one dataset" in capsys.readouterr().err
     assert not out.exists()
+
+
+# DAgger rounds of 1 short episode after steps 4 and 6 of 8, a checkpoint every 3 steps (as test_train_streaming.py's).
+MIXED_ONLINE = [
+    "--log_freq=1", "--save_freq=3", "--online.start_step=4", "--online.every=2", "--online.n_episodes=1",
+    "--env.episode_length=16", "--online.labels=expert", "--policy.scheduler_name=constant",
+]  # fmt: skip
+
+
+def test_online_rounds_join_a_mixture_and_resume_exactly(pusht_state_dataset, second_pusht, tmp_path, capsys):
+    from test_train_streaming import assert_trained_alike, logged, online_rounds
+
+    from hfpolicy.training.online import ONLINE_DATA_DIR
+
+    roots = f"--dataset.root=[{pusht_state_dataset},{second_pusht}]"
+    flags = [roots, "--dataset.weights=[0.7,0.3]", *MIXED_ONLINE, *TINY]
+    reference, stopped = tmp_path / "reference", tmp_path / "stopped"
+    assert main([*flags, f"--output_dir={reference}", "--steps=8"]) == 0
+    assert "step 4: online round 0" in capsys.readouterr().out
+    assert [r["step"] for r in online_rounds(reference)] == [4, 6]
+    assert logged(reference, "online/episodes") == [(4, 1.0), (6, 2.0)]
+    online = PolicyDataset("local/online_data", root=reference / ONLINE_DATA_DIR)
+    assert online.num_episodes == 2 and set(online.features) >= {OBS_STATE, OBS_ENV_STATE, "action", "next.done"}
+    assert len(list((reference / ONLINE_DATA_DIR / "data").rglob("*.parquet"))) == 2  # a file per round, appended
+
+    # Stopped at step 5 (its checkpoint holds the round of step 4) and resumed to step 8: trained alike.
+    assert main([*flags, f"--output_dir={stopped}", "--steps=5"]) == 0
+    assert main([f"--output_dir={stopped}", "--resume=true", "--steps=8"]) == 0
+    assert "resuming at step 5" in capsys.readouterr().out
+    assert_trained_alike(reference, stopped)
 
 
 def test_repo_id_and_root_lists_make_one_member_per_dataset():

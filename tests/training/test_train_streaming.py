@@ -184,6 +184,25 @@ def test_online_rounds_join_a_streamed_run_and_resume_exactly(pusht_state_datase
     assert_trained_alike(reference, killed)
 
 
+@pytest.mark.slow
+def test_online_rounds_join_a_streamed_mixture_and_resume_exactly(pusht_state_dataset, hub_server, tmp_path, capsys):
+    for name in ("a", "b"):
+        push_dataset_to_hub(pusht_state_dataset, f"user/pusht5-online-mix-{name}")
+    repos = "--dataset.repo_id=[user/pusht5-online-mix-a,user/pusht5-online-mix-b]"
+    flags = [repos, "--dataset.weights=[0.7,0.3]", *STREAMED_ONLINE, *TINY]
+    reference, stopped = tmp_path / "reference", tmp_path / "stopped"
+    assert main([*flags, f"--output_dir={reference}", "--steps=8"]) == 0
+    assert "step 4: online round 0" in capsys.readouterr().out
+    assert [r["step"] for r in online_rounds(reference)] == [4, 6]
+    for name in ("a", "b"):  # both members were streamed from the server
+        gets = [url for method, url in hub_server.requests if method == "GET" and f"online-mix-{name}/resolve" in url]
+        assert any("/data/" in url for url in gets)
+    assert main([*flags, f"--output_dir={stopped}", "--steps=5"]) == 0
+    assert main([f"--output_dir={stopped}", "--resume=true", "--steps=8"]) == 0
+    assert "resuming at step 5" in capsys.readouterr().out
+    assert_trained_alike(reference, stopped)
+
+
 def test_the_decoding_process_is_used_with_read_ahead_and_no_workers():
     from types import SimpleNamespace
 
