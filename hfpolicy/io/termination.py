@@ -5,6 +5,7 @@ and, for a process started by `accelerate launch`, SIGTERM when that launcher di
     with stop_on_sigterm():
         ...                           # SIGTERM raises Terminated (a SystemExit with code 143) here
     stop_when_launcher_dies()         # training: a killed launcher does not leave its trainer running
+    die_with_parent(parent_pid)       # in a forked helper process: it ends when the process that forked it does
 """
 
 import contextlib
@@ -79,16 +80,33 @@ def _is_accelerate_launcher(pid: int) -> bool:
     return any(Path(word).name == "accelerate" or "accelerate.commands.launch" in word for word in words[:3])
 
 
+def _request_signal_at_parent_death(signum: int) -> bool:
+    """Asks the kernel for `signum` when this process's parent dies (Linux; whether it was set up)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0
+
+
+def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> None:
+    """In a child right after its fork (a ProcessPoolExecutor's `initializer`, a Popen's `preexec_fn`, which carries
+    over the exec): the child gets `signum` when its parent dies, however that dies (kill -9 included), instead of
+    living on under init; a parent already gone (it died between the fork and this call) signals it at once.
+    SIGKILL for a helper that holds nothing to clean up (decode_process.py), SIGTERM for one that stops cleanly
+    (`accelerate launch`, whose trainers then stop as `stop_when_launcher_dies` says). The kernel sends it when the
+    *thread* that forked the child ends: fork from a thread that lives as long as the process (the main thread)."""
+    _request_signal_at_parent_death(signum)
+    if os.getppid() != parent_pid:  # the parent died before the request: nothing will signal us
+        os.kill(os.getpid(), signum)
+
+
 def stop_when_launcher_dies() -> bool:
     """When this process was started by `accelerate launch`, asks the kernel for SIGTERM when the launcher dies
     (PR_SET_PDEATHSIG): a scheduler's SIGTERM to the launcher ends it at once without forwarding the signal, and its
     trainer would otherwise train on, holding the run folder. The trainer then stops as a SIGTERM to it would. Whether
     it was set up (Linux only; a process with another parent is left alone: its shell's exit must not stop it)."""
     parent = os.getppid()
-    if not sys.platform.startswith("linux") or not _is_accelerate_launcher(parent):
-        return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+    if not _is_accelerate_launcher(parent) or not _request_signal_at_parent_death(signal.SIGTERM):
         return False
     if os.getppid() != parent:  # the launcher died before the request: nothing will signal us
         os.kill(os.getpid(), signal.SIGTERM)
