@@ -27,7 +27,6 @@ from hfpolicy.datasets.writer import check_dataset_destination, remove_dead_writ
 from hfpolicy.envs import SUCCESS_INFO_KEY, AlohaEnvConfig, EnvConfig, PushTEnvConfig
 from hfpolicy.envs.aloha import TASK_NAMES
 from hfpolicy.envs.pusht_scorer import PushTScorer
-from hfpolicy.io.termination import stop_on_sigterm
 
 DEMONSTRATORS = ("scripted",)  # --policy.type values `hfpolicy record` knows
 
@@ -181,10 +180,10 @@ class RecordWriteError(RuntimeError):
 
 
 def record_command(cfg: RecordConfig) -> str:
-    """`hfpolicy record`: records, and says where to (a SIGTERM stops it cleanly: its staging folder is removed)."""
+    """`hfpolicy record`: records, and says where to (Ctrl-C or SIGTERM stops it cleanly, hfpolicy.io.termination:
+    its staging folder is removed)."""
     try:
-        with stop_on_sigterm():
-            root = record(cfg)
+        root = record(cfg)
     except (FileExistsError, FileNotFoundError):  # bad input, said as it is
         raise
     except OSError as e:

@@ -77,7 +77,7 @@ def test_overwrite_replaces_only_a_folder_that_is_provably_a_dataset(tmp_path, c
 def test_a_killed_recording_leaves_staging_that_the_next_run_removes(tmp_path, capsys):
     root = tmp_path / "ds"
     argv = [sys.executable, "-m", "hfpolicy.cli", "record", f"--output_dir={root}", "--n_episodes=100000", *RECORD]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
         proc = subprocess.Popen(argv, env=env_with_worktree(), stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 180  # a loaded machine: imports alone can take a minute
         while not list(tmp_path.glob(".ds.writing-*/data")) and time.monotonic() < deadline:
@@ -86,8 +86,9 @@ def test_a_killed_recording_leaves_staging_that_the_next_run_removes(tmp_path, c
         proc.send_signal(sig)
         proc.wait(60)
         staging = list(tmp_path.glob(".ds.writing-*"))
-        if sig == signal.SIGTERM:  # caught: the recording cleans up after itself
-            assert proc.returncode == 143 and staging == [] and not root.exists()
+        if sig != signal.SIGKILL:  # caught: the recording cleans up after itself, and says why it stopped
+            assert proc.returncode == 128 + sig and staging == [] and not root.exists()
+            assert proc.stderr.read().splitlines()[-1].startswith("hfpolicy record: stopped by ")
         else:  # cannot be caught: the staging stays, its lock free
             assert proc.returncode == -9 and len(staging) == 1
     capsys.readouterr()

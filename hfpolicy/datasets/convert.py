@@ -8,7 +8,6 @@ import sys
 from dataclasses import dataclass
 
 from hfpolicy.datasets.metadata import DatasetMeta
-from hfpolicy.io.termination import stop_on_sigterm
 
 
 @dataclass
@@ -35,16 +34,15 @@ def convert_pusht_zarr_command(config: PushTZarrConfig) -> str:
     if not config.zarr_path or not config.output_dir:
         raise ValueError("give the zarr path and --output_dir=DIR")
     check_dataset_destination(config.output_dir, config.overwrite, cli=True)  # before reading the zarr
-    with stop_on_sigterm():  # a stopped conversion removes its staging folder
-        root = convert_pusht_zarr(
-            config.zarr_path,
-            config.output_dir,
-            repo_id=config.repo_id or config.push_to,
-            episodes=config.episodes,
-            environment_state=config.environment_state,
-            overwrite=config.overwrite,
-            video_crf=config.video_crf,
-        )
+    root = convert_pusht_zarr(  # a stopped conversion (Ctrl-C, SIGTERM) removes its staging folder
+        config.zarr_path,
+        config.output_dir,
+        repo_id=config.repo_id or config.push_to,
+        episodes=config.episodes,
+        environment_state=config.environment_state,
+        overwrite=config.overwrite,
+        video_crf=config.video_crf,
+    )
     meta = DatasetMeta.load(root)
     wrote = f"wrote {root}: {meta.total_episodes} episodes, {meta.total_frames} frames (LeRobot v3.0)"
     if not config.push_to:
@@ -85,16 +83,15 @@ def convert_lerobot_v21_command(config: LeRobotV21Config) -> str:
     if not config.source or not config.output_dir:
         raise ValueError("give the v2.1 dataset (a folder or a Hub repo id) and --output_dir=DIR")
     check_dataset_destination(config.output_dir, config.overwrite, cli=True)  # before reading the source
-    with stop_on_sigterm():  # a stopped conversion removes its staging folder
-        root = convert_lerobot_v21(
-            config.source,
-            config.output_dir,
-            repo_id=config.repo_id,
-            revision=config.revision,
-            episodes=config.episodes,
-            overwrite=config.overwrite,
-            video_crf=config.video_crf,
-        )
+    root = convert_lerobot_v21(  # a stopped conversion (Ctrl-C, SIGTERM) removes its staging folder
+        config.source,
+        config.output_dir,
+        repo_id=config.repo_id,
+        revision=config.revision,
+        episodes=config.episodes,
+        overwrite=config.overwrite,
+        video_crf=config.video_crf,
+    )
     meta = DatasetMeta.load(root)
     return f"wrote {root}: {meta.total_episodes} episodes, {meta.total_frames} frames (LeRobot v3.0)"
 
