@@ -56,6 +56,7 @@ COMMANDS: dict[str, Command] = {
             "hfpolicy.training.progress:TrainingDivergedError",
             "hfpolicy.hub.push:PushError",
             "hfpolicy.datasets.remote_files:StreamingError",  # a streamed file that cannot be fetched
+            "hfpolicy.training.online:OnlineDataError",  # a full disk while a round's data is written
         ),
     ),
     "eval": Command(
