@@ -24,11 +24,10 @@ from tqdm.auto import tqdm
 from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE, REWARD, SUCCESS
 from hfpolicy.datasets import DatasetWriter, push_dataset_to_hub
 from hfpolicy.datasets.pusht_zarr import PUSHT_TASK, pusht_features
-from hfpolicy.datasets.writer import check_dataset_destination
+from hfpolicy.datasets.writer import check_dataset_destination, remove_dead_writers_leftovers
 from hfpolicy.envs import SUCCESS_INFO_KEY, AlohaEnvConfig, EnvConfig, PushTEnvConfig, XarmEnvConfig
 from hfpolicy.envs.aloha import TASK_NAMES
 from hfpolicy.envs.pusht_scorer import PushTScorer
-from hfpolicy.io.termination import stop_on_sigterm
 
 DEMONSTRATORS = ("scripted",)  # --policy.type values `hfpolicy record` knows
 
@@ -101,6 +100,7 @@ def record_episodes(writer: DatasetWriter, cfg: RecordConfig, record_one: Callab
 def record(cfg: RecordConfig) -> Path:
     """Records `cfg.n_episodes` expert episodes into a new dataset at `cfg.output_dir`; returns its root."""
     cfg = checked_record_config(cfg)
+    remove_interrupted_recording(Path(cfg.output_dir))
     if isinstance(cfg.env, AlohaEnvConfig):
         from hfpolicy.record_aloha import record_aloha
 
@@ -141,6 +141,15 @@ def record(cfg: RecordConfig) -> Path:
             description=f"{n_kept} PushT demonstrations by hfpolicy's scripted expert (seeds from {cfg.start_seed}).",
         )
     return output_dir
+
+
+def remove_interrupted_recording(root: Path) -> None:
+    """Removes what a recording into `root` that was killed (kill -9, a power cut) left, a staging folder and the
+    folder it was going to fill (hfpolicy.datasets.writer.remove_dead_writers_leftovers), and says so in one line."""
+    removed = remove_dead_writers_leftovers(root)
+    if removed:
+        names = ", ".join(path.name for path in removed)
+        print(f"removed what an interrupted recording into {root} left ({names}); its writer is gone", flush=True)
 
 
 def record_episode(env, expert, writer: DatasetWriter, cfg: RecordConfig, seed: int, scorer) -> bool:
@@ -185,10 +194,10 @@ class RecordWriteError(RuntimeError):
 
 
 def record_command(cfg: RecordConfig) -> str:
-    """`hfpolicy record`: records, and says where to (a SIGTERM stops it cleanly: its staging folder is removed)."""
+    """`hfpolicy record`: records, and says where to (Ctrl-C or SIGTERM stops it cleanly, hfpolicy.io.termination:
+    its staging folder is removed)."""
     try:
-        with stop_on_sigterm():
-            root = record(cfg)
+        root = record(cfg)
     except (FileExistsError, FileNotFoundError):  # bad input, said as it is
         raise
     except OSError as e:
@@ -245,14 +254,17 @@ def scripted_dataset_root(n_episodes: int, env: EnvConfig | None = None) -> Path
 def scripted_recording(n_episodes: int, root: str | Path | None, progress: bool, env: EnvConfig | None = None) -> Path:
     """The recording of `n_episodes` expert demos of `env`'s task (default PushT; seeds 0..n-1, state-only: the agent
     or joints and observation.environment_state) in `root` (default: `scripted_dataset_root`): reused when it exists,
-    else recorded by the main process (atomically: an interrupted recording leaves nothing behind, and the next run
-    records again). ValueError for a folder holding other data."""
+    else recorded by the main process (atomically: a stopped recording leaves nothing behind; what a killed one left,
+    its writer dead, is removed here with a line saying so, and the next run records again). ValueError for a folder
+    holding other data."""
     from accelerate import PartialState
 
     from hfpolicy.datasets import DatasetMeta
 
     n, env = n_episodes, scripted_recording_env(env)
     root = Path(root) if root is not None else scripted_dataset_root(n, env)
+    if PartialState().is_main_process:  # the others come after it (main_process_first), to a finished recording
+        remove_interrupted_recording(root)
     if root.exists():
         try:
             meta = DatasetMeta.load(root)

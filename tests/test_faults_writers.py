@@ -74,10 +74,10 @@ def test_overwrite_replaces_only_a_folder_that_is_provably_a_dataset(tmp_path, c
     assert sorted(os.listdir(tmp_path)) == ["ds", "fake"]
 
 
-def test_a_killed_recording_leaves_staging_that_the_next_run_removes(tmp_path):
+def test_a_killed_recording_leaves_staging_that_the_next_run_removes(tmp_path, capsys):
     root = tmp_path / "ds"
     argv = [sys.executable, "-m", "hfpolicy.cli", "record", f"--output_dir={root}", "--n_episodes=100000", *RECORD]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
         proc = subprocess.Popen(argv, env=env_with_worktree(), stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 180  # a loaded machine: imports alone can take a minute
         while not list(tmp_path.glob(".ds.writing-*/data")) and time.monotonic() < deadline:
@@ -86,13 +86,41 @@ def test_a_killed_recording_leaves_staging_that_the_next_run_removes(tmp_path):
         proc.send_signal(sig)
         proc.wait(60)
         staging = list(tmp_path.glob(".ds.writing-*"))
-        if sig == signal.SIGTERM:  # caught: the recording cleans up after itself
-            assert proc.returncode == 143 and staging == [] and not root.exists()
+        if sig != signal.SIGKILL:  # caught: the recording cleans up after itself, and says why it stopped
+            assert proc.returncode == 128 + sig and staging == [] and not root.exists()
+            assert proc.stderr.read().splitlines()[-1].startswith("hfpolicy record: stopped by ")
         else:  # cannot be caught: the staging stays, its lock free
             assert proc.returncode == -9 and len(staging) == 1
+    capsys.readouterr()
     assert record_main([f"--output_dir={root}", "--n_episodes=1", *RECORD]) == 0  # the folder holding a dead lock
     assert sorted(os.listdir(tmp_path)) == ["ds"]  # the dead recording's staging is gone
+    said = [line for line in capsys.readouterr().out.splitlines() if "interrupted recording" in line]
+    assert len(said) == 1 and ".ds.writing-" in said[0] and "its writer is gone" in said[0]
     assert PolicyDataset("x", root=root).num_episodes == 1
+
+
+def test_a_killed_scripted_recording_is_recorded_again_by_the_next_run(tmp_path, capsys):
+    """kill -9 while `--dataset.scripted_episodes` records (examples/train_pusht.py --recipe=cpu does): the next run
+    removes the dead writer's staging folder and the empty folder it held, says so, and records again."""
+    from hfpolicy.datasets import DatasetMeta
+    from hfpolicy.training import record_scripted_dataset
+    from hfpolicy.training.config import DatasetConfig
+
+    root = tmp_path / "pusht_scripted_2"
+    script = f"from hfpolicy.record import scripted_recording; scripted_recording(100000, {str(root)!r}, False)"
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env_with_worktree())
+    deadline = time.monotonic() + 180  # a loaded machine: imports alone can take a minute
+    while not list(tmp_path.glob(".pusht_scripted_2.writing-*/data")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.kill()
+    assert proc.wait(60) == -9
+    assert root.is_dir() and len(list(tmp_path.glob(".pusht_scripted_2.writing-*"))) == 1, "it never started"
+
+    capsys.readouterr()
+    assert record_scripted_dataset(DatasetConfig(scripted_episodes=2, root=str(root)), progress=False) == root
+    assert DatasetMeta.load(root).total_episodes == 2 and sorted(os.listdir(tmp_path)) == [root.name]
+    said = [line for line in capsys.readouterr().out.splitlines() if "interrupted recording" in line]
+    assert len(said) == 1 and ".pusht_scripted_2.writing-" in said[0] and "pusht_scripted_2)" in said[0]
 
 
 def test_stale_staging_is_removed_only_when_its_owner_is_dead(tmp_path):

@@ -6,7 +6,10 @@ A command is one row of COMMANDS: the dataclass its flags parse into and the fun
 "module:name", so nothing is imported before the command runs (`hfpolicy --help` and `hfpolicy train --help` stay
 fast). `run_command` parses the flags (hfpolicy.cli.flags, draccus underneath), calls the function and prints the
 line it returns; an error is one line `hfpolicy <cmd>: error: ...` and exit status 2 for bad input (a flag, a value,
-a folder, a file), 1 for a run that failed on its own (a diverged loss, a push that broke off).
+a folder, a file), 1 for a run that failed on its own (a diverged loss, a push that broke off). Ctrl-C (SIGINT) and
+SIGTERM stop every command the same way (hfpolicy.io.termination.stop_on_signals): what it was writing is cleaned up,
+one line `hfpolicy <cmd>: stopped by Ctrl-C (SIGINT)` and exit status 130 (143 for SIGTERM); training answers them
+with a checkpoint first (hfpolicy.training.stopping).
 """
 
 import importlib
@@ -16,6 +19,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from hfpolicy.io.termination import SIGNAL_NAMES, Terminated, stop_on_signals
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ COMMANDS: dict[str, Command] = {
             "hfpolicy.training.progress:TrainingDivergedError",
             "hfpolicy.hub.push:PushError",
             "hfpolicy.datasets.remote_files:StreamingError",  # a streamed file that cannot be fetched
+            "hfpolicy.training.online:OnlineDataError",  # a full disk while a round's data is written
         ),
     ),
     "eval": Command(
@@ -175,12 +181,16 @@ def run_command(
     if command.positional and argv and not argv[0].startswith("-"):  # the input path, given positionally
         argv = [f"--{command.positional}={argv[0]}", *argv[1:]]
     try:
-        if config_class is None:
-            config_class = load(command.config)
-        cfg = load(command.parse)(config_class=config_class, argv=argv, prog=prog)
-        if before_run is not None:
-            before_run(cfg)
-        line = load(command.run)(cfg)
+        with stop_on_signals():  # Ctrl-C and SIGTERM: Terminated, never swallowed where they land
+            if config_class is None:
+                config_class = load(command.config)
+            cfg = load(command.parse)(config_class=config_class, argv=argv, prog=prog)
+            if before_run is not None:
+                before_run(cfg)
+            line = load(command.run)(cfg)
+    except Terminated as e:
+        print(f"{prog}: stopped by {SIGNAL_NAMES[e.signum]}", file=sys.stderr, flush=True)
+        return int(e.code)
     except Exception as e:
         status = exit_status(e, command)
         if status is None:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from hfpolicy.datasets.metadata import DatasetMeta
 from hfpolicy.io.paths import check_apart
-from hfpolicy.io.termination import stop_on_sigterm
 
 
 @dataclass
@@ -41,16 +40,15 @@ def convert_pusht_zarr_command(config: PushTZarrConfig) -> str:
         source_words=f"the zarr {config.zarr_path}", replaces_output=config.overwrite,
     )  # fmt: skip
     check_dataset_destination(config.output_dir, config.overwrite, cli=True)  # before reading the zarr
-    with stop_on_sigterm():  # a stopped conversion removes its staging folder
-        root = convert_pusht_zarr(
-            config.zarr_path,
-            config.output_dir,
-            repo_id=config.repo_id or config.push_to,
-            episodes=config.episodes,
-            environment_state=config.environment_state,
-            overwrite=config.overwrite,
-            video_crf=config.video_crf,
-        )
+    root = convert_pusht_zarr(  # a stopped conversion (Ctrl-C, SIGTERM) removes its staging folder
+        config.zarr_path,
+        config.output_dir,
+        repo_id=config.repo_id or config.push_to,
+        episodes=config.episodes,
+        environment_state=config.environment_state,
+        overwrite=config.overwrite,
+        video_crf=config.video_crf,
+    )
     meta = DatasetMeta.load(root)
     wrote = f"wrote {root}: {meta.total_episodes} episodes, {meta.total_frames} frames (LeRobot v3.0)"
     if not config.push_to:
@@ -96,16 +94,15 @@ def convert_lerobot_v21_command(config: LeRobotV21Config) -> str:
             source_words=f"the source {config.source}", replaces_output=config.overwrite,
         )  # fmt: skip
     check_dataset_destination(config.output_dir, config.overwrite, cli=True)  # before reading the source
-    with stop_on_sigterm():  # a stopped conversion removes its staging folder
-        root = convert_lerobot_v21(
-            config.source,
-            config.output_dir,
-            repo_id=config.repo_id,
-            revision=config.revision,
-            episodes=config.episodes,
-            overwrite=config.overwrite,
-            video_crf=config.video_crf,
-        )
+    root = convert_lerobot_v21(  # a stopped conversion (Ctrl-C, SIGTERM) removes its staging folder
+        config.source,
+        config.output_dir,
+        repo_id=config.repo_id,
+        revision=config.revision,
+        episodes=config.episodes,
+        overwrite=config.overwrite,
+        video_crf=config.video_crf,
+    )
     meta = DatasetMeta.load(root)
     return f"wrote {root}: {meta.total_episodes} episodes, {meta.total_frames} frames (LeRobot v3.0)"
 

@@ -15,7 +15,8 @@ keeps only its own entries); it and the reader each hold at most half the disk b
 it takes back. For each episode the reader makes a memfd of the frames' size (an anonymous file: gone once nobody
 holds it, whatever ends how), the child opens it through /proc, decodes into it and answers with its fetch
 counters; the reader maps the same pages. The reader reserves the bytes in its memory budget before
-(FrameLRU.reserve), as for a decode in a thread.
+(FrameLRU.reserve), as for a decode in a thread. The child dies with the reader's process, however that ends (kill -9
+included: hfpolicy.io.termination.die_with_parent), rather than waiting under init for work that never comes.
 """
 
 import mmap
@@ -26,6 +27,8 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
+
+from hfpolicy.io.termination import die_with_parent
 
 COUNTERS = ("fetches", "range_reads", "range_bytes", "evictions")  # RemoteFiles counters the child reports back
 
@@ -72,7 +75,12 @@ class DecodeProcess:
         self.decodes = 0  # episodes (cameras) the child decoded
         self.stolen = 0  # decodes taken back by the reader
         self.disk_peak_bytes = 0  # the most the child held on disk at once (the reader's own: its RemoteFiles)
-        self._executor = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
+        self._executor = ProcessPoolExecutor(  # the child dies with the reader's process, even on kill -9
+            max_workers=1,
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=die_with_parent,
+            initargs=(self._pid,),
+        )
         global _dataset
         _dataset = dataset  # the child's, through the fork (kept here, it would be a reference cycle)
         try:

@@ -88,7 +88,7 @@ from hfpolicy.datasets.format import (
 )
 from hfpolicy.datasets.stats import ImageStatsAccumulator, aggregate_stats, array_stats, stats_to_json
 from hfpolicy.io.atomic import Staging, remove_stale_staging, replacing, staging_path, write_json_atomically
-from hfpolicy.io.run_lock import LOCK_FILE, LOCK_FILES, RunLock, is_lock_file
+from hfpolicy.io.run_lock import LOCK_FILE, LOCK_FILES, RunLock, RunLockedError, is_lock_file
 from hfpolicy.io.termination import raise_if_terminated
 from hfpolicy.io.video import VIDEO_PIX_FMT, Mp4Writer, probe_video
 
@@ -175,6 +175,23 @@ def _release_destination(lock: RunLock, root: Path, created: bool) -> None:
         with contextlib.suppress(OSError):
             root.rmdir()
     lock.release()
+
+
+def remove_dead_writers_leftovers(root: str | Path) -> list[Path]:
+    """Removes what writers of `root` that died (kill -9, a power cut) left: their staging folders beside it, and
+    `root` itself when it holds nothing but their lock files (the folder a new dataset was going to take). A live
+    writer's folders are left alone. Returns what was removed, for the caller to say so."""
+    root = Path(root)
+    removed = remove_stale_staging(root, STAGING_TAG)
+    if root.is_dir() and not root.is_symlink() and not _folder_entries(root) and (root / LOCK_FILE).exists():
+        try:
+            lock = RunLock(root).acquire()
+        except (RunLockedError, OSError):  # a live writer's (or one we cannot open): not ours to remove
+            return removed
+        _release_destination(lock, root, created=True)
+        if not root.exists():
+            removed.append(root)
+    return removed
 
 
 def _discard(staging: Staging, lock: RunLock, root: Path, created: bool) -> None:

@@ -35,7 +35,6 @@ from hfpolicy.field_errors import ConfigFieldError
 from hfpolicy.io.atomic import is_temporary
 from hfpolicy.io.paths import check_apart
 from hfpolicy.io.run_lock import RunLock
-from hfpolicy.io.termination import stop_on_sigterm
 from hfpolicy.policies.base import Policy, PolicyLoadError
 from hfpolicy.policies.device import check_device
 
@@ -265,8 +264,9 @@ def run(config: EvalPipelineConfig) -> str:
     if config.dataset_dir is not None and Path(config.dataset_dir).exists():
         raise ValueError(f"--dataset_dir={config.dataset_dir} exists: choose a new folder for the episodes' dataset")
     try:
-        with stop_on_sigterm():
-            result = evaluate_and_save(config, policy, env_config)
+        result = evaluate_and_save(
+            config, policy, env_config
+        )  # a stop (hfpolicy.io.termination) leaves nothing half-written
     except (FileExistsError, FileNotFoundError):  # bad input, said as it is
         raise
     except OSError as e:  # video errors name the file already

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from hfpolicy.io.atomic import Staging, output_path_problem
 from hfpolicy.io.paths import check_apart
-from hfpolicy.io.termination import stop_on_sigterm
 from hfpolicy.policies.base import Policy
 from hfpolicy.policies.card import make_model_card
 from hfpolicy.policies.lerobot_format import LEROBOT_VERSION, write_lerobot_checkpoint
@@ -110,8 +109,8 @@ def export_command(config: ExportConfig) -> str:
         raise ValueError(f"--output_dir={config.output_dir} cannot be made ({problem}): choose another --output_dir")
     policy = Policy.from_pretrained(config.policy.path, revision=config.policy.revision)
     try:
-        with stop_on_sigterm():  # a stopped export removes its staging folder
-            output_dir = export_policy(policy, config.output_dir, format=config.format, source=config.policy.path)
+        # a stopped export (Ctrl-C, SIGTERM: hfpolicy.io.termination) removes its staging folder
+        output_dir = export_policy(policy, config.output_dir, format=config.format, source=config.policy.path)
     except OSError as e:
         if e.errno is None:
             raise

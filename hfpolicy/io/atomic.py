@@ -15,6 +15,7 @@ safetensors' I/O errors into OSError with their errno (ENOSPC: a full disk), so 
 """
 
 import contextlib
+import errno
 import glob
 import json
 import os
@@ -112,6 +113,25 @@ def safetensors_os_error(error: Exception, path: str | Path) -> OSError | None:
         return None
     code = int(found.group(1))
     return OSError(code, os.strerror(code), str(path))
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether an error is a full disk (ENOSPC), as OSError says it, or pyarrow and safetensors in their messages."""
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        return True
+    text = str(error)
+    return "(os error 28)" in text or "[Errno 28]" in text or "errno 28" in text.lower()
+
+
+def free_bytes(folder: str | Path) -> int | None:
+    """Bytes free for this user on the disk holding `folder` (its nearest existing parent), None if unknown."""
+    folder = Path(folder)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
 
 
 def current_umask() -> int:

@@ -70,9 +70,10 @@ def load_policy(
 RUN_CHECKPOINT_POLICY = ("checkpoints", "last", "pretrained_model")
 
 
-def saved_policy_folder(source: str | Path) -> str | Path:
+def saved_policy_folder(source: str | Path, say: bool = True) -> str | Path:
     """`source`, or, when it is a training run's folder (or one of its checkpoints) rather than a saved policy, the
-    policy of its last checkpoint, saying so on stderr; PolicyLoadError for a run without a checkpoint yet."""
+    policy of its last checkpoint, saying so on stderr (unless not `say`: fine-tuning names it in its first line);
+    PolicyLoadError for a run without a checkpoint yet."""
     local = Path(source)
     if not local.is_dir() or (local / CONFIG_FILE).is_file():
         return source
@@ -82,8 +83,9 @@ def saved_policy_folder(source: str | Path) -> str | Path:
         local / "pretrained_model",
     ]
     found = next((path for path in candidates if (path / CONFIG_FILE).is_file()), None)
-    if found is not None:
+    if found is not None and say:
         print(f"{source} is a training run's folder: loading its last checkpoint's policy, {found}", file=sys.stderr)
+    if found is not None:
         return found
     if (local / "train_config.json").is_file() or (local / "checkpoints").is_dir():
         raise PolicyLoadError(

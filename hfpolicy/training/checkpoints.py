@@ -17,7 +17,6 @@ a checkpoint never unpickles anything, so a planted file in a run folder cannot 
 """
 
 import contextlib
-import errno
 import json
 import os
 import random
@@ -34,6 +33,7 @@ from safetensors import SafetensorError
 
 from hfpolicy.constants import TRAIN_CONFIG_FILE
 from hfpolicy.io.atomic import (
+    is_disk_full,
     shared_staging_destination,
     shared_staging_path,
     shared_staging_pattern,
@@ -121,7 +121,7 @@ def save_checkpoint(
     except BaseException as e:  # a full disk (OSError; safetensors' errors arrive as OSError too), an interrupt
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(e, OSError | SafetensorError):
-            raise CheckpointError(describe_save_error(e, final)) from e
+            raise CheckpointError(describe_save_error(e, final, run)) from e
         raise
     if accelerator.is_main_process:
         run.point_last_link(final)
@@ -306,14 +306,13 @@ def _device_of(module: torch.nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def describe_save_error(error: OSError | SafetensorError, where: Path) -> str:
-    """A one-line cause for a failed checkpoint write: a full disk is said as such."""
-    if getattr(error, "errno", None) == errno.ENOSPC or "(os error 28)" in str(error):
-        return (
-            f"disk full while writing the checkpoint {where}: free some space (or lower --keep_last_checkpoints) and "
-            "resume with --resume=true; the previous checkpoints are intact"
-        )
-    return f"could not write the checkpoint {where} ({error}); the previous checkpoints are intact"
+def describe_save_error(error: OSError | SafetensorError, where: Path, run: RunFolder) -> str:
+    """A one-line cause for a failed checkpoint write of `run`: a full disk is said as such, with the way to continue
+    that exists (a resume only when a checkpoint was kept)."""
+    if is_disk_full(error):
+        lower = " (or lower --keep_last_checkpoints)" if run.latest_checkpoint() is not None else ""
+        return f"disk full while writing the checkpoint {where}: free some space{lower} and {run.how_to_continue()}"
+    return f"could not write the checkpoint {where} ({error}); {run.how_to_continue()}"
 
 
 def save_shareable_policy(

@@ -11,6 +11,7 @@ launching process ignores Ctrl-C (the terminal sends it to every process of the 
 it, hfpolicy.training.stopping) and passes SIGTERM on to the launcher, which passes it to the trainers.
 """
 
+import functools
 import json
 import os
 import signal
@@ -19,6 +20,8 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from hfpolicy.io.termination import die_with_parent
 
 RESULT_ENV = "HFPOLICY_LAUNCH_RESULT"
 
@@ -90,7 +93,10 @@ def launch(script: str, num_processes: int, argv: list[str]) -> int:
     command += ["--num_processes", str(num_processes), script, *argv]
     with tempfile.TemporaryDirectory(prefix="hfpolicy-launch-") as folder:
         env[RESULT_ENV] = str(Path(folder) / "result.json")
-        launcher = subprocess.Popen(command, env=env)
+        # the launcher (and through it its trainers) stops when this process dies, even on kill -9
+        launcher = subprocess.Popen(
+            command, env=env, preexec_fn=functools.partial(die_with_parent, os.getpid(), signal.SIGTERM)
+        )
         previous = {
             signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
             signal.SIGTERM: signal.signal(signal.SIGTERM, lambda *_: launcher.send_signal(signal.SIGTERM)),

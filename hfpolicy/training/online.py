@@ -60,8 +60,9 @@ from hfpolicy.eval.episode_data import (
     write_episodes_dataset,
 )
 from hfpolicy.eval.rollouts import rollout
-from hfpolicy.io.atomic import temporary_path, write_json_atomically
+from hfpolicy.io.atomic import free_bytes, is_disk_full, temporary_path, write_json_atomically
 from hfpolicy.training.config import OnlineConfig, TrainConfigError
+from hfpolicy.training.run_folder import RunFolder
 
 ONLINE_DATA_DIR = "online_data"
 ONLINE_STATE_KEY = "online_episodes"  # in a checkpoint's step.json: online episodes the run had seen
@@ -78,6 +79,10 @@ def online_features(dataset_features: dict[str, Any], policy_inputs: list[str]) 
             "train on a dataset recorded with next.reward / next.success / next.done (hfpolicy record, convert)"
         )
     return {key: {k: v for k, v in dataset_features[key].items() if k != "info"} for key in keys}
+
+
+class OnlineDataError(RuntimeError):
+    """The round's online data could not be written (a full disk)."""
 
 
 class OnlineTraining:
@@ -204,10 +209,15 @@ class OnlineTraining:
         """Writes the first round's episodes as the dataset, appends each later round's."""
         from hfpolicy.datasets.pusht_zarr import PUSHT_TASK  # the task string of PushT data (imports gym-pusht)
 
-        write_episodes_dataset(
-            self.root, f"local/{ONLINE_DATA_DIR}", self.fps, self.features, episodes, PUSHT_TASK,
-            append=True, extra_meta=self._online_meta(),
-        )  # fmt: skip
+        try:
+            write_episodes_dataset(
+                self.root, f"local/{ONLINE_DATA_DIR}", self.fps, self.features, episodes, PUSHT_TASK,
+                append=True, extra_meta=self._online_meta(),
+            )  # fmt: skip
+        except OSError as e:
+            if not is_disk_full(e):
+                raise
+            raise OnlineDataError(disk_full_message(self.root)) from e
 
     def _reload(self) -> None:
         """Reads the episodes added since the last reload (those of the rounds since, only their files) as one
@@ -335,6 +345,20 @@ def policy_rollouts(
         policy.reset()
         policy.train(was_training)
     return sorted(collector.episodes(), key=lambda e: e.seed)
+
+
+def disk_full_message(root: Path) -> str:
+    """The one line for a full disk while the online data at `root` (in a run folder) was written: the folder, what
+    it needs (the whole dataset is written beside its old copy, then replaces it), what is free, and the way on."""
+    mb = 1024**2
+    held = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.is_dir() else 0
+    free = free_bytes(root.parent)
+    needs = f"the round writes the online data anew beside its old copy ({held / mb:.1f} MB now), and "
+    space = f"{free / mb:.1f} MB are free there" if free is not None else "its disk is full"
+    return (
+        f"disk full while writing the online data into {root}: {needs}{space}; free some space, then "
+        f"{RunFolder(root.parent).how_to_continue()}"
+    )
 
 
 def discard_online_data(root: Path) -> None:

@@ -76,6 +76,7 @@ def user_choices(flags: list[str]) -> argparse.Namespace:
     recipe adds."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--policy.type", dest="policy_type")
+    parser.add_argument("--policy.path", dest="policy_path")
     parser.add_argument("--resume", type=lambda text: text.lower() == "true", default=False)
     parser.add_argument("--dataset.root", dest="dataset_root")
     parser.add_argument("--dataset.repo_id", dest="dataset_repo_id")
@@ -100,8 +101,9 @@ def choose_recipe(argv: list[str], prog: str) -> tuple[str, str, list[str]]:
 
 def preset_flags(chosen: Recipe, flags: list[str]) -> list[str]:
     """Recipe `chosen`'s flags that go before the user's `flags`: none when resuming; the preset of the chosen
-    `--policy.type` (none for a type the recipe has no preset for); no scripted recording when the user names the
-    data (`--dataset.root=` or `--dataset.repo_id=`)."""
+    `--policy.type` (none for a type the recipe has no preset for; its `--policy.*` flags none with `--policy.path`:
+    the saved policy's config is the base, and only flags the user typed may contradict it); no scripted recording
+    when the user names the data (`--dataset.root=` or `--dataset.repo_id=`)."""
     user = user_choices(flags)
     if user.resume:
         return []
@@ -114,7 +116,10 @@ def preset_flags(chosen: Recipe, flags: list[str]) -> list[str]:
     if preset is None:
         return run_flags
     changes = {name: getattr(preset, name) for name in ("steps", "compile") if getattr(preset, name) is not None}
-    return [*run_flags, *changed_flags(dataclasses.replace(run, policy=preset.policy, **changes), run)]
+    flags = changed_flags(dataclasses.replace(run, policy=preset.policy, **changes), run)
+    if user.policy_path is not None:
+        flags = [flag for flag in flags if not flag.startswith("--policy.")]
+    return [*run_flags, *flags]
 
 
 def state_inputs_missing(recipe: str, flags: list[str], prog: str) -> str | None:

@@ -157,6 +157,14 @@ class RunFolder:
                 "--resume=true to continue it, or choose another --output_dir"
             )
 
+    def how_to_continue(self) -> str:
+        """What continues this run after a failure (a full disk): a resume from its last checkpoint when it has one,
+        else the same command again (a run without a checkpoint starts again in place)."""
+        checkpoint = self.latest_checkpoint()
+        if checkpoint is not None:
+            return f"resume with --resume=true (it continues from {checkpoint.name}, which is intact)"
+        return "run the same command again (no checkpoint was kept yet: the run starts again in place)"
+
     def forget_after(self, step: int) -> None:
         """Drops what a stopped run logged and evaluated after `step`, the checkpoint the run continues from (0: a
         run started again in place): those steps are trained, logged and evaluated again."""

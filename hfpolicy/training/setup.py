@@ -42,7 +42,7 @@ from hfpolicy.training.config import (
     flat_hparams,
     train_config_to_dict,
 )
-from hfpolicy.training.finetune import load_pretrained_weights
+from hfpolicy.training.finetune import describe_pretrained, load_pretrained_weights
 from hfpolicy.training.progress import planned_evaluations
 from hfpolicy.training.run_folder import RunFolder
 
@@ -409,6 +409,11 @@ def announce_training(training: Training, data: TrainingData) -> None:
         + (f" ({training.threads} thread(s) each)" if accelerator.device.type == "cpu" else "")
         + f", {training.samples_per_step} samples per step; output {training.run.root}"
         + (f"; resuming at step {start_step}" if start_step else "")
+        + (
+            f"; {describe_pretrained(cfg.policy.pretrained_path)}"
+            if cfg.policy.pretrained_path and not cfg.resume
+            else ""
+        )
     )
     if start_step >= cfg.steps:
         print(

@@ -26,9 +26,7 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 
-from hfpolicy.io.termination import stop_when_launcher_dies
-
-SIGNAL_NAMES = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
+from hfpolicy.io.termination import SIGNAL_NAMES, deliver_again, stop_when_launcher_dies
 
 
 class Interrupted(BaseException):
@@ -70,8 +68,7 @@ class StopControl:
         callback, and the evaluation ran on to its end)."""
         if isinstance(unraisable.exc_value, Interrupted):
             self._swallowed = True
-            # from another thread, a moment later: raised here, inside the hook, it would be swallowed again
-            threading.Timer(0.01, signal.raise_signal, [unraisable.exc_value.signum]).start()
+            deliver_again(unraisable.exc_value.signum, self._handle)  # raised here, it would be swallowed again
             return
         self._previous_hook(unraisable)
 

@@ -1,11 +1,15 @@
 """The decoding process of a streamed reader with 0 DataLoader workers (decode_process.py): its items are the
 in-memory reader's, it decodes the episodes read ahead in a child process, the reader takes back decodes the child
-has not begun instead of waiting, a child that dies is named, and workers keep decoding in their own thread."""
+has not begun instead of waiting, a child that dies is named, workers keep decoding in their own thread, and the
+child dies with its reader."""
 
 import os
 import pickle
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -162,3 +166,37 @@ def test_decode_process_false_decodes_ahead_in_a_thread(streamed):
     assert_same_batch(dataset[ahead], local.get_batch(ahead))
     assert dataset._decoder is None and dataset.read_ahead.decoded_ahead == CAMERAS
     assert np.array_equal(dataset.frames.get(("observation.image", 1)), local._caches["observation.image"].array[12:17])
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped by init, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_the_child_dies_with_the_reader_on_kill_9(streamed, tmp_path):
+    """kill -9 of the reader's process (a trainer) leaves no decoding process behind under init."""
+    script = (
+        "import sys, time\n"
+        "from hfpolicy.datasets import StreamingPolicyDataset\n"
+        f"dataset = StreamingPolicyDataset({streamed[1]!r}, decode_process=True)\n"
+        "print(dataset._decoder.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    reader = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        child = int(reader.stdout.readline())
+        assert process_alive(child)
+    finally:
+        reader.kill()
+        reader.wait(30)
+    deadline = time.monotonic() + 10
+    while process_alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if process_alive(child):
+        os.kill(child, signal.SIGKILL)
+        pytest.fail(f"the decoding process {child} outlived its reader killed with SIGKILL")

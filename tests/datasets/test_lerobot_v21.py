@@ -6,6 +6,11 @@ are the episode and the frame index, and per-episode parquet / mp4 files with me
 """
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -141,3 +146,22 @@ def test_a_v21_dataset_loads_by_repo_id_from_the_hub(hub_server):
     a, b = remote.get_batch(range(22)), local.get_batch(range(22))
     for key in ("action", "action_is_pad", VIDEO, IMAGE, "index"):
         assert torch.equal(a[key], b[key]), key
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.2])
+def test_ctrl_c_stops_a_conversion_with_130_and_nothing_written(delay, tmp_path):
+    """Ctrl-C while the dataset is written (0.2 s in, it landed in a weakref callback: Python ignored it and the
+    conversion went on to exit 0): exit 130, one line saying so, no dataset and no staging folder left."""
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "hfpolicy.cli", "convert", "lerobot-v2.1", str(V21_ROOT), f"--output_dir={out}"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180  # a loaded machine: imports alone can take a minute
+    while proc.poll() is None and not list(tmp_path.glob(".out.writing-*")) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.splitlines()[-1] == "hfpolicy convert lerobot-v2.1: stopped by Ctrl-C (SIGINT)"
+    assert "Exception ignored" not in err and list(tmp_path.iterdir()) == []

@@ -1,7 +1,9 @@
 """Online training's parts on the real PushT env: expert labels, the online dataset, batch mixing, seed checks.
 (The whole loop, with kill-and-resume and two processes, is tested in tests/test_train.py.)"""
 
+import gc
 import json
+import os
 
 import gym_pusht  # noqa: F401  (registers gym_pusht/PushT-v0)
 import gymnasium as gym
@@ -10,6 +12,7 @@ import pytest
 import torch
 from accelerate import Accelerator
 from policies.toy_policy import make_toy_policy
+from test_faults_checkpoints import fill, small_tmpfs  # noqa: F401 (a fixture)
 from training.tiny_online_run import FLAGS, ONLINE_FLAGS
 
 from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE, REWARD, SUCCESS
@@ -22,6 +25,7 @@ from hfpolicy.policies.scripted import PushTExpert, run_expert_episode
 from hfpolicy.training.config import OnlineConfig, TrainConfig, TrainConfigError, validate_train_config
 from hfpolicy.training.online import (
     ONLINE_DATA_DIR,
+    OnlineDataError,
     OnlineTraining,
     collect_episodes,
     reset_argument,
@@ -224,3 +228,36 @@ def test_online_rows_carry_their_frames_as_the_offline_batch_does(tmp_path):
     resumed.restore(Accelerator(cpu=True), 15, {"online_episodes": 2})
     assert sorted((tmp_path / ONLINE_DATA_DIR / "videos").rglob("*.mp4")) == videos[:1]
     assert videos[0].read_bytes() == first and resumed.dataset.num_episodes == 2
+
+
+def test_a_full_disk_during_a_round_is_one_line_with_the_way_on(small_tmpfs):  # noqa: F811 (the fixture)
+    """The round's data written onto a full disk (pyarrow's own OSError [Errno 28]): one error naming the folder,
+    the room the round needs and what is free, advising only what exists (no checkpoint yet: run again)."""
+    fill(small_tmpfs, 8 * 1024)
+    online = online_training(small_tmpfs, labels="expert")
+    accelerator, policy = Accelerator(cpu=True), make_toy_policy("environment_state_agent_pos")
+    try:
+        online.collect(accelerator, policy, None, 10)
+    except OnlineDataError as e:
+        message = str(e)  # not kept: its traceback holds pyarrow's half-made writer, whose open file pins the tmpfs
+    else:
+        pytest.fail("no error on a full disk")
+    gc.collect()
+    assert "\n" not in message and message.startswith(f"disk full while writing the online data into {online.root}:")
+    assert "MB are free there" in message and "--resume" not in message
+    assert message.endswith("run the same command again (no checkpoint was kept yet: the run starts again in place)")
+    assert sorted(os.listdir(small_tmpfs)) == ["filler"]  # no staging, no half-written online_data
+
+
+def test_a_full_disk_as_pyarrow_says_it_is_the_same_line(tmp_path, monkeypatch):
+    """Where no tmpfs can be mounted: pyarrow's parquet writer fails as it does on a full disk."""
+    import pyarrow.parquet as pq
+
+    def full(self, *args, **kwargs):
+        raise OSError("[Errno 28] Error writing bytes to file. Detail: [errno 28] No space left on device")
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", full)
+    online = online_training(tmp_path, labels="expert")
+    with pytest.raises(OnlineDataError, match=r"disk full while writing the online data into .*online_data"):
+        online.collect(Accelerator(cpu=True), make_toy_policy("environment_state_agent_pos"), None, 10)
+    assert os.listdir(tmp_path) == []

@@ -249,6 +249,30 @@ def test_a_launched_run_that_fails_to_start_ends_with_its_own_line_and_status(pu
     assert not out.exists()  # the failed start left nothing (before: a folder holding only .hfpolicy.lock)
 
 
+@pytest.mark.slow
+def test_kill_9_of_the_launching_script_stops_its_launcher_and_trainers(pusht_state_dataset, tmp_path):
+    """`examples/train_pusht.py --num_processes=2` killed with SIGKILL: its `accelerate launch` gets SIGTERM from the
+    kernel (PR_SET_PDEATHSIG) and its trainers stop with a checkpoint (before: they trained on under init, holding
+    the run folder)."""
+    out = tmp_path / "run"
+    command = [sys.executable, str(ROOT / "examples" / "train_pusht.py"), "--num_processes=2"]
+    command += flags(pusht_state_dataset, out, "--steps=100000", "--save_freq=0")
+    process = subprocess.Popen(command, env=run_env(), stderr=subprocess.PIPE, text=True)
+    wait_for_steps(process, out, 3)
+    process.kill()
+    process.wait(30)
+    deadline = time.monotonic() + 120
+    while True:  # the trainers released the run folder
+        try:
+            with RunLock(out):
+                break
+        except RunLockedError:
+            assert time.monotonic() < deadline, "the launcher's trainers still hold the run folder"
+            time.sleep(0.2)
+    assert len(list_checkpoints(out)) == 1  # they stopped as on SIGTERM: with a checkpoint of their last step
+    process.stderr.close()
+
+
 def test_a_stop_swallowed_where_python_cannot_raise_it_is_delivered_again():
     """A Ctrl-C that lands in a cffi callback (pymunk drawing a PushT frame) or a finalizer raises Interrupted where
     Python only prints it ("Exception ignored ...") and goes on: the evaluation then ran to its end. It is delivered

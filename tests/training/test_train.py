@@ -356,7 +356,8 @@ def test_fine_tuning_starts_from_the_saved_weights_and_resumes_exactly(pusht_sta
     tune = [*data, f"--policy.path={source}", "--policy.optimizer_lr=3e-4", "--tracker=none", "--progress=false"]
     tune += ["--num_threads=1", "--batch_size=8"]
     cfg = parse_train_config([*tune, f"--output_dir={tmp_path / 'probe'}", "--steps=4"])
-    assert cfg.policy.pretrained_path == source and list(cfg.policy.down_dims) == [16, 32]
+    fixed = str(Path(source).resolve())  # the `last` link fixed to the checkpoint it names now: step 2
+    assert cfg.policy.pretrained_path == fixed and list(cfg.policy.down_dims) == [16, 32]
     assert cfg.policy.optimizer_lr == 3e-4
     run = RunFolder(tmp_path / "probe")
     run.check_for(resume=False)
@@ -373,12 +374,12 @@ def test_fine_tuning_starts_from_the_saved_weights_and_resumes_exactly(pusht_sta
     straight, resumed = load_file(tmp_path / "straight" / final), load_file(tmp_path / "resumed" / final)
     assert all(torch.equal(straight[name], resumed[name]) for name in straight)
     saved = json.loads((tmp_path / "resumed" / "train_config.json").read_text())
-    assert saved["policy"]["pretrained_path"] == source  # where the fine-tuning started, kept
+    assert saved["policy"]["pretrained_path"] == fixed  # where the fine-tuning started, kept
     checkpoint = tmp_path / "straight" / "checkpoints" / "step_000004" / "pretrained_model"
     card = (checkpoint / "README.md").read_text()
-    assert f"Fine-tuned from `{source}`" in card
+    assert f"Fine-tuned from `{fixed}`" in card
     # The card names the checkpoint where it is, not the staging folder it was written in, and its lines load it.
     staged = shared_staging_path(checkpoint.parent, STAGING_TAG).name  # .step_000004.saving
     assert staged not in card and f"# {checkpoint}\n" in card and f"--policy.path={checkpoint} " in card
     loaded = Policy.from_pretrained(re.search(r'Policy.from_pretrained\("([^"]+)"\)', card).group(1))
-    assert loaded.config.pretrained_path == source
+    assert loaded.config.pretrained_path == fixed
