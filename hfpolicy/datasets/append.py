@@ -154,23 +154,9 @@ def _remove_temporary(*folders: Path) -> None:
                 (folder / name).unlink(missing_ok=True)
 
 
-def settle(root: str | Path, n_episodes: int | None = None) -> CommittedState:
-    """The committed state of the v3.0 dataset at `root` (the caller holds its run lock), keeping its first
-    `n_episodes` (default: all that info.json commits) and removing the rest and whatever an unfinished append
-    left. DatasetFormatError if it is not a v3.0 dataset, ValueError if `n_episodes` is not in 1..total."""
-    root = Path(root)
-    info = load_info(root)
-    if legacy_v21.is_v21(info):
-        raise DatasetFormatError(
-            f"{root} is a LeRobot v2.1 dataset: episodes are appended to v3.0 datasets only; convert it first "
-            "(`hfpolicy convert lerobot-v2.1`)"
-        )
-    committed = int(info.get("total_episodes", 0))
-    n = committed if n_episodes is None else int(n_episodes)
-    if not 1 <= n <= committed:
-        raise ValueError(f"{root} holds {committed} episodes: keep between 1 and {committed}, not {n}")
-
-    # The meta/episodes file holding episode n - 1, and the files after it (wholly beyond n: dropped).
+def _episode_table_end(root: Path, n: int) -> tuple[Path, np.ndarray, list[Path], dict]:
+    """The meta/episodes file holding episode n - 1 (its episode indices), the files after it (wholly beyond n:
+    dropped), and episode n - 1's row."""
     beyond: list[Path] = []
     anchor, indices = None, None
     for path in _last_files(root / EPISODES_DIR, ".parquet"):
@@ -179,9 +165,50 @@ def settle(root: str | Path, n_episodes: int | None = None) -> CommittedState:
             anchor = path
             break
         beyond.append(path)
-    if anchor is None or n - 1 not in indices:
+    if anchor is None or indices is None or n - 1 not in indices:
         raise DatasetFormatError(f"{root}: no file of {EPISODES_DIR} lists episode {n - 1}, which info.json counts")
     last = next(row for row in pq.read_table(anchor).to_pylist() if row[EPISODE_INDEX] == n - 1)
+    return anchor, indices, beyond, last
+
+
+def _commit_meta(root: Path, info: dict, n: int, last: dict, tasks: dict, stats) -> dict:
+    """info.json (the commit: readers now see n episodes), stats.json and tasks.parquet rewritten for the first n
+    episodes; the new info."""
+    info = {
+        **info, "total_episodes": n, "total_frames": int(last[EP_TO_INDEX]), "total_tasks": len(tasks),
+        "splits": {"train": f"0:{n}"},
+    }  # fmt: skip
+    write_json_atomically(root / INFO_PATH, info, indent=4)
+    write_json_atomically(root / STATS_PATH, stats_to_json(stats or {}), indent=4)
+    frame = pd.DataFrame({TASK_INDEX: list(tasks.values())}, index=pd.Index(list(tasks), name=TASK))
+    with replacing(root / TASKS_PATH, suffix=".parquet") as tmp:
+        frame.to_parquet(tmp)
+    return info
+
+
+def _unfinished_append_left_files(root: Path, info: dict, next_data: tuple, next_video: dict) -> bool:
+    """Whether an unfinished append left files: only if it left the first one it numbers (data or video); only then
+    are the last chunk folders listed (a clean dataset is opened without listing them)."""
+    return (root / info["data_path"].format(chunk_index=next_data[0], file_index=next_data[1])).exists() or any(
+        (root / info["video_path"].format(video_key=key, chunk_index=c, file_index=f)).exists()
+        for key, (c, f) in next_video.items()
+    )
+
+
+def settle(root: str | Path, n_episodes: int | None = None) -> CommittedState:
+    """The committed state of the v3.0 dataset at `root` (the caller holds its run lock), keeping its first
+    `n_episodes` (default: all that info.json commits) and removing the rest and whatever an unfinished append
+    left. DatasetFormatError if it is not a v3.0 dataset, ValueError if `n_episodes` is not in 1..total."""
+    root = Path(root)
+    info = load_info(root)
+    if legacy_v21.is_v21(info):
+        raise DatasetFormatError(f"{root} is a LeRobot v2.1 dataset: append to v3.0 (`hfpolicy convert lerobot-v2.1`)")
+    committed = int(info.get("total_episodes", 0))
+    n = committed if n_episodes is None else int(n_episodes)
+    if not 1 <= n <= committed:
+        raise ValueError(f"{root} holds {committed} episodes: keep between 1 and {committed}, not {n}")
+
+    anchor, indices, beyond, last = _episode_table_end(root, n)
     shrinks = bool(beyond) or bool((indices >= n).any())  # truncated episodes, or a killed append's rows
 
     stats, tasks = load_stats_json(root / STATS_PATH), {task: index for index, task in load_tasks(root).items()}
@@ -192,15 +219,7 @@ def settle(root: str | Path, n_episodes: int | None = None) -> CommittedState:
         last_used = max((tasks[task] for task in used if task in tasks), default=len(tasks) - 1)
         tasks = {task: index for task, index in tasks.items() if index <= last_used}
     if n != committed or shrinks:
-        info = {
-            **info, "total_episodes": n, "total_frames": int(last[EP_TO_INDEX]), "total_tasks": len(tasks),
-            "splits": {"train": f"0:{n}"},
-        }  # fmt: skip
-        write_json_atomically(root / INFO_PATH, info, indent=4)  # the commit: readers now see n episodes
-        write_json_atomically(root / STATS_PATH, stats_to_json(stats or {}), indent=4)
-        frame = pd.DataFrame({TASK_INDEX: list(tasks.values())}, index=pd.Index(list(tasks), name=TASK))
-        with replacing(root / TASKS_PATH, suffix=".parquet") as tmp:
-            frame.to_parquet(tmp)
+        info = _commit_meta(root, info, n, last, tasks, stats)
 
     chunks_size = int(info["chunks_size"])
     last_data = (int(last[EP_DATA_CHUNK]), int(last[EP_DATA_FILE]))
@@ -212,12 +231,7 @@ def settle(root: str | Path, n_episodes: int | None = None) -> CommittedState:
     }
     next_data = next_chunk_file(*last_data, chunks_size)
     next_video = {key: next_chunk_file(*last, chunks_size) for key, last in last_video.items()}
-    # An unfinished append left files only if it left the first one it numbers (data or video): only then are the
-    # last chunk folders listed (a clean dataset is opened without listing them).
-    left_over = (root / info["data_path"].format(chunk_index=next_data[0], file_index=next_data[1])).exists() or any(
-        (root / info["video_path"].format(video_key=key, chunk_index=c, file_index=f)).exists()
-        for key, (c, f) in next_video.items()
-    )
+    left_over = _unfinished_append_left_files(root, info, next_data, next_video)
     if left_over or n != committed or shrinks:
         _remove_beyond(root / "data", ".parquet", last_data)
         for key in video_keys:

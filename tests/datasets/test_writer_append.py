@@ -56,6 +56,9 @@ def files(root: Path) -> dict[str, tuple[int, bytes]]:
     }
 
 
+VIDEO_KEYS = ("observation.image",)
+
+
 def assert_same_dataset(a: Path, b: Path) -> None:
     """The same frames (every column; the video frames decoded), episodes, tasks, totals and stats."""
     da, db = PolicyDataset("a", root=a), PolicyDataset("b", root=b)
@@ -64,6 +67,14 @@ def assert_same_dataset(a: Path, b: Path) -> None:
     ba, bb = da.get_batch(range(len(da))), db.get_batch(range(len(db)))
     assert set(ba) == set(bb)
     for key, value in ba.items():
+        if key in VIDEO_KEYS:  # H.264 is lossy and its encoder's state spans a file: frames equal to a few levels
+            difference = (value - bb[key]).abs()
+            assert difference.mean() < 2 / 255 and difference.max() < 32 / 255, (
+                key,
+                difference.mean(),
+                difference.max(),
+            )
+            continue
         assert torch.equal(value, bb[key]) if torch.is_tensor(value) else value == bb[key], key
     info_a, info_b = (json.loads((r / "meta/info.json").read_text()) for r in (a, b))
     assert {k: v for k, v in info_a.items() if k.startswith("total")} == {
