@@ -21,7 +21,7 @@ from hfpolicy.viewer.page import rounded, rounded_list
 
 VIDEOS_DIR = "videos"
 HISTOGRAM_BINS = 20
-RECORD_FIELDS = ("index", "seed", "success", "max_reward", "sum_reward", "length", "n_clipped_actions")
+RECORD_FIELDS = ("index", "seed", "success", "max_reward", "sum_reward", "length", "n_actions_outside_space")
 
 
 def load_eval_info(eval_dir: Path) -> dict[str, Any]:
