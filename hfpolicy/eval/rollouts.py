@@ -60,7 +60,7 @@ class StepHook(Protocol):
         """The (finite) action the policy gave in `observation`, about to be applied; returns the action to apply."""
 
     def after_step(
-        self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, info: dict, running
+        self, env: VectorEnv, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, info: dict, running
     ) -> None:
         """What the step gave, for the slots that took it."""
 
