@@ -156,7 +156,8 @@ def make_control_env(task: str, need_rendering: bool, end_effector: bool = False
 
 def action_bounds(physics) -> tuple[np.ndarray, np.ndarray]:
     """The range each of the 14 action entries acts within: the arm actuators' ctrlrange and the grippers' ctrlrange
-    as normalized positions (MuJoCo clamps controls to these, so clipping an action to them changes nothing)."""
+    as normalized positions. MuJoCo clamps each control to its ctrlrange itself, so actions outside pass unchanged
+    (the rollout counts them); clipping to these float32 bounds would move some targets by up to 5e-8."""
     from gym_aloha.constants import normalize_puppet_gripper_position
 
     ranges = physics.model.actuator_ctrlrange  # 16 actuators: 6 arm + 2 fingers, per side

@@ -278,11 +278,6 @@ def run(config: EvalPipelineConfig) -> str:
         f"success {summary['pc_success']:.1f}% (95% CI {low:.1f}-{high:.1f}), "
         f"avg max reward {summary['avg_max_reward']:.3f}, avg sum reward {summary['avg_sum_reward']:.2f}; "
         f"{summary['n_episodes']} episodes in {summary['eval_s']:.1f} s ({summary['episodes_per_s']:.2f}/s)"
-        + (
-            f"\nwarning: {summary['n_clipped_actions']} actions lay outside the env's action space and were clipped"
-            if summary["n_clipped_actions"]
-            else ""
-        )
         + f"\nresults: {config.output_dir / EVAL_INFO_FILE}"
         + (f", videos: {config.output_dir / 'videos'}" if result.video_paths else "")
     )

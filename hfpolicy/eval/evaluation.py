@@ -175,7 +175,8 @@ def summarize_episodes(episodes: Sequence[EpisodeRecord], eval_s: float) -> dict
         "pc_success": 100 * n_successes / n,
         "pc_success_ci95": [100 * low, 100 * high],
         "avg_length": sum(e.length for e in episodes) / n,
-        "n_clipped_actions": sum(e.n_clipped_actions for e in episodes),  # steps whose action was clipped
+        # steps whose action lay outside the env's declared action space (applied unchanged)
+        "n_actions_outside_space": sum(e.n_actions_outside_space for e in episodes),
         "eval_s": eval_s,
         "episodes_per_s": n / eval_s if eval_s > 0 else math.inf,
     }

@@ -1,11 +1,13 @@
 """One batch of episodes stepped in lockstep: the rollout loop and the per-episode record it produces.
 
-Invalid actions are never scored as if they were valid:
+Actions reach the env exactly as the policy gave them, as in LeRobot's evaluation:
 - a non-finite action (NaN or inf) stops the evaluation with `InvalidActionError` naming the episode and the step;
-- an action outside the env's action space (a Box) is clipped into it before it is applied, as a robot's controller
-  would saturate it, and counted: each episode's record carries `n_clipped_actions`, the number of its steps whose
-  action had to be clipped (0 for a policy that stays inside the space). Clipping rather than rejecting keeps
-  undertrained policies evaluable; the count keeps it from being silent.
+- an action outside the env's declared action space (a Box) is applied unchanged, and counted: each episode's record
+  carries `n_actions_outside_space`, the number of its steps whose action lay outside the space (0 for a policy that
+  stays inside it). Limits are the env's to apply, where it knows what they are: ALOHA's MuJoCo model clamps each
+  actuator's control to its ctrlrange (the declared Box), gym-pusht's PD controller takes any target (its walls
+  bound the agent). Clipping here would change what the policy does: a PushT target beyond the window pulls the agent
+  harder than the clipped one, and ALOHA's float32 bounds sit up to 5e-8 rad inside some actuators' ranges.
 """
 
 import itertools
@@ -32,7 +34,7 @@ class EpisodeRecord:
     max_reward: float  # largest reward of the episode
     success: bool  # the env reported info["is_success"] at some step of the episode
     length: int  # steps taken: the first terminated/truncated step's number (1-based), or max_steps
-    n_clipped_actions: int = 0  # steps whose action lay outside the env's action space and was clipped into it
+    n_actions_outside_space: int = 0  # steps whose action lay outside the env's declared action space (applied as is)
     rewards: list[float] = field(default_factory=list)  # the reward of each step (rounded to 1e-6): the reward curve
 
     def to_dict(self) -> dict[str, Any]:
@@ -55,10 +57,10 @@ class StepHook(Protocol):
         batch."""
 
     def before_step(self, env: VectorEnv, observation: Any, action: np.ndarray, running: np.ndarray) -> np.ndarray:
-        """The (finite, clipped) action about to be applied in `observation`; returns the action to apply."""
+        """The (finite) action the policy gave in `observation`, about to be applied; returns the action to apply."""
 
     def after_step(
-        self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, info: dict, running
+        self, env: VectorEnv, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, info: dict, running
     ) -> None:
         """What the step gave, for the slots that took it."""
 
@@ -112,7 +114,7 @@ def rollout(
     max_reward = np.full(n_envs, -np.inf)
     success = np.zeros(n_envs, dtype=bool)
     length = np.zeros(n_envs, dtype=np.int64)
-    n_clipped = np.zeros(n_envs, dtype=np.int64)
+    n_outside = np.zeros(n_envs, dtype=np.int64)
     step_rewards: list[list[float]] = [[] for _ in range(n_envs)]
     low, high = action_bounds(env)
     records: list[EpisodeRecord | None] = [None] * n_episodes
@@ -125,7 +127,7 @@ def rollout(
             max_reward=float(max_reward[slot]),
             success=bool(success[slot]),
             length=int(length[slot]),
-            n_clipped_actions=int(n_clipped[slot]),
+            n_actions_outside_space=int(n_outside[slot]),
             rewards=step_rewards[slot],
         )
         if on_episode_end is not None:
@@ -161,8 +163,7 @@ def rollout(
                 )
             if low is not None:
                 outside = ((action < low) | (action > high)).reshape(n_envs, -1).any(axis=1)
-                n_clipped[running & outside] += 1
-                action = np.clip(action, low, high)
+                n_outside[running & outside] += 1
             if step_hook is not None:
                 action = step_hook.before_step(env, observation, action, running.copy())
             observation, reward, terminated, truncated, info = env.step(action)

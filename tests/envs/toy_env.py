@@ -89,14 +89,14 @@ def reference_episode(policy, seed: int, max_steps: int) -> dict:
         success = success or info["is_success"]
         if terminated or truncated:
             break
-    # the toy env's action space is unbounded: nothing is ever clipped
+    # the toy env's action space is unbounded: no action lies outside it
     return {
         "seed": seed,
         "sum_reward": total,
         "max_reward": best,
         "success": success,
         "length": length,
-        "n_clipped_actions": 0,
+        "n_actions_outside_space": 0,
         "rewards": rewards,
     }
 

@@ -18,11 +18,12 @@ from envs.toy_env import (
     frame_level,
     reference_episode,
 )
-from policies.toy_policy import make_toy_policy
+from policies.toy_policy import ToyConfig, ToyPolicy, make_toy_policy, toy_stats
 
-from hfpolicy.constants import EVAL_INFO_FILE
-from hfpolicy.envs import make_env, make_vector_env
+from hfpolicy.constants import ACTION, EVAL_INFO_FILE, OBS_STATE
+from hfpolicy.envs import AlohaEnvConfig, make_env, make_vector_env, observations_to_batch
 from hfpolicy.eval import EvalResult, evaluate, main, rollout, summarize_episodes, wilson_interval
+from hfpolicy.features import FeatureType, PolicyFeature
 from hfpolicy.io.video import read_video_frames
 
 START_SEED = 100_000
@@ -276,7 +277,7 @@ def test_max_steps_default_is_the_env_time_limit(toy_policy):
     assert MAX_END_STEP > 4
 
 
-# --- invalid actions: non-finite ones stop the evaluation, out-of-space ones are clipped and counted ---------------
+# --- invalid actions: non-finite ones stop the evaluation; out-of-space ones reach the env unchanged, counted --------
 class BoundedToyEnv(ScriptedEpisodesEnv):
     """The toy env with a bounded action space; it keeps every action it receives."""
 
@@ -306,21 +307,23 @@ def test_non_finite_action_stops_the_evaluation_naming_episode_and_step():
         env.close()
 
 
-def test_out_of_space_actions_are_clipped_and_counted(toy_policy, reference):
+def test_out_of_space_actions_reach_the_env_unchanged_and_are_counted(toy_policy, reference):
     env = make_vector_env([BoundedToyEnv] * 3, parallel=False)
     try:
         result = evaluate(toy_policy, env, 3, START_SEED, max_steps=MAX_STEPS, progress=False)
         received = np.concatenate([np.stack(e.unwrapped.received) for e in env.envs])
     finally:
         env.close()
-    assert np.abs(received).max() <= BoundedToyEnv.bound  # the env only ever saw actions inside its space
-    # the toy policy's actions are far outside [-1, 1]: every step of every episode was clipped, and it is counted
-    assert [e.n_clipped_actions for e in result.episodes] == [e.length for e in result.episodes]
-    assert result.aggregated["n_clipped_actions"] == sum(e.length for e in result.episodes) > 0
-    assert [e.length for e in result.episodes] == [r["length"] for r in reference[:3]]  # the episodes still ran
+    assert np.abs(received).max() > 10 * BoundedToyEnv.bound  # the policy's actions, far outside [-1, 1], arrived
+    # every step of every episode lay outside the space, and it is counted ...
+    assert [e.n_actions_outside_space for e in result.episodes] == [e.length for e in result.episodes]
+    assert result.aggregated["n_actions_outside_space"] == sum(e.length for e in result.episodes) > 0
+    # ... and the episodes are exactly those of the unbounded env (the reward depends on the applied action)
+    counted = [{**r, "n_actions_outside_space": r["length"]} for r in reference[:3]]
+    assert as_dicts(result) == counted
 
 
-def test_actions_inside_the_space_are_not_clipped(toy_policy, reference):
+def test_actions_inside_the_space_are_not_counted(toy_policy, reference):
     class WideToyEnv(BoundedToyEnv):
         bound = 1e6
 
@@ -329,7 +332,55 @@ def test_actions_inside_the_space_are_not_clipped(toy_policy, reference):
         result = evaluate(toy_policy, env, 3, START_SEED, max_steps=MAX_STEPS, progress=False)
     finally:
         env.close()
-    assert as_dicts(result) == reference[:3]  # exact: nothing clipped, nothing changed
+    assert as_dicts(result) == reference[:3]  # exact, with n_actions_outside_space = 0
+
+
+# Joint targets outside ALOHA's declared Box (its actuators' ctrlrange) and outside [-1, 1]; dyadic, so exact in float32
+ALOHA_TARGETS = [3.5, -2.0, 1.75, 0.5, -2.5, -3.25, 1.25, -3.5, 1.5, -1.875, 0.25, 2.5, 3.25, -0.25]
+
+
+def fixed_aloha_policy(targets: list[float]) -> ToyPolicy:
+    """A state policy whose every action is `targets` (gain 0; min/max stats of -1/1 make normalization the identity)."""
+    joints = len(targets)
+    config = ToyConfig(
+        input_features={OBS_STATE: PolicyFeature(FeatureType.STATE, (joints,))},
+        output_features={ACTION: PolicyFeature(FeatureType.ACTION, (joints,))},
+    )
+    policy = ToyPolicy(config, dataset_stats=toy_stats(config, low=-1.0, high=1.0))
+    with torch.no_grad():
+        policy.gain = torch.nn.Parameter(torch.zeros(joints))
+        policy.offset = torch.nn.Parameter(torch.tensor(targets).expand(config.horizon, joints).clone())
+    return policy
+
+
+def test_aloha_gets_the_policys_joint_targets_exactly():
+    """LeRobot's eval hands gym-aloha the policy's action as it is; so does hfpolicy: the controls MuJoCo receives are
+    the targets (grippers unnormalized, second finger mirrored), though they lie outside the env's declared space."""
+    from gym_aloha.constants import unnormalize_puppet_gripper_position
+
+    policy = fixed_aloha_policy(ALOHA_TARGETS)
+    cfg = AlohaEnvConfig(task="AlohaTransferCube-v0", obs_type="environment_state_agent_pos")
+    env = cfg.make(2)
+    try:
+        space = env.single_action_space
+        targets = np.asarray(ALOHA_TARGETS, dtype=np.float32)
+        assert ((targets < space.low) | (targets > space.high)).sum() >= 10
+        with torch.inference_mode():
+            policy.reset()
+            observation, _ = env.reset(seed=[0, 1])
+            chosen = policy.select_action(observations_to_batch(observation, "cpu", {OBS_STATE}))
+        np.testing.assert_array_equal(chosen.numpy(), np.stack([targets, targets]))  # the policy's action is exact
+
+        records = rollout(policy, env, seeds=[3, 4], max_steps=3)
+        controls = [e.unwrapped.physics.data.ctrl.copy() for e in env.envs]
+    finally:
+        env.close()
+    t = targets.astype(np.float64)
+    left, right = unnormalize_puppet_gripper_position(t[6]), unnormalize_puppet_gripper_position(t[13])
+    expected = np.concatenate([t[:6], [left, -left], t[7:13], [right, -right]])
+    for control in controls:
+        np.testing.assert_array_equal(control, expected)
+    assert [r.n_actions_outside_space for r in records] == [r.length for r in records] == [3, 3]
 
 
 def test_eval_cli_checks_the_output_dir_before_running_episodes(tmp_path, capsys):

@@ -191,7 +191,7 @@
       card(fmt(agg.avg_max_reward), "avg max reward"),
       card(fmt(agg.avg_sum_reward), "avg sum reward"),
       card(fmt(agg.avg_length), "avg length (steps)"),
-      card(String(agg.n_clipped_actions), "clipped actions"),
+      card(String(agg.n_actions_outside_space ?? agg.n_clipped_actions), "actions outside the action space", "applied unchanged"),
       agg.eval_s ? card(agg.eval_s.toFixed(1) + " s", "eval time", `${fmt(agg.episodes_per_s)} episodes/s`) : null));
     const left = el("div", { class: "panel" }), right = el("div", { class: "panel", id: "episode" });
     root.append(el("div", { class: "layout wide-list" }, left, right));
