@@ -23,7 +23,16 @@ from hfpolicy.viewer.page import rounded, rounded_list
 
 VIDEOS_DIR = "videos"
 HISTOGRAM_BINS = 20
-RECORD_FIELDS = ("index", "seed", "success", "max_reward", "sum_reward", "length", "n_actions_outside_space", "n_clipped_actions")
+RECORD_FIELDS = (
+    "index",
+    "seed",
+    "success",
+    "max_reward",
+    "sum_reward",
+    "length",
+    "n_actions_outside_space",
+    "n_clipped_actions",
+)
 NUMBER_FIELDS = ("index", "max_reward", "sum_reward", "length")  # what the page computes with: each record has them
 
 
