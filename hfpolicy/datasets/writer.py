@@ -259,17 +259,23 @@ class DatasetWriter:
             self._root_lock, created = _hold_destination(root, overwrite)
         else:
             self._root_lock, created = appending[0], False
-        try:  # also removes dead writers' staging
-            self._staging_folder = Staging.create(root, STAGING_TAG if appending is None else APPEND_TAG)
+        staging = None
+        try:  # also removes dead writers' staging; Ctrl-C before the finalizer holds it leaves nothing either
+            staging = self._staging_folder = Staging.create(root, STAGING_TAG if appending is None else APPEND_TAG)
+            if appending is None:
+                cleanup = (_discard, staging, self._root_lock, root, created)
+            else:
+                cleanup = (_discard_append, staging, self._root_lock, root)
+            self._cleanup = weakref.finalize(self, *cleanup)  # on GC / exit if never finished
         except BaseException:
-            _release_destination(self._root_lock, root, created)
+            if getattr(self, "_cleanup", None) is not None:
+                self._cleanup()  # a finalizer runs once: the same steps, never twice
+            else:
+                if staging is not None:
+                    staging.discard()
+                _release_destination(self._root_lock, root, created)
             raise
-        self.tmp_root = self._staging_folder.path  # the new files (all of them, or an append's) until finish()
-        if appending is None:
-            cleanup = (_discard, self._staging_folder, self._root_lock, root, created)
-        else:
-            cleanup = (_discard_append, self._staging_folder, self._root_lock, root)
-        self._cleanup = weakref.finalize(self, *cleanup)  # on GC / exit if never finished
+        self.tmp_root = staging.path  # the new files (all of them, or an append's) until finish()
         self._staging = self.tmp_root / ".episode"  # the current episode's videos while it is recorded
         self._init_columns(features)
         self._init_counters()

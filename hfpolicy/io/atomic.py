@@ -219,7 +219,11 @@ class Staging:
         path = staging_path(destination, tag)
         from hfpolicy.io.run_lock import RunLock
 
-        return cls(path, RunLock(path).acquire())
+        try:
+            return cls(path, RunLock(path).acquire())
+        except BaseException:  # Ctrl-C (or a full disk) between the folder's mkdir and the caller's hands
+            shutil.rmtree(path, ignore_errors=True)
+            raise
 
     def publish(self, destination: str | Path) -> Path:
         """Renames the staging folder to `destination` (which must not exist, or be an empty folder): OSError if
