@@ -24,7 +24,7 @@ video per item). Prints a table; the LAST line is one JSON object.
     python bench/dataloader.py --streaming [--root DIR | --episodes N] [--batches 100]
 
 --streaming (issue 22) compares the streamed path (StreamingPolicyDataset from the Hub-protocol test server of
-tests/hub_server.py on 127.0.0.1, in a ShuffleBufferSampler order, within --stream_ram_gb / --stream_disk_gb) with the
+tests/hub_server.py on 127.0.0.1, in EpisodeAwareSampler's shuffle-buffer order, within --stream_ram_gb / --stream_disk_gb) with the
 in-memory one (PolicyDataset from the same local files, frames decoded up front, EpisodeAwareSampler), batched, with 0
 and 2 workers (the streamed order split into one shard per worker: each worker decodes its own episodes; video read
 as --stream_video says). Each of the four runs is a fresh process with an empty HF cache: first_batch_s counts from the start
@@ -136,7 +136,7 @@ def main() -> int:
     try:
 
         def make_loader(dataset, workers: int, batched: bool, epoch: int):
-            sampler = EpisodeAwareSampler(dataset, drop_last_frames=args.drop_last_frames, shuffle=True, seed=0)
+            sampler = EpisodeAwareSampler(dataset, drop_last_frames=args.drop_last_frames, seed=0)
             sampler.set_epoch(epoch)
             if batched:
                 batches = torch.utils.data.BatchSampler(sampler, args.batch_size, drop_last=False)
@@ -225,13 +225,7 @@ def measure_one(args) -> dict:
     """One --streaming run: build the dataset and its loader, time the first batch and the warm ones."""
     import torch
 
-    from hfpolicy.datasets import (
-        EpisodeAwareSampler,
-        EpochBatchSampler,
-        PolicyDataset,
-        ShuffleBufferSampler,
-        StreamingPolicyDataset,
-    )  # fmt: skip
+    from hfpolicy.datasets import EpisodeAwareSampler, EpochBatchSampler, PolicyDataset, StreamingPolicyDataset
     from hfpolicy.datasets.worker_batch import as_fetched
 
     if args.torch_threads:
@@ -244,14 +238,14 @@ def measure_one(args) -> dict:
             decode_process=args.read_ahead > 0 and args.workers == 0,  # as training sets it
         )  # fmt: skip
         shards = max(1, args.workers)  # each worker decodes only its own shard's episodes
-        sampler = ShuffleBufferSampler(
-            dataset, args.shuffle_buffer_episodes, args.drop_last_frames, seed=0, shards=shards,
+        sampler = EpisodeAwareSampler(
+            dataset, args.drop_last_frames, seed=0, buffer_episodes=args.shuffle_buffer_episodes, shards=shards,
             batch_size=args.batch_size,
         )  # fmt: skip
     else:
         dataset = PolicyDataset(args.repo_id, root=args.root, delta_timestamps=DELTA_TIMESTAMPS)
         dataset.prefetch_frames(progress=False)  # as training does
-        sampler = EpisodeAwareSampler(dataset, drop_last_frames=args.drop_last_frames, shuffle=True, seed=0)
+        sampler = EpisodeAwareSampler(dataset, drop_last_frames=args.drop_last_frames, seed=0)
     dataset.uint8_images = args.uint8_images
     if args.measure == "streaming":  # as training builds it: each batch names the coming ones, decoded ahead
         batches = EpochBatchSampler(sampler, args.batch_size, read_ahead=args.read_ahead)

@@ -54,6 +54,7 @@ class PolicyDataset(torch.utils.data.Dataset):
     """
 
     uint8_images = False
+    streamed = False  # frames held in memory (StreamingPolicyDataset: streamed from the Hub)
 
     def __init__(
         self,

@@ -17,7 +17,7 @@ has not begun when it would otherwise wait), in a thread inside each worker.
 
 This is a PolicyDataset subclass that changes only where files and frames come from: the windows, `*_is_pad`, the
 columns, the checks and the stats are PolicyDataset's own code, so both readers give the same items. Pair it with an
-epoch order that keeps few episodes open at a time (`ShuffleBufferSampler`, checked by `check_buffer_fits`), so that
+epoch order that keeps few episodes open at a time (EpisodeAwareSampler's shuffle buffer, checked by `check_buffer_fits`), so that
 each episode is decoded about once per epoch.
 """
 
@@ -42,7 +42,7 @@ from hfpolicy.datasets.frame_lru import FrameLRU
 from hfpolicy.datasets.range_reads import RANGE_BLOCK_BYTES, block_for, read_buffer_bytes
 from hfpolicy.datasets.read_ahead import ReadAhead
 from hfpolicy.datasets.remote_files import RemoteFiles
-from hfpolicy.datasets.shuffle_buffer import open_episodes_per_worker
+from hfpolicy.datasets.sampler import open_episodes_per_worker
 
 STREAM_RAM_GB = 2.0  # decoded frames in memory, over all DataLoader workers
 STREAM_DISK_GB = 10.0  # fetched files on disk, over all DataLoader workers
@@ -77,6 +77,8 @@ class StreamingPolicyDataset(PolicyDataset):
 
     Items are PolicyDataset's. `frames` (a FrameLRU) and `files` (a RemoteFiles) say what this process holds.
     """
+
+    streamed = True
 
     def __init__(
         self,
@@ -208,7 +210,7 @@ class StreamingPolicyDataset(PolicyDataset):
 
     def set_budgets(self, ram_bytes: int, disk_bytes: int) -> None:
         """Sets the memory and disk budgets (over all DataLoader workers) before anything is held: a streamed
-        mixture gives each of its datasets a share (streaming_mixture.py)."""
+        mixture gives each of its datasets a share (MixtureDataset.split_budgets)."""
         if len(self.frames) or self.files.bytes:
             raise RuntimeError(f"the budgets of {self.repo_id} change only before any frame or file is held")
         if ram_bytes <= 0 or disk_bytes <= 0:

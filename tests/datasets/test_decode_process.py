@@ -18,9 +18,9 @@ from dataset_helpers import STREAMED_DELTAS, STREAMED_LENGTHS, assert_same_batch
 
 from hfpolicy.datasets import (
     BatchIndices,
+    EpisodeAwareSampler,
     EpochBatchSampler,
     PolicyDataset,
-    ShuffleBufferSampler,
     StreamingError,
     StreamingPolicyDataset,
     remote_files,
@@ -64,7 +64,7 @@ def test_read_ahead_without_workers_decodes_in_a_child_process_and_changes_no_it
     dataset = StreamingPolicyDataset(
         repo_id, delta_timestamps=STREAMED_DELTAS, stream_video="download", decode_process=True
     )
-    sampler = ShuffleBufferSampler(dataset, buffer_episodes=1, drop_last_frames=2, seed=3)
+    sampler = EpisodeAwareSampler(dataset, buffer_episodes=1, drop_last_frames=2, seed=3)
     for epoch in range(2):
         for batch_indices in EpochBatchSampler(sampler, 4, read_ahead=2):
             assert_same_batch(dataset[batch_indices], local.get_batch(batch_indices))
@@ -148,7 +148,7 @@ def test_dataloader_workers_decode_ahead_in_their_own_thread(streamed):
     root, repo_id = streamed[:2]
     local = PolicyDataset(repo_id, root=root, delta_timestamps=STREAMED_DELTAS)
     dataset = StreamingPolicyDataset(repo_id, delta_timestamps=STREAMED_DELTAS, decode_process=True)
-    sampler = ShuffleBufferSampler(dataset, buffer_episodes=2, drop_last_frames=2, seed=3, shards=2)
+    sampler = EpisodeAwareSampler(dataset, buffer_episodes=2, drop_last_frames=2, seed=3, shards=2)
     batches = EpochBatchSampler(sampler, 4, read_ahead=2)
     loader = torch.utils.data.DataLoader(dataset, sampler=batches, batch_size=None, num_workers=2)
     for batch_indices, batch in zip(batches, loader, strict=True):

@@ -8,9 +8,9 @@ from dataset_helpers import STREAMED_DELTAS, STREAMED_LENGTHS, assert_same_batch
 
 from hfpolicy.datasets import (
     BatchIndices,
+    EpisodeAwareSampler,
     EpochBatchSampler,
     PolicyDataset,
-    ShuffleBufferSampler,
     StreamingError,
     StreamingPolicyDataset,
     push_dataset_to_hub,
@@ -54,7 +54,7 @@ def test_a_resumed_stream_reads_what_the_uninterrupted_one_would(streamed):
 
     def batches(start_batch: int, workers: int, count: int) -> list[dict]:
         dataset = StreamingPolicyDataset(repo_id, delta_timestamps=DELTAS)
-        sampler = ShuffleBufferSampler(dataset, buffer_episodes=2, drop_last_frames=2, seed=5)
+        sampler = EpisodeAwareSampler(dataset, buffer_episodes=2, drop_last_frames=2, seed=5)
         batch_sampler = EpochBatchSampler(sampler, 4)
         loader = torch.utils.data.DataLoader(
             dataset, sampler=batch_sampler, batch_size=None, num_workers=workers, generator=torch.Generator()
@@ -67,7 +67,7 @@ def test_a_resumed_stream_reads_what_the_uninterrupted_one_would(streamed):
     resumed = batches(5, workers=2, count=7)  # fresh caches, in two worker processes
     for a, b in zip(full[5:], resumed, strict=True):
         assert_same_batch(a, b)
-    first_epoch = ShuffleBufferSampler(BOUNDS, buffer_episodes=2, drop_last_frames=2, seed=5)
+    first_epoch = EpisodeAwareSampler(BOUNDS, buffer_episodes=2, drop_last_frames=2, seed=5)
     drawn = torch.cat([b["index"] for b in full[:epoch_batches]]).tolist()
     assert drawn == list(first_epoch)[: 4 * epoch_batches]  # the stream follows the shuffle buffer's order
 
@@ -82,7 +82,7 @@ def test_memory_and_disk_stay_within_tiny_budgets(streamed):
     # whole files (the videos do not all fit the disk budget: "auto" would read them by range, test_streaming_ranges)
     dataset = StreamingPolicyDataset(repo_id, delta_timestamps=DELTAS, stream_video="download", **budgets)
     local = PolicyDataset(repo_id, root=root, delta_timestamps=DELTAS)
-    sampler = ShuffleBufferSampler(dataset, buffer_episodes=1, seed=0)
+    sampler = EpisodeAwareSampler(dataset, buffer_episodes=1, seed=0)
     dataset.check_buffer_fits(1)
     fetches = []
     for epoch in range(2):
@@ -190,7 +190,9 @@ def test_read_ahead_decodes_the_coming_episodes_and_changes_no_item(streamed, de
     root, repo_id = streamed[:2]
     local = PolicyDataset(repo_id, root=root, delta_timestamps=DELTAS)
     largest_episode = max(LENGTHS) * (32 * 32 * 3 + 8 * 8 * 3)
-    sampler_of = lambda dataset, buffer: ShuffleBufferSampler(dataset, buffer, drop_last_frames=2, seed=3)  # noqa: E731
+    sampler_of = lambda dataset, buffer: EpisodeAwareSampler(
+        dataset, buffer_episodes=buffer, drop_last_frames=2, seed=3
+    )  # noqa: E731
     # a budget that holds every episode: each one but the first is decoded ahead, once per camera
     roomy = StreamingPolicyDataset(repo_id, delta_timestamps=DELTAS, decode_process=decode_process)
     roomy.check_buffer_fits(1)
@@ -223,7 +225,7 @@ def test_read_ahead_under_a_binding_budget_decodes_each_episode_once_an_epoch(hu
     )
     dataset.check_buffer_fits(2)
     for epoch in range(2):
-        sampler = ShuffleBufferSampler(dataset, 2, drop_last_frames=0, seed=5)
+        sampler = EpisodeAwareSampler(dataset, buffer_episodes=2, drop_last_frames=0, seed=5)
         sampler.set_epoch(epoch)
         before = dataset.frames.loads
         for batch_indices in EpochBatchSampler(sampler, 4, read_ahead=3):
