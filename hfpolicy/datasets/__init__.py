@@ -14,7 +14,7 @@ from hfpolicy.datasets.hub import download_dataset, make_dataset_card, push_data
 from hfpolicy.datasets.metadata import DatasetMeta
 from hfpolicy.datasets.mixture import MixtureDataset
 from hfpolicy.datasets.remote_files import StreamingError
-from hfpolicy.datasets.sampler import BatchIndices, EpisodeAwareSampler, EpochBatchSampler, split_episodes
+from hfpolicy.datasets.sampler import EpisodeAwareSampler, EpochBatchSampler, split_episodes
 from hfpolicy.datasets.streaming import StreamingPolicyDataset
 from hfpolicy.datasets.writer import DatasetWriter
 
@@ -24,7 +24,6 @@ __all__ = [
     "DatasetMeta",
     "DatasetWriter",
     "EpisodeAwareSampler",
-    "BatchIndices",
     "EpochBatchSampler",
     "MixtureDataset",
     "PolicyDataset",

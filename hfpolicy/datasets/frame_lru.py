@@ -1,6 +1,6 @@
 """`FrameLRU`: decoded episodes (uint8 frames of one camera) kept in memory up to a byte budget, the least recently
-used evicted first, but after those the caller says are needed soon (`keep`: the episodes of the batch being read and
-of those its read-ahead names); the frame store of the streaming reader (streaming.py).
+used evicted first, but after those the caller says are in use (`keep`: the episodes of the batch being read); the
+frame store of the streaming reader (streaming.py).
 
 Each process keeps its own, at most budget / num_workers (worker_budget.py).
 """
@@ -25,7 +25,6 @@ class FrameLRU(WorkerBudget):
 
     def _clear(self) -> None:
         self._entries: OrderedDict[Hashable, np.ndarray] = OrderedDict()  # least recently used first
-        self.reserved = 0  # bytes of arrays being filled outside the LRU (read_ahead.py), counted in the bound
         self.loads = 0  # arrays put (a decode each)
 
     def get(self, key: Hashable) -> np.ndarray | None:
@@ -36,7 +35,7 @@ class FrameLRU(WorkerBudget):
         return array
 
     def make_room(self, nbytes: int, what: str, keep: Set[Hashable] = frozenset()) -> None:
-        """Evicts least recently used arrays until `nbytes` more fit, those not in `keep` (needed soon) first;
+        """Evicts least recently used arrays until `nbytes` more fit, those not in `keep` (in use) first;
         ValueError naming the budget when they never can. Call before allocating the array, so that the bound
         holds while it is filled."""
         budget = self.budget
@@ -45,28 +44,12 @@ class FrameLRU(WorkerBudget):
                 f"{what} needs {nbytes / 1024**2:.2f} MiB of decoded frames, more than the streaming memory budget "
                 f"of {budget / 1024**2:.2f} MiB{self.share_words()}: raise {self.budget_words}, or use fewer workers"
             )
-        while self._entries and self.bytes + self.reserved + nbytes > budget:
+        while self._entries and self.bytes + nbytes > budget:
             victim = next((k for k in self._entries if k not in keep), next(iter(self._entries)))
             evicted = self._entries.pop(victim)
             self.bytes -= evicted.nbytes
             self.evictions += 1
-        self.peak_bytes = max(self.peak_bytes, self.bytes + self.reserved + nbytes)
-
-    def reserve(self, nbytes: int, what: str, keep: Set[Hashable] = frozenset()) -> None:
-        """Makes room for `nbytes` (as make_room) and holds them for an array filled elsewhere (a decode ahead) until
-        `release`."""
-        self._own()
-        self.make_room(nbytes, what, keep)
-        self.reserved += nbytes
-
-    def release(self, nbytes: int) -> None:
-        self._own()
-        self.reserved -= nbytes
-
-    def held_bytes(self, keys: Set[Hashable]) -> int:
-        """The bytes of the arrays of `keys` held now."""
-        self._own()
-        return sum(self._entries[k].nbytes for k in keys if k in self._entries)
+        self.peak_bytes = max(self.peak_bytes, self.bytes + nbytes)
 
     def __contains__(self, key: Hashable) -> bool:
         """Whether `key` is held (without making it the most recently used)."""

@@ -181,21 +181,9 @@ class MixtureDataset(torch.utils.data.Dataset):
     def __getitem__(self, idx):
         if isinstance(idx, (list, tuple, np.ndarray, torch.Tensor)) and np.ndim(idx) == 1:
             # a DataLoader worker sends it in one buffer (worker_batch.py)
-            batch = loader_batch(self.get_batch, np.asarray(idx), self.camera_keys, self.uint8_images)
-            self._decode_ahead(getattr(idx, "ahead", ()))
-            return batch
+            return loader_batch(self.get_batch, np.asarray(idx), self.camera_keys, self.uint8_images)
         batch = self.get_batch([int(idx)])
         return {key: value[0] for key, value in batch.items()}
-
-    def _decode_ahead(self, ahead) -> None:
-        """Hands the coming batches' positions (`BatchIndices.ahead`) to the streamed members that hold them."""
-        if not len(ahead):
-            return
-        positions = np.asarray(ahead, dtype=np.int64)
-        which = self.dataset_of(positions)
-        for d in np.unique(which).tolist():
-            if self.datasets[d].streamed:
-                self.datasets[d].decode_ahead(positions[which == d] - self.offsets[d])
 
     def split_budgets(
         self, ram_bytes: int, disk_bytes: int, buffer_episodes: int, num_workers: int = 0, shards: int = 1

@@ -235,39 +235,23 @@ class EpisodeAwareSampler(torch.utils.data.Sampler[int]):
         return -(-self.num_samples // self.num_replicas)
 
 
-class BatchIndices(list):
-    """A batch's dataset positions, and `ahead`: the positions of the batches that come next to the same reader (a
-    streamed reader decodes their episodes ahead, read_ahead.py). A list, so any dataset takes it as a batch."""
-
-    def __init__(self, positions, ahead=()):
-        super().__init__(positions)
-        self.ahead = list(ahead)
-
-
 class EpochBatchSampler(torch.utils.data.Sampler[list[int]]):
     """Full batches of one epoch of a sampler, optionally starting at batch `start_batch` of that epoch.
 
     A resumed training run starts mid-epoch without loading the batches it skips: `set_epoch(epoch, start_batch)`
     forwards the epoch to the wrapped sampler (which derives its order from it) and skips index batches, not data.
     The last incomplete batch of an epoch is dropped, so every batch has `batch_size` samples.
-
-    With `read_ahead` = L > 0 each batch is a `BatchIndices` whose `ahead` holds the positions of the next L
-    batches of its shard (batches k + S, ..., k + L*S for a sampler with S `shards`, which DataLoader workers dividing
-    S read apart): a streamed reader decodes their episodes while this batch trains. The batches are the same.
     """
 
-    def __init__(self, sampler: EpisodeAwareSampler, batch_size: int, read_ahead: int = 0):
+    def __init__(self, sampler: EpisodeAwareSampler, batch_size: int):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if read_ahead < 0:
-            raise ValueError(f"read_ahead must be >= 0, got {read_ahead}")
         if len(sampler) < batch_size:
             raise ValueError(
                 f"an epoch has {len(sampler)} samples per process, fewer than batch_size={batch_size}: "
                 "use a smaller batch size or more episodes"
             )
         self.sampler, self.batch_size, self.start_batch = sampler, batch_size, 0
-        self.read_ahead = read_ahead
 
     def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
         if not 0 <= start_batch < len(self):
@@ -276,15 +260,9 @@ class EpochBatchSampler(torch.utils.data.Sampler[list[int]]):
         self.start_batch = start_batch
 
     def __iter__(self) -> Iterator[list[int]]:
-        indices, size, count = list(self.sampler), self.batch_size, len(self)
-        stride = getattr(self.sampler, "shards", 1)
-        for k in range(self.start_batch, count):
-            batch = indices[k * size : (k + 1) * size]
-            if not self.read_ahead:
-                yield batch
-                continue
-            later = range(k + stride, min(count, k + stride * self.read_ahead + 1), stride)
-            yield BatchIndices(batch, [i for c in later for i in indices[c * size : (c + 1) * size]])
+        indices, size = list(self.sampler), self.batch_size
+        for k in range(self.start_batch, len(self)):
+            yield indices[k * size : (k + 1) * size]
 
     def __len__(self) -> int:
         return len(self.sampler) // self.batch_size

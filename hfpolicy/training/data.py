@@ -85,12 +85,23 @@ def load_training_data(cfg: TrainConfig, accelerator: Accelerator) -> tuple[Trai
             shards=dataset_cfg.shuffle_buffer_shards if dataset_cfg.streaming else 1,
             batch_size=cfg.batch_size,
         )  # each process reads its own part of one shared (seed, epoch) order, its workers their own shards
-        # a resumed run starts mid-epoch; with read-ahead each batch names the coming ones
-        batch_sampler = EpochBatchSampler(sampler, cfg.batch_size, read_ahead=read_ahead(cfg, accelerator))
+        batch_sampler = EpochBatchSampler(sampler, cfg.batch_size)  # a resumed run starts mid-epoch
     dataset.prefetch_frames(progress=progress)  # in-memory members: decode the videos once, up front
     dataloader = make_dataloader(dataset, batch_sampler, cfg, accelerator)
     data = TrainingData(dataset.repo_id, dataset, sampler, batch_sampler, dataloader)
     return dataclasses.replace(cfg, policy=policy_cfg), data
+
+
+def endless_batches(dataloader, batch_sampler: EpochBatchSampler, start_batch: int, seed: int):
+    """Batches forever, epoch after epoch, starting at batch `start_batch` counted from the run's start (no data
+    is loaded for the skipped batches: the sampler starts mid-epoch). Each epoch's order and worker seeds are
+    functions of (seed, epoch) alone, so a resumed run reads exactly what the uninterrupted one would have."""
+    epoch, skip = divmod(start_batch, len(batch_sampler))
+    while True:
+        batch_sampler.set_epoch(epoch, start_batch=skip)
+        dataloader.generator.manual_seed(seed * 100_003 + epoch)  # seeds of the worker processes of this epoch
+        yield from dataloader
+        epoch, skip = epoch + 1, 0
 
 
 def dataset_members(dataset: DatasetConfig) -> list[DatasetConfig]:
@@ -301,8 +312,6 @@ def streaming_problems(cfg: TrainConfig) -> list[str]:
     for name in ("shuffle_buffer_episodes", "shuffle_buffer_shards", "stream_retries"):
         if getattr(dataset, name) < 1:
             problems.append(f"--dataset.{name} must be >= 1, got {getattr(dataset, name)}")
-    if dataset.stream_read_ahead is not None and dataset.stream_read_ahead < 0:
-        problems.append(f"--dataset.stream_read_ahead must be >= 0 (0: no read-ahead), got {dataset.stream_read_ahead}")
     problems += shard_problems(dataset.shuffle_buffer_episodes, dataset.shuffle_buffer_shards, cfg.num_workers)
     if dataset.stream_video not in STREAM_VIDEO_CHOICES:
         problems.append(
@@ -330,19 +339,6 @@ def shard_problems(buffer_episodes: int, shards: int, num_workers: int) -> list[
             "reads only its own shards' episodes), or use --num_workers=0"
         ]
     return []
-
-
-STREAM_READ_AHEAD_GPU = 16  # batches
-
-
-def read_ahead(cfg: TrainConfig, accelerator: Accelerator) -> int:
-    """Batches whose episodes a streamed reader decodes ahead: --dataset.stream_read_ahead, or its default: on while
-    the main thread waits on a GPU, off on a CPU; none for in-memory data."""
-    if not cfg.dataset.streaming:
-        return 0
-    if cfg.dataset.stream_read_ahead is not None:
-        return cfg.dataset.stream_read_ahead
-    return 0 if accelerator.device.type == "cpu" else STREAM_READ_AHEAD_GPU
 
 
 def make_dataloader(dataset, batch_sampler: EpochBatchSampler, cfg: TrainConfig, accelerator: Accelerator):

@@ -16,7 +16,6 @@ from diffusers.optimization import get_scheduler
 
 from hfpolicy.datasets.batch_images import frames_to_float
 from hfpolicy.datasets.mixture import MixtureDataset
-from hfpolicy.datasets.sampler import EpochBatchSampler
 from hfpolicy.envs import EnvConfig
 from hfpolicy.io.atomic import write_json_atomically
 from hfpolicy.policies import Policy, PolicyConfig, make_policy
@@ -24,7 +23,7 @@ from hfpolicy.policies.device import accelerator_device_options
 from hfpolicy.policies.ema import EMA
 from hfpolicy.training.checkpoints import checkpoint_extra_state, load_checkpoint
 from hfpolicy.training.config import TrainConfig, TrainConfigError, flat_hparams, train_config_to_dict
-from hfpolicy.training.data import TrainingData, load_training_data
+from hfpolicy.training.data import TrainingData, endless_batches, load_training_data
 from hfpolicy.training.finetune import describe_pretrained, load_pretrained_weights
 from hfpolicy.training.online import OnlineTraining, online_features
 from hfpolicy.training.progress import planned_evaluations
@@ -92,18 +91,6 @@ def configure_eval_env(env_cfg: EnvConfig, policy_cfg: PolicyConfig) -> EnvConfi
         return env_cfg.for_policy(policy_cfg.input_features, policy_cfg.output_features)
     except ValueError as e:
         raise TrainConfigError(f"{e} (or set --eval.freq=0 to train without evaluation)") from e
-
-
-def endless_batches(dataloader, batch_sampler: EpochBatchSampler, start_batch: int, seed: int):
-    """Batches forever, epoch after epoch, starting at batch `start_batch` counted from the run's start (no data
-    is loaded for the skipped batches: the sampler starts mid-epoch). Each epoch's order and worker seeds are
-    functions of (seed, epoch) alone, so a resumed run reads exactly what the uninterrupted one would have."""
-    epoch, skip = divmod(start_batch, len(batch_sampler))
-    while True:
-        batch_sampler.set_epoch(epoch, start_batch=skip)
-        dataloader.generator.manual_seed(seed * 100_003 + epoch)  # seeds of the worker processes of this epoch
-        yield from dataloader
-        epoch, skip = epoch + 1, 0
 
 
 def move_to_device(batch: dict[str, Any], device: torch.device, image_keys=()) -> dict[str, Any]:

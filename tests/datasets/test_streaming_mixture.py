@@ -8,7 +8,6 @@ import torch
 from dataset_helpers import FPS, TINY_FEATURES, assert_same_batch, write_tiny_dataset
 
 from hfpolicy.datasets import (
-    BatchIndices,
     DatasetWriter,
     EpochBatchSampler,
     PolicyDataset,
@@ -53,12 +52,6 @@ def test_streamed_mixture_items_equal_the_in_memory_mixtures(served):
     for key, stats in local.stats.items():  # pooled the same way from each dataset's count/mean/std
         for name, value in stats.items():
             assert torch.equal(stream.stats[key][name], value), (key, name)
-    # a batch that names the coming positions has their episodes decoded ahead, in the dataset they belong to
-    fresh = streamed()
-    ahead = [int(fresh.offsets[1]) + 2, int(fresh.offsets[1]) + 30]  # 2 episodes of the second dataset
-    assert_same_batch(fresh[BatchIndices([0, 1], ahead=ahead)], local.get_batch([0, 1]))
-    assert fresh.datasets[0].read_ahead.decoded_ahead == 0 and fresh.datasets[1].read_ahead.decoded_ahead == 2
-    assert_same_batch(fresh.get_batch(ahead), local.get_batch(ahead))
 
 
 def open_intervals(draws: np.ndarray, bounds: np.ndarray) -> int:
@@ -99,12 +92,12 @@ def test_each_dataset_is_drawn_at_its_weight_from_its_own_buffer(served):
 
 def batches(workers: int, start_batch: int, count: int) -> list[dict]:
     """`count` batches of training's batch stream from batch `start_batch` of a streamed mixture, fresh caches."""
-    from hfpolicy.training.setup import endless_batches
+    from hfpolicy.training.data import endless_batches
 
     dataset = streamed()
     dataset.split_budgets(GB, GB, buffer_episodes=2, num_workers=workers, shards=2)
     sampler = EpisodeAwareSampler(dataset, buffer_episodes=2, weights=[0.3, 0.7], seed=7, shards=2, batch_size=4)
-    batch_sampler = EpochBatchSampler(sampler, 4, read_ahead=1)
+    batch_sampler = EpochBatchSampler(sampler, 4)
     loader = torch.utils.data.DataLoader(
         dataset, sampler=batch_sampler, batch_size=None, num_workers=workers, generator=torch.Generator()
     )

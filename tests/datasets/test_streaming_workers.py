@@ -36,7 +36,7 @@ def repo_id(hub_server, tmp_path_factory) -> str:
 
 def batches(repo_id: str, workers: int, shards: int, start_batch: int, count: int) -> list[dict]:
     """`count` batches of training's batch stream (endless_batches) from batch `start_batch`, in fresh processes."""
-    from hfpolicy.training.setup import endless_batches
+    from hfpolicy.training.data import endless_batches
 
     dataset = CountingStream(repo_id, delta_timestamps=DELTAS)
     sampler = EpisodeAwareSampler(dataset, buffer_episodes=BUFFER, seed=SEED, shards=shards, batch_size=BATCH)
