@@ -220,7 +220,7 @@ def measure_one(args) -> dict:
     import torch
 
     from hfpolicy.datasets import EpisodeAwareSampler, EpochBatchSampler, PolicyDataset, StreamingPolicyDataset
-    from hfpolicy.datasets.worker_batch import as_fetched
+    from hfpolicy.datasets.loader_transfer import identity_collate
 
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
@@ -252,7 +252,7 @@ def measure_one(args) -> dict:
         batch_size=None,
         num_workers=args.workers,
         persistent_workers=args.workers > 0,
-        collate_fn=as_fetched,
+        collate_fn=identity_collate,
     )  # fmt: skip (as training builds it)
     clock = {"first_batch_s": None}
 

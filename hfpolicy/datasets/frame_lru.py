@@ -2,7 +2,7 @@
 used evicted first, but after those the caller says are in use (`keep`: the episodes of the batch being read); the
 frame store of the streaming reader (streaming.py).
 
-Each process keeps its own, at most budget / num_workers (worker_budget.py).
+Each process keeps its own, at most budget / num_workers (per_process_budget.py).
 """
 
 from collections import OrderedDict
@@ -10,10 +10,10 @@ from collections.abc import Hashable, Set
 
 import numpy as np
 
-from hfpolicy.datasets.worker_budget import WorkerBudget
+from hfpolicy.datasets.per_process_budget import PerProcessBudget
 
 
-class FrameLRU(WorkerBudget):
+class FrameLRU(PerProcessBudget):
     """uint8 arrays by key, their bytes summed and bounded by `max_bytes` (over all DataLoader workers)."""
 
     def __init__(self, max_bytes: int, budget_words: str):
@@ -28,7 +28,7 @@ class FrameLRU(WorkerBudget):
         self.loads = 0  # arrays put (a decode each)
 
     def get(self, key: Hashable) -> np.ndarray | None:
-        self._own()
+        self._reset_if_forked()
         array = self._entries.get(key)
         if array is not None:
             self._entries.move_to_end(key)
@@ -53,12 +53,12 @@ class FrameLRU(WorkerBudget):
 
     def __contains__(self, key: Hashable) -> bool:
         """Whether `key` is held (without making it the most recently used)."""
-        self._own()
+        self._reset_if_forked()
         return key in self._entries
 
     def put(self, key: Hashable, array: np.ndarray, what: str, keep: Set[Hashable] = frozenset()) -> None:
         """Keeps `array` as the most recently used (after `make_room(array.nbytes)`, evicting if it was not called)."""
-        self._own()
+        self._reset_if_forked()
         if key in self._entries:
             self.bytes -= self._entries.pop(key).nbytes
         self.make_room(array.nbytes, what, keep)
@@ -67,7 +67,7 @@ class FrameLRU(WorkerBudget):
         self.loads += 1
 
     def __len__(self) -> int:
-        self._own()
+        self._reset_if_forked()
         return len(self._entries)
 
     # Pickling (DataLoader workers started with spawn/forkserver): the budget travels, the arrays do not.

@@ -24,8 +24,8 @@ import torch
 
 from hfpolicy.datasets.dataset import PolicyDataset
 from hfpolicy.datasets.format import DatasetFormatError
+from hfpolicy.datasets.loader_transfer import batch_for_loader
 from hfpolicy.datasets.stats import STAT_KEYS, aggregate_stats, stats_to_torch
-from hfpolicy.datasets.worker_batch import loader_batch
 
 DATASET_INDEX = "dataset_index"  # items of a mixture say which dataset they come from
 
@@ -180,8 +180,8 @@ class MixtureDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, idx):
         if isinstance(idx, (list, tuple, np.ndarray, torch.Tensor)) and np.ndim(idx) == 1:
-            # a DataLoader worker sends it in one buffer (worker_batch.py)
-            return loader_batch(self.get_batch, np.asarray(idx), self.camera_keys, self.uint8_images)
+            # a DataLoader worker sends it in one buffer (loader_transfer.py)
+            return batch_for_loader(self.get_batch, np.asarray(idx), self.camera_keys, self.uint8_images)
         batch = self.get_batch([int(idx)])
         return {key: value[0] for key, value in batch.items()}
 

@@ -20,11 +20,11 @@ from hfpolicy.constants import REWARD
 from hfpolicy.datasets import DatasetMeta, PolicyDataset, StreamingPolicyDataset, dataset_to_policy_features
 from hfpolicy.datasets.format import INFO_PATH
 from hfpolicy.datasets.hub import download_dataset, download_meta
+from hfpolicy.datasets.loader_transfer import identity_collate
 from hfpolicy.datasets.mixture import MixtureDataset, common_features, parse_renames, renamed_view
 from hfpolicy.datasets.remote_files import StreamingError
 from hfpolicy.datasets.sampler import EpisodeAwareSampler, EpochBatchSampler
 from hfpolicy.datasets.streaming import GB, STREAM_VIDEO_CHOICES
-from hfpolicy.datasets.worker_batch import as_fetched
 from hfpolicy.envs import EnvConfig
 from hfpolicy.io.termination import ignore_sigterm
 from hfpolicy.policies import PolicyConfig
@@ -349,7 +349,7 @@ def make_dataloader(dataset, batch_sampler: EpochBatchSampler, cfg: TrainConfig,
         dataset,
         sampler=batch_sampler,
         batch_size=None,  # the dataset fetches whole batches (one index list per item)
-        collate_fn=as_fetched,
+        collate_fn=identity_collate,
         num_workers=cfg.num_workers,
         pin_memory=accelerator.device.type == "cuda",
         persistent_workers=cfg.num_workers > 0,

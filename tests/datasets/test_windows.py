@@ -70,7 +70,7 @@ def test_window_keys_can_be_any_numeric_feature_and_negative_only(tiny_dataset):
     assert ds[36]["index_is_pad"].tolist() == [True]
 
 
-def test_dataloader_batches_with_workers_and_sampler(tiny_dataset):
+def test_databatch_for_loaderes_with_workers_and_sampler(tiny_dataset):
     deltas = {"observation.image": [-0.1, 0.0], "action": [t / FPS for t in range(4)]}
     ds = PolicyDataset(tiny_dataset.repo_id, root=tiny_dataset.root, delta_timestamps=deltas)
     sampler = EpisodeAwareSampler(ds, drop_last_frames=2, seed=3)
