@@ -235,8 +235,8 @@ class StreamingPolicyDataset(PolicyDataset):
         width = local.shape[1]
         for pos in np.unique(episode_pos).tolist():
             frames = self._episode_array(key, pos)  # one episode at a time: the others may be evicted meanwhile
-            # frame by frame into the batch: one copy (a fancy-index gather, then a masked assignment, were two and
-            # took 0.61-0.69 ms per PushT batch of 128 frames, this 0.42)
+            # frame by frame into the batch: one copy (a fancy-index gather, then a masked assignment, were two, and
+            # slower: docs/streaming.md#the-readers-small-costs)
             for item in np.flatnonzero(episode_pos == pos).tolist():
                 for j, row in enumerate(local[item].tolist()):
                     flat[item * width + j] = frames[row]
