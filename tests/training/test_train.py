@@ -25,7 +25,7 @@ from hfpolicy.datasets import PolicyDataset
 from hfpolicy.envs import make_env
 from hfpolicy.eval import evaluate
 from hfpolicy.eval import main as eval_main
-from hfpolicy.io.atomic import shared_staging_path
+from hfpolicy.io.staging import shared_staging_path
 from hfpolicy.policies import Policy
 from hfpolicy.training import main, parse_train_config, train
 from hfpolicy.training.checkpoints import STAGING_TAG, list_checkpoints

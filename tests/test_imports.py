@@ -1,0 +1,115 @@
+"""hfpolicy's import graph has no cycle, counting every import of a file (inside functions and under TYPE_CHECKING too),
+and an hfpolicy import below a file's top level says why on its line (`# lazy: optional heavy dependency (...)` or
+`# lazy: registry load of a policy type`): a lazy import is never a way around a cycle."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "hfpolicy"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def parse_package() -> dict[str, tuple[Path, ast.Module]]:
+    return {module_name(path): (path, ast.parse(path.read_text(), str(path))) for path in PACKAGE.rglob("*.py")}
+
+
+def imported_modules(name: str, path: Path, node: ast.Import | ast.ImportFrom, modules) -> set[str]:
+    """The hfpolicy modules one import statement loads: `from a.b import c` is a.b.c when that is a module, else a.b;
+    relative imports are resolved against the file's package (a package's __init__ is its package)."""
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names if alias.name in modules}
+    base = node.module or ""
+    if node.level:
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            package = package.rpartition(".")[0]
+        base = f"{package}.{base}" if base else package
+    if base not in modules:
+        return set()
+    return {f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names}
+
+
+def import_graph(parsed) -> dict[str, set[str]]:
+    """module -> the hfpolicy modules it imports anywhere in its file. A child importing its own package counts: the
+    package's __init__ runs first, and it may import the child."""
+    graph = {}
+    for name, (path, tree) in parsed.items():
+        edges = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                edges |= imported_modules(name, path, node, parsed)
+        graph[name] = edges - {name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph as [a, b, ..., a], or None (iterative depth-first search)."""
+    state = {}  # 1: on the current path, 2: done
+    for start in sorted(graph):
+        if start in state:
+            continue
+        path, stack = [start], [iter(sorted(graph[start]))]
+        state[start] = 1
+        while stack:
+            child = next(stack[-1], None)
+            if child is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(child) == 1:
+                return path[path.index(child) :] + [child]
+            elif child not in state:
+                state[child] = 1
+                path.append(child)
+                stack.append(iter(sorted(graph[child])))
+    return None
+
+
+def top_level_nodes(tree: ast.Module) -> set[int]:
+    """ids of the import nodes run when the module is imported: the module body, and `if`/`try` blocks at its top
+    (an `if TYPE_CHECKING:` block is not run, so its imports are not top level)."""
+    found, todo = set(), list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.add(id(node))
+        elif isinstance(node, ast.If) and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+            todo += node.body + node.orelse
+        elif isinstance(node, ast.Try):
+            todo += node.body + node.orelse + node.finalbody + [n for h in node.handlers for n in h.body]
+    return found
+
+
+def test_find_cycle_reports_the_modules_of_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_a_child_importing_its_package_counts():
+    parsed = {
+        "hfpolicy.p": (PACKAGE / "p" / "__init__.py", ast.parse("from hfpolicy.p.child import X")),
+        "hfpolicy.p.child": (PACKAGE / "p" / "child.py", ast.parse("from . import Y")),
+    }
+    assert find_cycle(import_graph(parsed)) == ["hfpolicy.p", "hfpolicy.p.child", "hfpolicy.p"]
+
+
+def test_no_import_cycle():
+    cycle = find_cycle(import_graph(parse_package()))
+    assert cycle is None, f"import cycle: {' -> '.join(cycle)}; move the shared code to a module below both"
+
+
+def test_hfpolicy_imports_below_top_level_say_why():
+    """Each hfpolicy import inside a function (or under TYPE_CHECKING) names its reason with `# lazy:` on its line."""
+    parsed = parse_package()
+    unexplained = []
+    for name, (path, tree) in parsed.items():
+        lines, top = path.read_text().splitlines(), top_level_nodes(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in top:
+                if imported_modules(name, path, node, parsed) and "# lazy:" not in lines[node.lineno - 1]:
+                    unexplained.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not unexplained, f"hfpolicy imports inside a function without a `# lazy: <reason>` comment: {unexplained}"
