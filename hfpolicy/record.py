@@ -111,7 +111,7 @@ def record(cfg: RecordConfig) -> Path:
         return record_xarm(cfg)
     output_dir = Path(cfg.output_dir)
     check_dataset_destination(output_dir, cfg.overwrite, cli=True)  # before the env starts; again once held
-    from hfpolicy.policies.scripted import PushTExpert
+    from hfpolicy.experts import PushTExpert
 
     if not cfg.images and not cfg.environment_state:
         raise ValueError("--images=false needs --environment_state=true: the policy would see only the agent")
@@ -153,9 +153,9 @@ def remove_interrupted_recording(root: Path) -> None:
 
 
 def record_episode(env, expert, writer: DatasetWriter, cfg: RecordConfig, seed: int, scorer) -> bool:
-    """One PushT expert episode (hfpolicy.policies.scripted.run_expert_episode) into the writer's current episode
+    """One PushT expert episode (hfpolicy.experts.run_expert_episode) into the writer's current episode
     (see `record_frames`). Returns whether the episode succeeded."""
-    from hfpolicy.policies.scripted.pusht_expert import run_expert_episode
+    from hfpolicy.experts.pusht_expert import run_expert_episode
 
     def observe(observation) -> dict:
         frame = {OBS_STATE: observation["agent_pos"].astype(np.float32)}

@@ -45,7 +45,7 @@ def aloha_features(task: str, images: bool = True, environment_state: bool = Fal
 def record_aloha(cfg) -> Path:
     """Records `cfg.n_episodes` expert episodes of `cfg.env` (an AlohaEnvConfig) into a new dataset at
     `cfg.output_dir` (`cfg` is hfpolicy.record.RecordConfig, already checked); returns its root."""
-    from hfpolicy.policies.scripted.aloha_expert import AlohaExpert
+    from hfpolicy.experts.aloha_expert import AlohaExpert
 
     if not cfg.images and not cfg.environment_state:
         raise ValueError("--images=false needs --environment_state=true: the policy would see only the joints")
@@ -83,7 +83,7 @@ def record_aloha(cfg) -> Path:
 
 def record_aloha_episode(env, expert, writer: DatasetWriter, cfg, seed: int, task: str) -> bool:
     """One expert episode into the writer's current episode; returns whether it succeeded (reward 4 reached)."""
-    from hfpolicy.policies.scripted.aloha_expert import run_aloha_expert_episode
+    from hfpolicy.experts.aloha_expert import run_aloha_expert_episode
 
     before: dict = {}
 

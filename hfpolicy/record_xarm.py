@@ -43,7 +43,7 @@ def xarm_features(images: bool = True, environment_state: bool = False, size=(84
 def record_xarm(cfg) -> Path:
     """Records `cfg.n_episodes` expert episodes of `cfg.env` (an XarmEnvConfig) into a new dataset at
     `cfg.output_dir` (`cfg` is hfpolicy.record.RecordConfig, already checked); returns its root."""
-    from hfpolicy.policies.scripted.xarm_expert import XarmExpert
+    from hfpolicy.experts.xarm_expert import XarmExpert
 
     if not cfg.images and not cfg.environment_state:
         raise ValueError("--images=false needs --environment_state=true: the policy would see only the gripper")
@@ -78,7 +78,7 @@ def record_xarm(cfg) -> Path:
 
 def record_xarm_episode(env, expert, writer: DatasetWriter, cfg, seed: int, task: str) -> bool:
     """One expert episode into the writer's current episode (see `record_frames`); returns whether it succeeded."""
-    from hfpolicy.policies.scripted.xarm_expert import run_xarm_expert_episode
+    from hfpolicy.experts.xarm_expert import run_xarm_expert_episode
 
     def observe(observation) -> dict:
         frame = {OBS_STATE: observation["agent_pos"].astype(np.float32)}

@@ -284,7 +284,7 @@ def expert_recovery(env_cfg: EnvConfig, failed: RolloutEpisode, features: dict[s
     """The scripted expert's episode from the state a failed policy episode ended in (gym-pusht's reset_to_state),
     recorded frame by frame as `EpisodeCollector` records; None if the expert fails from there too."""
     from hfpolicy.envs.observations import OBSERVATION_KEYS
-    from hfpolicy.policies.scripted import PushTExpert
+    from hfpolicy.experts import PushTExpert
 
     env = env_cfg.make_single()
     try:
@@ -330,7 +330,7 @@ def policy_rollouts(
     """The policy's episodes on `seeds` (expert-labelled with --online.labels=expert)."""
     labeller = None
     if cfg.labels == "expert":
-        from hfpolicy.policies.scripted import PushTExpert
+        from hfpolicy.experts import PushTExpert
 
         labeller = PushTExpert
     collector = EpisodeCollector(features, labeller=labeller, expert_drive_prob=cfg.expert_drive_prob)
