@@ -81,10 +81,10 @@ COMMANDS: dict[str, Command] = {
         help="convert a LeRobot v2.1 dataset (folder or Hub repo) to a LeRobot v3.0 dataset",
     ),
     "record": Command(
-        config="hfpolicy.record:RecordConfig",
-        run="hfpolicy.record:record_command",
+        config="hfpolicy.record.config:RecordConfig",
+        run="hfpolicy.record.recording:record_command",
         help="record demonstrations with a scripted expert into a LeRobot v3.0 dataset",
-        failures=("hfpolicy.record:RecordWriteError",),
+        failures=("hfpolicy.record.recording:RecordWriteError",),
     ),
     "push": Command(
         config="hfpolicy.hub.push:PushConfig",
