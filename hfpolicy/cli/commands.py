@@ -43,7 +43,7 @@ BAD_INPUT = (
     "builtins:FileNotFoundError",
     "draccus.utils:ParsingError",
     "hfpolicy.io.run_lock:RunLockedError",
-    "hfpolicy.policies.registry:PolicyLoadError",
+    "hfpolicy.policies.errors:PolicyLoadError",
     "hfpolicy.envs.mujoco_gl:RenderBackendError",  # no OpenGL backend for pixels: its line names MUJOCO_GL's choices
 )
 
@@ -87,7 +87,7 @@ COMMANDS: dict[str, Command] = {
         failures=("hfpolicy.record.recording:RecordWriteError",),
     ),
     "push": Command(
-        config="hfpolicy.hub.push:PushConfig",
+        config="hfpolicy.hub.push_config:PushConfig",
         run="hfpolicy.hub.push:push_command",
         help="push a training run (policy, evaluation, curve, card) to the Hub",
         bad_input=("hfpolicy.hub.push:PushError",),

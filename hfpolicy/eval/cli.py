@@ -35,8 +35,9 @@ from hfpolicy.field_errors import ConfigFieldError
 from hfpolicy.io.atomic import is_temporary
 from hfpolicy.io.paths import check_apart
 from hfpolicy.io.run_lock import RunLock
-from hfpolicy.policies.base import Policy, PolicyLoadError
+from hfpolicy.policies.base import Policy
 from hfpolicy.policies.device import check_device
+from hfpolicy.policies.errors import PolicyLoadError
 
 
 @dataclass

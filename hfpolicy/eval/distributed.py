@@ -18,8 +18,8 @@ from hfpolicy.constants import EVAL_INFO_FILE
 from hfpolicy.envs import EnvConfig
 from hfpolicy.eval.evaluation import EvalResult, evaluate
 from hfpolicy.eval.rollouts import EpisodeRecord
-from hfpolicy.eval.videos import episode_index_of
 from hfpolicy.io.atomic import write_json_atomically
+from hfpolicy.io.episode_videos import episode_index_of
 
 if TYPE_CHECKING:
     from hfpolicy.eval.config import TrainEvalConfig

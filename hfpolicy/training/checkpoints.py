@@ -36,13 +36,13 @@ from hfpolicy.io.atomic import is_disk_full, write_json_atomically
 from hfpolicy.io.staging import shared_staging_destination, shared_staging_path, shared_staging_pattern
 from hfpolicy.io.tensor_tree import load_tree, save_tree
 from hfpolicy.policies.ema import EMA
-from hfpolicy.training.config import TrainConfig, train_config_to_dict
-from hfpolicy.training.run_folder import (  # noqa: F401 (CHECKPOINTS_DIR, list_checkpoints: re-exported)
+from hfpolicy.runs.run_folder import (  # noqa: F401 (CHECKPOINTS_DIR, list_checkpoints: re-exported)
     CHECKPOINTS_DIR,
     PRETRAINED_DIR,
     RunFolder,
     list_checkpoints,
 )
+from hfpolicy.training.config import TrainConfig, train_config_to_dict
 
 TRAINING_STATE_DIR = "training_state"
 STEP_FILE = "step.json"

@@ -10,8 +10,8 @@ def run(cfg: TrainConfig) -> str | None:
     """Trains; the last line the main process prints (None on the other processes)."""
     from accelerate import PartialState
 
+    from hfpolicy.runs.run_folder import PRETRAINED_DIR
     from hfpolicy.training.loop import train
-    from hfpolicy.training.run_folder import PRETRAINED_DIR
 
     result = train(cfg)
     if not PartialState().is_main_process:

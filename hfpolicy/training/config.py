@@ -10,7 +10,6 @@ back on `--resume`.
 
 import io
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -284,17 +283,3 @@ def check_resumed_policy_type(argv: list[str], policy_type: str, saved: Path) ->
             f"{policy_type} (the run has {run_type}) would change it: drop --policy.type to resume, or train the "
             f"{policy_type} policy as a new run in another --output_dir"
         )
-
-
-def flat_hparams(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested config → flat {"a.b": scalar} for trackers (lists and None as strings)."""
-    flat = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flat_hparams(value, prefix=f"{name}."))
-        elif isinstance(value, bool | int | float | str) and not (isinstance(value, float) and math.isnan(value)):
-            flat[name] = value
-        else:
-            flat[name] = str(value)
-    return flat

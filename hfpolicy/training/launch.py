@@ -65,9 +65,9 @@ def check_before_launch(argv: list[str], prog: str) -> str | None:
     """The one-line error for flags (or a run folder) that would fail in every launched process, or None: the
     checks `hfpolicy train` makes before its set-up, made once here, before anything is launched."""
     from hfpolicy.constants import TRAIN_CONFIG_FILE
+    from hfpolicy.runs.run_folder import RunFolder
     from hfpolicy.training.config import parse_train_config, validate_train_config
     from hfpolicy.training.resume_flags import check_resume_flags
-    from hfpolicy.training.run_folder import RunFolder
 
     try:
         cfg = parse_train_config(argv, prog=prog)

@@ -61,8 +61,8 @@ from hfpolicy.eval.episode_data import (
 )
 from hfpolicy.eval.rollouts import rollout
 from hfpolicy.io.atomic import free_bytes, is_disk_full, temporary_path, write_json_atomically
+from hfpolicy.runs.run_folder import RunFolder
 from hfpolicy.training.config import OnlineConfig, TrainConfigError
-from hfpolicy.training.run_folder import RunFolder
 
 ONLINE_DATA_DIR = "online_data"
 ONLINE_STATE_KEY = "online_episodes"  # in a checkpoint's step.json: online episodes the run had seen

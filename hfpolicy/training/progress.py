@@ -15,9 +15,9 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 
+from hfpolicy.runs.metrics_log import append_metrics
+from hfpolicy.runs.run_folder import RunFolder
 from hfpolicy.training.config import TrainConfig
-from hfpolicy.training.metrics_log import append_metrics
-from hfpolicy.training.run_folder import RunFolder
 
 
 class TrainingDivergedError(RuntimeError):
