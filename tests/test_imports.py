@@ -1,8 +1,11 @@
-"""hfpolicy's import graph has no cycle, counting every import of a file (inside functions and under TYPE_CHECKING too),
-and an hfpolicy import below a file's top level says why on its line (`# lazy: optional heavy dependency (...)` or
-`# lazy: registry load of a policy type`): a lazy import is never a way around a cycle."""
+"""hfpolicy's import graph has no cycle, counting every import of a file (inside functions and under TYPE_CHECKING too,
+and the modules a package's PEP 562 table loads), and an hfpolicy import below a file's top level says why on its line:
+`# lazy: optional heavy dependency (zarr, gym-pusht)`, `# lazy: registry load of a policy type`, or `# lazy: torch,
+not imported by --help` (the command line reads its flags without torch). A lazy import is never a way around a
+cycle: the graph counts it."""
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -14,8 +17,29 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def parse_package() -> dict[str, tuple[Path, ast.Module]]:
-    return {module_name(path): (path, ast.parse(path.read_text(), str(path))) for path in PACKAGE.rglob("*.py")}
+@functools.cache
+def parse_package() -> dict[str, tuple[Path, str, ast.Module]]:
+    """module -> (its file, its text, its syntax tree), for every hfpolicy module (parsed once for all tests)."""
+    parsed = {}
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text()
+        parsed[module_name(path)] = (path, text, ast.parse(text, str(path)))
+    return parsed
+
+
+@functools.cache
+def import_nodes(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement of a file, wherever it is (in functions, classes, `if` blocks)."""
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)]
+
+
+@functools.cache
+def package_exports() -> dict[str, dict[str, str]]:
+    """package -> its lazy export table (`lazy_exports`)."""
+    parsed = parse_package()
+    return {
+        name: lazy_exports(name, tree, parsed) for name, (path, _, tree) in parsed.items() if path.stem == "__init__"
+    }
 
 
 def lazy_exports(package: str, tree: ast.Module, modules) -> dict[str, str]:
@@ -53,18 +77,14 @@ def imported_modules(name: str, path: Path, node: ast.Import | ast.ImportFrom, m
     return found
 
 
-def import_graph(parsed) -> dict[str, set[str]]:
+def import_graph(parsed, exports) -> dict[str, set[str]]:
     """module -> the hfpolicy modules it imports anywhere in its file. A child importing its own package counts: the
     package's __init__ runs first, and it may import the child."""
-    exports = {
-        name: lazy_exports(name, tree, parsed) for name, (path, tree) in parsed.items() if path.stem == "__init__"
-    }
     graph = {}
-    for name, (path, tree) in parsed.items():
+    for name, (path, _, tree) in parsed.items():
         edges = set(exports.get(name, {}).values())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import | ast.ImportFrom):
-                edges |= imported_modules(name, path, node, parsed, exports)
+        for node in import_nodes(tree):
+            edges |= imported_modules(name, path, node, parsed, exports)
         graph[name] = edges - {name}
     return graph
 
@@ -112,29 +132,48 @@ def test_find_cycle_reports_the_modules_of_a_cycle():
 
 
 def test_a_child_importing_its_package_counts():
-    parsed = {
-        "hfpolicy.p": (PACKAGE / "p" / "__init__.py", ast.parse("from hfpolicy.p.child import X")),
-        "hfpolicy.p.child": (PACKAGE / "p" / "child.py", ast.parse("from . import Y")),
-    }
-    assert find_cycle(import_graph(parsed)) == ["hfpolicy.p", "hfpolicy.p.child", "hfpolicy.p"]
+    sources = {"p/__init__.py": "from hfpolicy.p.child import X", "p/child.py": "from . import Y"}
+    parsed = {module_name(PACKAGE / f): (PACKAGE / f, text, ast.parse(text)) for f, text in sources.items()}
+    assert find_cycle(import_graph(parsed, {})) == ["hfpolicy.p", "hfpolicy.p.child", "hfpolicy.p"]
+
+
+def test_a_lazy_export_counts_as_an_import_of_its_module():
+    sources = {"q/__init__.py": '_EXPORTS = {"run": "runner"}', "q/runner.py": "from hfpolicy.q import run"}
+    parsed = {module_name(PACKAGE / f): (PACKAGE / f, text, ast.parse(text)) for f, text in sources.items()}
+    exports = {"hfpolicy.q": lazy_exports("hfpolicy.q", parsed["hfpolicy.q"][2], parsed)}
+    assert exports == {"hfpolicy.q": {"run": "hfpolicy.q.runner"}}
+    assert find_cycle(import_graph(parsed, exports)) == ["hfpolicy.q", "hfpolicy.q.runner", "hfpolicy.q"]
 
 
 def test_no_import_cycle():
-    cycle = find_cycle(import_graph(parse_package()))
+    cycle = find_cycle(import_graph(parse_package(), package_exports()))
     assert cycle is None, f"import cycle: {' -> '.join(cycle)}; move the shared code to a module below both"
+
+
+def unexplained_lazy_imports(parsed, exports) -> list[str]:
+    """file:line of each hfpolicy import below its file's top level without a `# lazy: <reason>` comment on its line."""
+    unexplained = []
+    for name, (path, text, tree) in parsed.items():
+        lines, top = text.splitlines(), top_level_nodes(tree)
+        for node in import_nodes(tree):
+            if id(node) in top or not imported_modules(name, path, node, parsed, exports):
+                continue
+            if "# lazy:" not in lines[node.lineno - 1]:
+                unexplained.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return unexplained
+
+
+def test_a_lazy_import_needs_its_reason():
+    text = (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from hfpolicy.b import X\n"
+        "def f():\n    from hfpolicy.b import Y  # lazy: optional heavy dependency (zarr)\n    import json\n"
+    )
+    sources = {"a.py": text, "b.py": ""}
+    parsed = {module_name(PACKAGE / f): (PACKAGE / f, t, ast.parse(t)) for f, t in sources.items()}
+    assert unexplained_lazy_imports(parsed, {}) == ["hfpolicy/a.py:3"]
 
 
 def test_hfpolicy_imports_below_top_level_say_why():
     """Each hfpolicy import inside a function (or under TYPE_CHECKING) names its reason with `# lazy:` on its line."""
-    parsed = parse_package()
-    exports = {
-        name: lazy_exports(name, tree, parsed) for name, (path, tree) in parsed.items() if path.stem == "__init__"
-    }
-    unexplained = []
-    for name, (path, tree) in parsed.items():
-        lines, top = path.read_text().splitlines(), top_level_nodes(tree)
-        for node in ast.walk(tree):
-            lazy = isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in top
-            if lazy and imported_modules(name, path, node, parsed, exports) and "# lazy:" not in lines[node.lineno - 1]:
-                unexplained.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    unexplained = unexplained_lazy_imports(parse_package(), package_exports())
     assert not unexplained, f"hfpolicy imports inside a function without a `# lazy: <reason>` comment: {unexplained}"

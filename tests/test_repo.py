@@ -73,7 +73,7 @@ TRAIN_PUSHT_OWN_FLAGS = ("--preset", "--num_processes")
 def readme_command_flags() -> list[tuple[str, list[str]]]:
     """(hfpolicy command, its --flags) of every README shell line running `hfpolicy ...` or examples/train_pusht.py
     (whose flags are `hfpolicy train`'s); `--policy.path` of train is taken out as `parse_train_config` does."""
-    from hfpolicy.training.finetune import split_policy_path
+    from hfpolicy.training.policy_path import split_policy_path
 
     found = []
     for block in readme_commands():

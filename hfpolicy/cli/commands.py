@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hfpolicy.cli.info import environment_report
 from hfpolicy.io.termination import SIGNAL_NAMES, Terminated, stop_on_signals
 
 
@@ -145,8 +146,6 @@ def main(argv: list[str] | None = None) -> int:
         print(usage())
         return 0
     if argv[0] in ("-V", "--version"):
-        from hfpolicy.cli.info import environment_report
-
         print(environment_report())
         return 0
     name, rest = split_command(argv)

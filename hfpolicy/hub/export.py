@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hfpolicy.cli.commands import run_command
 from hfpolicy.io.atomic import output_path_problem
 from hfpolicy.io.paths import check_apart
 from hfpolicy.io.staging import Staging
@@ -123,8 +124,6 @@ def export_command(config: ExportConfig) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hfpolicy.cli.commands import run_command
-
     return run_command("export", argv)
 
 
