@@ -87,8 +87,9 @@ from hfpolicy.datasets.format import (
     next_chunk_file,
 )
 from hfpolicy.datasets.stats import ImageStatsAccumulator, aggregate_stats, array_stats, stats_to_json
-from hfpolicy.io.atomic import Staging, remove_stale_staging, replacing, staging_path, write_json_atomically
+from hfpolicy.io.atomic import replacing, write_json_atomically
 from hfpolicy.io.run_lock import LOCK_FILE, LOCK_FILES, RunLock, RunLockedError, is_lock_file
+from hfpolicy.io.staging import Staging, remove_stale_staging, staging_path
 from hfpolicy.io.termination import raise_if_terminated
 from hfpolicy.io.video import VIDEO_PIX_FMT, Mp4Writer, probe_video
 

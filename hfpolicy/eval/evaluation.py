@@ -15,8 +15,9 @@ from tqdm.auto import tqdm
 from hfpolicy.constants import DEFAULT_EVAL_START_SEED
 from hfpolicy.envs import episode_step_limit
 from hfpolicy.eval.rollouts import EpisodeRecord, StepHook, rollout
-from hfpolicy.eval.videos import VideoRecorder, episode_video_path
+from hfpolicy.eval.videos import VideoRecorder
 from hfpolicy.io.atomic import write_json_atomically
+from hfpolicy.io.episode_videos import episode_video_path
 from hfpolicy.io.termination import raise_if_terminated
 from hfpolicy.policies.base import Policy
 

@@ -11,13 +11,10 @@ import torch
 from torch import Tensor, nn
 
 from hfpolicy.policies.config import FeatureType, NormMode, PolicyFeature, feature_norm_mode
+from hfpolicy.policies.errors import MissingStatsError
 
 STAT_NAMES = {NormMode.MEAN_STD: ("mean", "std"), NormMode.MIN_MAX: ("min", "max")}
 EPS = 1e-8
-
-
-class MissingStatsError(RuntimeError):
-    """A policy was used for training or acting before it received dataset statistics."""
 
 
 def stats_shape(feature: PolicyFeature) -> tuple[int, ...]:

@@ -33,18 +33,18 @@ from hfpolicy.io.termination import ignore_sigterm
 from hfpolicy.policies import Policy, PolicyConfig, make_policy
 from hfpolicy.policies.device import accelerator_device_options
 from hfpolicy.policies.ema import EMA
+from hfpolicy.runs.hparams import flat_hparams
+from hfpolicy.runs.run_folder import RunFolder
 from hfpolicy.training.checkpoints import checkpoint_extra_state, load_checkpoint
 from hfpolicy.training.config import (
     DatasetConfig,
     TrainConfig,
     TrainConfigError,
     dataset_label,
-    flat_hparams,
     train_config_to_dict,
 )
 from hfpolicy.training.finetune import describe_pretrained, load_pretrained_weights
 from hfpolicy.training.progress import planned_evaluations
-from hfpolicy.training.run_folder import RunFolder
 
 
 def default_output_dir(cfg: TrainConfig) -> Path:

@@ -17,8 +17,9 @@ from hfpolicy.constants import EVAL_INFO_FILE
 from hfpolicy.eval.cli import EPISODES_FILE
 from hfpolicy.eval.evaluation import summarize_episodes
 from hfpolicy.eval.rollouts import EpisodeRecord
+from hfpolicy.io.episode_videos import episode_index_of
 from hfpolicy.io.paths import contained_path
-from hfpolicy.io.video import episode_index_of, probe_video
+from hfpolicy.io.video import probe_video
 from hfpolicy.viewer.page import rounded, rounded_list
 
 VIDEOS_DIR = "videos"

@@ -19,7 +19,8 @@ from torch import Tensor
 from hfpolicy.policies.act.configuration import ACTConfig
 from hfpolicy.policies.act.modeling import sinusoidal_positions_1d
 from hfpolicy.policies.config import PolicyFeature
-from hfpolicy.policies.lerobot_format import LeRobotConversionError, lerobot_model_inputs, warn_ignored
+from hfpolicy.policies.errors import LeRobotConversionError
+from hfpolicy.policies.lerobot_format import lerobot_model_inputs, warn_ignored
 
 # LeRobot ACTConfig fields that are ACTConfig fields of the same name and meaning.
 SHARED_FIELDS = (

@@ -21,7 +21,8 @@ from torch import Tensor
 from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
 from hfpolicy.policies.config import PolicyFeature
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
-from hfpolicy.policies.lerobot_format import LeRobotConversionError, lerobot_model_inputs, warn_ignored
+from hfpolicy.policies.errors import LeRobotConversionError
+from hfpolicy.policies.lerobot_format import lerobot_model_inputs, warn_ignored
 
 LEROBOT_PREFIX = "diffusion."
 LEROBOT_FINAL_BLOCK_GROUPS = 8  # LeRobot builds the U-Net's final conv block with GroupNorm(8, ...) whatever n_groups

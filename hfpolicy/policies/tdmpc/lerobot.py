@@ -12,7 +12,8 @@ from typing import Any
 from torch import Tensor
 
 from hfpolicy.policies.config import PolicyFeature
-from hfpolicy.policies.lerobot_format import LeRobotConversionError, lerobot_model_inputs, warn_ignored
+from hfpolicy.policies.errors import LeRobotConversionError
+from hfpolicy.policies.lerobot_format import lerobot_model_inputs, warn_ignored
 from hfpolicy.policies.tdmpc.configuration import TDMPCConfig
 
 SHARED_FIELDS = (  # LeRobot TDMPCConfig fields that are TDMPCConfig fields of the same name and meaning

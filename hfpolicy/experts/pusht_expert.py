@@ -52,7 +52,7 @@ import gymnasium as gym
 import numpy as np
 import pymunk
 
-from hfpolicy.policies.scripted.pusht_walks import TeeGeometry, WalkAround, paced, rotate, to_local, to_world
+from hfpolicy.experts.pusht_walks import TeeGeometry, WalkAround, paced, rotate, to_local, to_world
 
 # Coverage above which gym-pusht counts an episode as a success (PushTEnv.success_threshold).
 DEFAULT_SUCCESS_THRESHOLD = 0.95
