@@ -37,7 +37,7 @@ ZARR_ARRAYS = ("data/img", "data/state", "data/action", "meta/episode_ends")
 
 def pusht_features(image_size: int = 96, environment_state: bool = False, images: bool = True) -> dict[str, dict]:
     """The features of a PushT dataset (lerobot/pusht's, optionally with the keypoints and without the camera)."""
-    features = {
+    features: dict[str, dict] = {
         OBS_IMAGE: {"dtype": "video", "shape": [image_size, image_size, 3], "names": ["height", "width", "channels"]},
         OBS_STATE: {"dtype": "float32", "shape": [2], "names": ["x", "y"]},
         ACTION: {"dtype": "float32", "shape": [2], "names": ["x", "y"]},
