@@ -20,6 +20,7 @@ position to pass is p - c + R(θ)·c.
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -243,7 +244,7 @@ def convert_pusht_zarr(
 
 def open_pusht_zarr(
     zarr_path: Path, episodes: Sequence[int] | None
-) -> tuple[object, tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray, list[int]]:
+) -> tuple[Any, tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray, list[int]]:
     """(the zarr group, (episode starts, ends), states, actions, the chosen episode indices), checked: a
     FileNotFoundError or ValueError naming the zarr and what it lacks."""
     import zarr

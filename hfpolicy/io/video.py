@@ -343,3 +343,9 @@ def episode_index_of(video: str | Path) -> int | None:
     stem = Path(video).stem
     digits = stem.removeprefix(EPISODE_VIDEO_PREFIX)
     return int(digits) if stem.startswith(EPISODE_VIDEO_PREFIX) and digits.isdigit() else None
+
+
+def episode_videos(videos: Iterable[str | Path]) -> list[Path]:
+    """The eval videos among `videos` (eval_episode_<i>.mp4) by episode index; other files are left out."""
+    indexed = [(index, Path(video)) for video in videos if (index := episode_index_of(video)) is not None]
+    return [video for _, video in sorted(indexed)]
