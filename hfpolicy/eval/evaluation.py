@@ -88,9 +88,8 @@ def evaluate(
         with recorder if recorder is not None else contextlib.nullcontext():
             for first in range(0, len(indices), env.num_envs):
                 batch = indices[first : first + env.num_envs]
-                videos: dict[
-                    int, Path
-                ] = {}  # slot -> the video it films (n_videos > 0 has a videos_dir: _episode_plan)
+                # slot -> the video it films (n_videos > 0 comes with a videos_dir: _episode_plan)
+                videos: dict[int, Path] = {}
                 if videos_dir is not None:
                     videos = {s: episode_video_path(videos_dir, i) for s, i in enumerate(batch) if i < n_videos}
                 video_of_episode.update({batch[s]: path for s, path in videos.items()})
