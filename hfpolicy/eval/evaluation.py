@@ -88,10 +88,7 @@ def evaluate(
         with recorder if recorder is not None else contextlib.nullcontext():
             for first in range(0, len(indices), env.num_envs):
                 batch = indices[first : first + env.num_envs]
-                # slot -> the video it films (n_videos > 0 comes with a videos_dir: _episode_plan)
-                videos: dict[int, Path] = {}
-                if videos_dir is not None:
-                    videos = {s: episode_video_path(videos_dir, i) for s, i in enumerate(batch) if i < n_videos}
+                videos = _videos_of(batch, n_videos, videos_dir)
                 video_of_episode.update({batch[s]: path for s, path in videos.items()})
                 records += rollout(
                     policy,
@@ -110,6 +107,13 @@ def evaluate(
         policy.train(was_training)
     video_paths = [video_of_episode[i] for i in sorted(video_of_episode)]
     return EvalResult(sorted(records, key=lambda e: e.index), eval_s, video_paths)
+
+
+def _videos_of(batch: list[int], n_videos: int, videos_dir: str | Path | None) -> dict[int, Path]:
+    """Slot -> the video it films: the episodes below n_videos (n_videos > 0 comes with a videos_dir: _episode_plan)."""
+    if videos_dir is None:
+        return {}
+    return {slot: episode_video_path(videos_dir, i) for slot, i in enumerate(batch) if i < n_videos}
 
 
 def _add_frame(recorder: VideoRecorder, videos: dict[int, Path], slot: int, frame: np.ndarray) -> None:
