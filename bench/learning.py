@@ -60,7 +60,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output-dir", default=None, help="run folder (default: a fresh temporary folder)")
     parser.add_argument("--reuse-recording", action="store_true", help="record into ~/.cache/hfpolicy (kept)")
-    parser.add_argument("--plot", default=None, help="also draw success over minutes into this PNG (README's)")
+    parser.add_argument("--plot", default=None, help="also draw success over minutes into this PNG (docs/results.md's)")
     parser.add_argument("--online", action="store_true", help="the cpu recipe with online training (ONLINE_FLAGS)")
     parser.add_argument("--compare", default=None, help="a JSON line of another run, drawn beside this one")
     parser.add_argument("--human", action="store_true", help="the 206 human demos (converted from --zarr)")

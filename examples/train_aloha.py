@@ -56,7 +56,7 @@ def paper_recipe(task: str) -> Recipe:
 
 
 # The cpu recipe, for the 2-core dev machine (target: transfer cube >= 86% over 200 seeds within 60 minutes wall,
-# recording included). Why these settings (costs measured on that machine, issue-21 notes and README):
+# recording included). Why these settings (costs measured on that machine, issue-21 notes and docs/results.md):
 # - state inputs, no camera: a 480x640 frame costs 0.14 s (no shadows) to 0.43 s to render on this CPU, so an image
 #   policy's 200-episode evaluation alone (up to 80k frames) would take hours; observation.state (14 joints) and
 #   observation.environment_state (the cube's pose; the peg's and socket's) render nothing, and a physics step costs

@@ -11,7 +11,7 @@
 ResNet18 + U-Net (263 M parameters), 200k steps at batch 64; about a day on one GPU, weeks on a CPU.
 `cpu` needs neither a GPU nor the Hub: the scripted expert records demonstrations once (reused by later runs), and a
 small state-input Diffusion Policy learns from them; the whole command (record + train + a 500-episode evaluation)
-is measured by bench/learning.py (README).
+is measured by bench/learning.py (docs/results.md).
 
 A recipe is a typed preset (a TrainConfig, and per policy type its policy config; hfpolicy.training.recipes): the
 fields it sets are put before your flags as `hfpolicy train` flags, so every flag you give overrides it (`--help`
@@ -50,7 +50,7 @@ RECIPES: dict[str, Recipe] = {
         ),
         policies={"diffusion": PolicyPreset(DiffusionConfig())},  # the paper's defaults (DiffusionConfig)
     ),
-    "cpu": Recipe(  # state inputs from scripted demos; sizes chosen by measurement on a 2-core CPU (README)
+    "cpu": Recipe(  # state inputs from scripted demos; sizes chosen by measurement on a 2-core CPU (docs/recipes.md)
         run=TrainConfig(
             dataset=DatasetConfig(scripted_episodes=500, input_features=[OBS_STATE, OBS_ENV_STATE]),  # recorded once
             steps=5000,
@@ -85,7 +85,7 @@ RECIPES: dict[str, Recipe] = {
                     scheduler_name="cosine",
                     scheduler_warmup_steps=300,
                 ),
-                steps=3000,  # 77.6% success over 500 seeds in 29 minutes (README)
+                steps=3000,  # 77.6% success over 500 seeds in 29 minutes (docs/results.md)
                 compile=False,  # measured no faster for this transformer
             ),
         },
@@ -100,7 +100,7 @@ RECIPES: dict[str, Recipe] = {
 # - the same 4.5 M-parameter U-Net, compiled; a wider one (96, 192, 384) has ~2.2x the multiply-adds per step, so
 #   within 90 minutes it would see about half the samples;
 # - as many steps as fit 90 minutes on a 2-core machine: a compiled step took 0.46-0.56 s at batch 256 on the AMD
-#   EPYC (AVX2) of 2026-12-01 with nothing else running (0.33 s on the machine of README's offline row), and a
+#   EPYC (AVX2) of 2026-12-01 with nothing else running (0.33 s on the machine of docs/results.md's offline row), and a
 #   50-episode evaluation 52 s, so 7500 steps (~64 min) + 10 evaluations (~9 min) + compiling (~2 min) + the final
 #   500 episodes (~7 min) come to ~82 minutes; the first plan, 11000 steps, would have taken ~111 minutes there;
 # - a 50-episode evaluation every 700 steps (the paper's evaluation size): 10 periodic evaluations, so that the

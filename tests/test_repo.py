@@ -1,6 +1,9 @@
-"""The repository's own promises: README's test command is exactly what CI runs."""
+"""The repository's own promises: README's test command is exactly what CI runs; the commands, files and links
+of README.md and docs/*.md are real."""
 
 import ast
+import functools
+import importlib.util
 import re
 import shlex
 from pathlib import Path
@@ -9,7 +12,8 @@ import tomllib
 import torch
 
 from hfpolicy.cli.commands import COMMANDS, load, split_command
-from hfpolicy.cli.flags import unknown_flags
+from hfpolicy.cli.flags import HELP_FLAGS, unknown_flags
+from hfpolicy.training.finetune import split_policy_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,45 +56,173 @@ def test_readme_python_tour_runs(tmp_path, monkeypatch, capsys):
     assert printed[0].strip() and printed[0] == printed[1]
 
 
-def test_readme_commands_name_real_files_and_flags():
-    text = (ROOT / "README.md").read_text()
-    assert "accelerate launch examples/train_pusht.py" in text and (ROOT / "examples" / "train_pusht.py").is_file()
-    for script in re.findall(r"bench/\w+\.py", text):
-        assert (ROOT / script).is_file(), script
-    for test_file in re.findall(r"\btests/[\w/]+\.py", text):
-        assert (ROOT / test_file).is_file(), test_file
-    checked = 0
-    for command, flags in readme_command_flags():
-        assert not unknown_flags(load(COMMANDS[command].config), flags), (command, flags)
-        checked += 1
-    assert checked >= 15  # every `hfpolicy ...` and `examples/train_pusht.py` line of README's shell blocks
+README_MAX_LINES = 300  # README is a guide; measurements, recipe choices and design notes live in docs/
 
 
-# Flags examples/train_pusht.py takes before `hfpolicy train` parses the rest (choose_data_preset, split_num_processes).
-TRAIN_PUSHT_OWN_FLAGS = ("--preset", "--num_processes")
+def doc_pages() -> list[Path]:
+    """README.md and every page of docs/."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def readme_command_flags() -> list[tuple[str, list[str]]]:
-    """(hfpolicy command, its --flags) of every README shell line running `hfpolicy ...` or examples/train_pusht.py
-    (whose flags are `hfpolicy train`'s); `--policy.path` of train is taken out as `parse_train_config` does."""
-    from hfpolicy.training.finetune import split_policy_path
+def test_readme_is_a_guide_of_at_most_300_lines():
+    lines = len((ROOT / "README.md").read_text().splitlines())
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines: move measurements and notes to docs/"
 
-    found = []
-    for block in readme_commands():
-        for line in block.replace("\\\n", " ").splitlines():
-            words = shlex.split(line, comments=True)
-            if "examples/train_pusht.py" in words:
-                command, rest = "train", words[words.index("examples/train_pusht.py") + 1 :]
-                rest = [w for w in rest if w.split("=", 1)[0] not in TRAIN_PUSHT_OWN_FLAGS]
-            elif words[:1] == ["hfpolicy"]:
-                command, rest = split_command(words[1:])
-                assert command is not None, line
-            else:
+
+def test_docs_name_real_files():
+    """Every script, test file and package file a page names (in README.md or docs/*.md) exists."""
+    missing = []
+    for page in doc_pages():
+        text = page.read_text()
+        names = re.findall(r"\b(?:bench|examples)/\w+\.py\b", text)
+        names += re.findall(r"\b(?:tests|hfpolicy)/[\w/]+\.py\b", text)
+        missing += [f"{page.name}: {name}" for name in names if not (ROOT / name).is_file()]
+    assert not missing, missing
+    assert "accelerate launch examples/train_pusht.py" in (ROOT / "README.md").read_text()
+
+
+def test_every_relative_link_of_the_docs_leads_to_a_file_and_heading():
+    """`[text](path#anchor)` and `![alt](path)` in README.md and docs/*.md: the file exists, and an anchor is one of
+    its headings (as GitHub names them)."""
+    broken = []
+    for page in doc_pages():
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue  # https:, mailto:
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists():
+                broken.append(f"{page.name}: {target} (no such file)")
+            elif anchor and linked.suffix == ".md" and anchor not in heading_anchors(linked):
+                broken.append(f"{page.name}: {target} (no such heading)")
+    assert not broken, broken
+
+
+def test_code_points_only_to_docs_that_exist():
+    """A docstring or comment that sends the reader to `docs/page.md#heading` (where its numbers went) names a page
+    and a heading that exist."""
+    broken = []
+    for path in sorted(
+        [*(ROOT / "hfpolicy").rglob("*.py"), *(ROOT / "examples").glob("*.py"), *(ROOT / "bench").glob("*.py")]
+    ):
+        for page, anchor in re.findall(r"\bdocs/([\w-]+\.md)(?:#([\w-]+))?", path.read_text()):
+            doc = ROOT / "docs" / page
+            if not doc.is_file() or (anchor and anchor not in heading_anchors(doc)):
+                broken.append(f"{path.relative_to(ROOT)}: docs/{page}#{anchor}")
+    assert not broken, broken
+
+
+def heading_anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    headings = re.findall(r"^#{1,6} +(.+?) *$", text, flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
+def test_commands_in_the_docs_name_only_flags_that_exist():
+    """Every `hfpolicy ...`, `accelerate launch examples/...`, `python examples/...` and `python bench/...` command
+    of README.md and docs/*.md (lines of their ```bash blocks and inline `code`) names only flags its command
+    takes: `hfpolicy <command> --help`'s, an example script's (`hfpolicy train`'s and its own), a bench script's
+    argparse flags."""
+    wrong, checked = [], 0
+    for page in doc_pages():
+        for words in shell_commands(page):
+            found = command_flags(words)
+            if found is None:
                 continue
-            if command == "train":
-                rest = split_policy_path(rest)[1]
-            found.append((command, [w for w in rest if w.startswith("--")]))
-    return found
+            what, unknown = found
+            checked += 1
+            if unknown:
+                wrong.append(f"{page.name}: {what} does not take {unknown}: {shlex.join(words)}")
+    assert not wrong, wrong
+    assert checked >= 40  # README's commands and the docs' (a regex that stopped matching would check nothing)
+
+
+def shell_commands(page: Path) -> list[list[str]]:
+    """The words of each command a page shows: the lines of its ```bash blocks (`\\` continuations joined; `#`
+    comments dropped) and its inline `code` spans that start with hfpolicy, python, python3 or accelerate."""
+    text = page.read_text()
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)\n```", text, flags=re.S):
+        commands += [shlex.split(line, comments=True) for line in block.replace("\\\n", " ").splitlines()]
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    for span in re.findall(r"`([^`]+)`", prose):
+        span = span.replace("\n", " ")
+        if span.split(" ", 1)[0] in ("hfpolicy", "python", "python3", "accelerate"):
+            commands.append([word.removeprefix("[").removesuffix("]") for word in shlex.split(span)])
+    return [words for words in commands if words]
+
+
+# Flags an example script takes before `hfpolicy train` parses the rest (choose_data_preset, split_num_processes).
+EXAMPLE_OWN_FLAGS = {
+    "examples/train_pusht.py": ("--preset", "--num_processes"),
+    "examples/train_aloha.py": ("--num_processes",),
+}
+BENCH_TRAIN_FLAGS_AFTER = {"bench/learning.py": "--"}  # its flags after `--` go to the example it runs
+
+
+def command_flags(words: list[str]) -> tuple[str, list[str]] | None:
+    """(what the command runs, the flags it names that it does not take) for a command of hfpolicy, an example or a
+    bench script; None for any other command (pytest, pip, a shell built-in, a placeholder such as `hfpolicy <cmd>`)."""
+    if words[:3] in (["python", "-m", "hfpolicy"], ["python3", "-m", "hfpolicy"]):
+        words = words[2:]
+    if words[0] == "hfpolicy":
+        if len(words) == 1 or words[1].startswith(("-", "<", "...")) or words[1].endswith(":"):
+            return None  # `hfpolicy --help`, `hfpolicy ...`, `hfpolicy <command>: error: ...`
+        command, rest = split_command(words[1:])
+        if command is None and any(name.startswith(f"{words[1]} ") for name in COMMANDS) and len(words) == 2:
+            return None  # a group named alone: `hfpolicy convert`
+        if command is None:
+            return f"hfpolicy {words[1]}", ["(no such command)"]
+        return f"hfpolicy {command}", command_unknown_flags(command, rest)
+    if words[0] not in ("python", "python3", "accelerate"):
+        return None
+    script = next((word for word in words if word.endswith(".py")), None)
+    if script is None or not script.startswith(("examples/", "bench/")):
+        return None
+    if not (ROOT / script).is_file():
+        return script, ["(no such script)"]
+    rest = words[words.index(script) + 1 :]
+    if script.startswith("examples/"):
+        assert script in EXAMPLE_OWN_FLAGS, f"{script}: say in EXAMPLE_OWN_FLAGS which flags are its own"
+        rest = [w for w in rest if w.split("=", 1)[0] not in EXAMPLE_OWN_FLAGS[script]]
+        example = load_example(script)
+        recipe, _, flags = example.choose_recipe(rest)
+        preset = example.recipe_flags(recipe, flags)  # they come first: `--env.type=aloha` makes `--env.task` known
+        return script, [w for w in command_unknown_flags("train", preset + rest) if w in rest]
+    separator = BENCH_TRAIN_FLAGS_AFTER.get(script)
+    train_rest = rest[rest.index(separator) + 1 :] if separator in rest else []
+    rest = rest[: rest.index(separator)] if separator in rest else rest
+    known = argparse_flags(ROOT / script)
+    unknown = [w for w in rest if w.startswith("-") and w.split("=", 1)[0] not in known]
+    return script, unknown + command_unknown_flags("train", train_rest)
+
+
+@functools.cache
+def load_example(script: str):
+    """An example script as a module (its recipes; `run` is not called)."""
+    spec = importlib.util.spec_from_file_location(Path(script).stem, ROOT / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def command_unknown_flags(command: str, argv: list[str]) -> list[str]:
+    """The --flags of `argv` that `hfpolicy <command>` does not take (`--policy.path` of train is taken out as
+    parse_train_config does)."""
+    if command == "train":
+        argv = split_policy_path(argv)[1]
+    flags = [w for w in argv if w.startswith("--") and w.split("=", 1)[0] not in HELP_FLAGS]
+    return unknown_flags(load(COMMANDS[command].config), flags)
+
+
+def argparse_flags(script: Path) -> set[str]:
+    """The option strings of a script's `parser.add_argument(...)` calls, and --help."""
+    flags = {"-h", "--help"}
+    for node in ast.walk(ast.parse(script.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+            flags |= {a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("-")}
+    return flags
 
 
 # --- the package's shape ---------------------------------------------------------------------------------------------
@@ -201,13 +333,15 @@ def test_no_module_imports_fcntl():
     assert not offenders
 
 
-def test_readme_layout_names_every_folder_and_only_real_paths():
-    text = (ROOT / "README.md").read_text()
-    table = text[text.index("## Layout") :].split("\n\n")[1]
-    paths = re.findall(r"^\| `([^`]+)`", table, flags=re.M)
-    assert all((ROOT / path).exists() for path in paths), paths
+def test_layout_tables_name_every_folder_and_only_real_paths():
+    """README's short layout table and docs/design.md's full one."""
     folders = {f"hfpolicy/{p.name}/" for p in (ROOT / "hfpolicy").iterdir() if (p / "__init__.py").is_file()}
-    assert folders <= set(paths), folders - set(paths)
+    for page in (ROOT / "README.md", ROOT / "docs" / "design.md"):
+        text = page.read_text()
+        table = text[text.index("## Layout") :].split("\n\n")[1]
+        paths = re.findall(r"^\| `([^`]+)`", table, flags=re.M)
+        assert all((ROOT / path).exists() for path in paths), (page.name, paths)
+        assert folders <= set(paths), (page.name, folders - set(paths))
 
 
 def test_every_module_says_its_job_in_a_docstring():

@@ -1,10 +1,10 @@
 """Camera frames in batches: uint8 on their way to the model, float32 in [0, 1] where it runs.
 
 A training run's batches carry their frames as uint8 (`PolicyDataset.uint8_images`) and `frames_to_float` makes
-them float32 on the device the policy runs on. Measured reasons (PushT DP batches of 64, 2-core AVX2 machine): the
-division into fresh float32 memory costs the process that does it 2.2-3.7 ms per batch (most of the 2.7 ms a batch
-costs the in-memory reader at 0 workers), and with DataLoader workers it is the main process's largest share (its
-~6-9 ms per batch kept 2 workers below 0). On a GPU it becomes one kernel, and the host-to-device copy is 4x smaller.
+them float32 on the device the policy runs on. Why: the division into fresh float32 memory is most of what a batch
+costs the in-memory reader, and with DataLoader workers the main process's largest share
+(docs/streaming.md#uint8-frames-in-training-batches). On a GPU it becomes one kernel, and the host-to-device copy is
+4x smaller.
 Every path gives the same float32 values: the division uint8 / 255 correctly rounded, as numpy computes it.
 """
 

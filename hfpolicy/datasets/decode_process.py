@@ -1,20 +1,19 @@
 """`DecodeProcess`: a streamed reader's video decoding moved into a child process of its own, the frames written
 straight into shared memory that the reader then holds (read-ahead with 0 DataLoader workers, read_ahead.py).
 
-Measured reason for a process and not a thread: PyAV releases the GIL inside each FFmpeg call, but takes it back many
-times per frame (packets, frames, the RGB conversion), and each time it waits for a CPU-bound main thread to give it
-up, up to the interpreter's switch interval (5 ms). Decoding PushT episodes took 50-55 us per 96x96 frame alone and
-14 ms per frame beside a pure-Python loop (2-core Xeon, AVX-512); a decoding thread beside a loader that gathers
-batches gained 8,082 -> 9,827 samples/s. A process has its own GIL.
+Why a process and not a thread: PyAV releases the GIL inside each FFmpeg call, but takes it back many times per frame
+(packets, frames, the RGB conversion), and each time it waits for a CPU-bound main thread to give it up, up to the
+interpreter's switch interval (5 ms), so a decoding thread beside a busy loader gains little
+(docs/streaming.md#decoding-ahead). A process has its own GIL.
 
 The child is forked from the reader's process when the reader is made (no pickling, no re-import, nothing re-run
 from `__main__`), before a training builds its model: a forked child keeps its own copy of every page the parent
-changes after the fork (measured: forked at the first read-ahead of a training, the child came to hold 328 MiB of
-the trainer's pages privately, with a model of ~1.7 GB RSS). It starts with empty caches (worker_budget.py: a process
-keeps only its own entries); it and the reader each hold at most half the disk budget, since the reader decodes what
-it takes back. For each episode the reader makes a memfd of the frames' size (an anonymous file: gone once nobody
-holds it, whatever ends how), the child opens it through /proc, decodes into it and answers with its fetch
-counters; the reader maps the same pages. The reader reserves the bytes in its memory budget before
+changes after the fork (forked at the first read-ahead of a training instead, it came to hold hundreds of MiB of
+the trainer's pages privately: docs/streaming.md#decoding-ahead). It starts with empty caches (worker_budget.py: a
+process keeps only its own entries); it and the reader each hold at most half the disk budget, since the reader
+decodes what it takes back. For each episode the reader makes a memfd of the frames' size (an anonymous file: gone
+once nobody holds it, whatever ends how), the child opens it through /proc, decodes into it and answers with its
+fetch counters; the reader maps the same pages. The reader reserves the bytes in its memory budget before
 (FrameLRU.reserve), as for a decode in a thread. The child dies with the reader's process, however that ends (kill -9
 included: hfpolicy.io.termination.die_with_parent), rather than waiting under init for work that never comes.
 """

@@ -144,7 +144,7 @@ def _decode_into(path, timestamps: np.ndarray, tolerance_s: float, out: np.ndarr
     _, height, width = out.shape[1:]
     reformatter = VideoReformatter()  # one for all frames: a new one per frame costs more than the decoding
     threads = rgb_threads(width, height)
-    times = timestamps.tolist()  # floats: bisect finds a frame's row in 0.2 us, np.searchsorted took 2 us
+    times = timestamps.tolist()  # floats: bisect finds a frame's row faster than np.searchsorted
     last = times[-1] + tolerance_s
     try:
         # the seek lands on the keyframe at or before the first frame's time + tolerance: an episode that starts

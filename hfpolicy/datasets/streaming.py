@@ -226,8 +226,8 @@ class StreamingPolicyDataset(PolicyDataset):
         reserve = max(self._read_reserve(key, max(1, num_workers)) for key in self.camera_keys)
         need = self.open_bytes(buffer_episodes, num_workers, shards)
         # what read-ahead leaves room for: the open episodes and one more, the one drawn out while the next comes
-        # in (measured: with room for the open ones alone, an episode still drawn from was evicted at about every
-        # change of episodes, twice the decodes: 214 for 108 episodes; 110 with this room, 108 with `_soon` too)
+        # in (with room for the open ones alone, an episode still drawn from was evicted at about every change of
+        # episodes, twice the decodes: docs/streaming.md#decoding-ahead)
         self._open_bytes = need + max(self.episode_nbytes(pos) for pos in range(self.num_episodes))
         budget = self.frames.max_bytes // max(1, num_workers)
         if need > budget:
@@ -251,8 +251,8 @@ class StreamingPolicyDataset(PolicyDataset):
         width = local.shape[1]
         for pos in np.unique(episode_pos).tolist():
             frames = self._episode_array(key, pos)  # one episode at a time: the others may be evicted meanwhile
-            # frame by frame into the batch: one copy (a fancy-index gather, then a masked assignment, were two and
-            # took 0.61-0.69 ms per PushT batch of 128 frames, this 0.42)
+            # frame by frame into the batch: one copy (a fancy-index gather, then a masked assignment, were two, and
+            # slower: docs/streaming.md#the-readers-small-costs)
             for item in np.flatnonzero(episode_pos == pos).tolist():
                 for j, row in enumerate(local[item].tolist()):
                     flat[item * width + j] = frames[row]
@@ -286,9 +286,8 @@ class StreamingPolicyDataset(PolicyDataset):
 
     def _wait_helping(self, decoder: DecodeProcess, entry: tuple[str, int], future) -> np.ndarray:
         """The frames of `entry` from the decoding process; while they are not there, this process decodes the
-        newest episodes the child has not begun (`entry` itself, if it is one of them) instead of waiting. Measured
-        reason (PushT, 0 workers, loader alone): the reader waited 0.3-0.4 s of a 1.2-1.5 s stretch for a child
-        that was behind, with its own core idle."""
+        newest episodes the child has not begun (`entry` itself, if it is one of them) instead of waiting for a
+        child that is behind with its own core idle (docs/streaming.md#decoding-ahead)."""
         while not future.done():
             stolen = decoder.steal()
             if stolen is None:
@@ -301,7 +300,7 @@ class StreamingPolicyDataset(PolicyDataset):
     def _decode_stolen(self, entry: tuple[str, int]) -> None:
         """Decodes here a decode ahead taken back from the child; its frames (or its error) wait, still reserved,
         until the episode is needed, as the child's would (in the LRU they could be evicted before their first use:
-        145 decodes of 108 episodes in a test with an 8 MiB budget, 108 kept aside)."""
+        docs/streaming.md#the-readers-small-costs)."""
         _, reserved = self.read_ahead.take(entry)
         done = Future()
         try:

@@ -1,17 +1,16 @@
 """`WorkerBatch`: how a batch gathered in a DataLoader worker travels to the main process: its small tensors packed
 into one shared-memory buffer, its camera frames as uint8, turned into float32 in [0, 1] on arrival.
 
-Measured reasons (PushT DP batches of 64, 2-core AVX2 machine, torch's default `file_descriptor` sharing):
-- the main process spends ~0.25 ms receiving each tensor of a batch, whatever its size, and a PushT batch has 13
-  (with 13 tensors of 4 KB, 2 workers delivered at most 167 batches/s; with 1, 1,083);
-- a new shared-memory float32 image tensor (14 MB) cost a worker ~7 ms to allocate and ~10 ms more to fill, against
-  2.2 ms for the uint8 -> float32 division into reused memory: so 2 workers delivered 2,300-3,600 samples/s where 0
-  workers gathered 15,000-19,000.
+Why (with torch's default `file_descriptor` sharing; the figures: docs/streaming.md#workers):
+- the main process pays a fixed cost for each tensor of a batch it receives, whatever its size, and a PushT batch
+  has 13;
+- a new shared-memory float32 image tensor costs a worker far more to allocate and fill than the uint8 -> float32
+  division into reused memory.
 The division on arrival is the one PolicyDataset.get_batch does (`uint8_to_float`), so the values are identical; a
-training run skips it (`uint8_images`: the device converts, batch_images.py). What is left costs the main process
-~2.5 ms per batch (uint8 frames): torch passes each shared tensor's file descriptor through a connection to the
-worker's resource-sharer thread, which answers when the busy worker releases its GIL (cProfile); packing the frames
-into the same buffer as the rest cost the same and adds a copy of every frame, so they keep their own.
+training run skips it (`uint8_images`: the device converts, batch_images.py). What is left of the main process's
+cost: torch passes each shared tensor's file descriptor through a connection to the worker's resource-sharer
+thread, which answers when the busy worker releases its GIL; packing the frames into the same buffer as the rest
+cost as much and adds a copy of every frame, so they keep their own.
 
 The main process gets a plain dict: the small tensors are views into the received buffer; values, dtypes, shapes and
 key order are those of the batch the main process would have gathered itself.
@@ -90,5 +89,5 @@ def loader_batch(get_batch, indices: np.ndarray, camera_keys, uint8_images: bool
 def as_fetched(batch: dict[str, Any]) -> dict[str, Any]:
     """The `collate_fn` of a DataLoader that fetches whole batches (`batch_size=None`): the batch as the dataset
     gathered it (torch's default, `default_convert`, walks every tensor and list item for numpy arrays there are
-    none of: 0.24 ms per PushT batch, a tenth of the batch's gathering)."""
+    none of: docs/streaming.md#the-readers-small-costs)."""
     return batch

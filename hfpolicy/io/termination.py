@@ -9,8 +9,8 @@ with the shell's exit status (130, 143), never lost where it landed; and helper 
     die_with_parent(parent_pid)       # in a forked helper process: it ends when the process that forked it does
 
 Python ignores an exception raised where it cannot pass it on (a weakref callback, a __del__, a cffi callback), only
-printing "Exception ignored in ..."; a signal landing there would be lost (measured: a Ctrl-C 0.2 s into `hfpolicy
-convert lerobot-v2.1` landed in a WeakKeyDictionary callback, and the conversion finished with exit 0). Such a stop is
+printing "Exception ignored in ..."; a signal landing there would be lost (a conversion once finished with exit 0
+so: docs/robustness.md#ctrl-c-is-never-swallowed). Such a stop is
 delivered again (`deliver_again`), and noted for `raise_if_terminated`. Training's StopControl (hfpolicy.training.
 stopping) answers the same signals with a checkpoint, and delivers its swallowed stops again the same way.
 """

@@ -154,16 +154,16 @@ def video_name(path: str | Path | BinaryIO) -> str:
 
 def rgb_threads(width: int, height: int) -> int:
     """Threads for a frame's conversion to RGB (swscale): 1 below THREADED_DECODE_MIN_PIXELS, else 0 (swscale's
-    choice). Measured on 96x96 PushT frames (2-core AVX2 machine): 14 us with 1 thread, 45-95 us with swscale's
-    default (its threads cost more than the work), identical pixels."""
+    choice): on small frames swscale's threads cost more than the work, and the pixels are identical
+    (docs/streaming.md#the-readers-small-costs)."""
     return 0 if width * height >= THREADED_DECODE_MIN_PIXELS else 1
 
 
 def frame_into_chw(frame, out: np.ndarray, reformatter: VideoReformatter, threads: int) -> None:
     """`frame` (an av.VideoFrame) converted to RGB (swscale's rgb24) into `out` (3, H, W) uint8, its channels
-    split apart by OpenCV. Measured reason (96x96 PushT frames, 2-core Xeon): numpy's (H, W, 3) -> (3, H, W) copy
-    took 15.5 us of a ~50 us frame, cv2.split 4.4 us. (swscale's planar "gbrp" output would need no split, but it
-    leaves the last columns black at some widths, 70 or 100 among them: not used.)"""
+    split apart by OpenCV, several times faster than numpy's (H, W, 3) -> (3, H, W) copy
+    (docs/streaming.md#the-readers-small-costs). (swscale's planar "gbrp" output would need no split, but it leaves
+    the last columns black at some widths, 70 or 100 among them: not used.)"""
     import cv2  # opencv-python, as gym-pusht requires it
 
     rgb = reformatter.reformat(frame, format="rgb24", threads=threads).to_ndarray()
@@ -190,8 +190,8 @@ _INHERITED_CONTAINERS: list = []  # containers a forked process got from its par
 @contextlib.contextmanager
 def _container(source: str | BinaryIO):
     """An open container of `source`. A path's stays open for this thread's next segment of the same file (same
-    inode, size and mtime): opening an mp4 parses its whole index, which took 6.4 ms for PushT's 25,650-frame file,
-    more than seeking and decoding a 100-frame episode (4.4 ms). A file replaced or deleted since is opened anew (a
+    inode, size and mtime): opening an mp4 parses its whole index, which can cost more than seeking and decoding an
+    episode (docs/streaming.md#the-readers-small-costs). A file replaced or deleted since is opened anew (a
     deleted one stays open, its disk space held, until this thread's next decode); a file object is opened each time.
     Only decoders without FFmpeg threads stay open (decode_frames): a forked DataLoader worker that inherits one
     with threads deadlocks when it frees it (FFmpeg joins threads the fork did not copy), so the worker never frees

@@ -16,10 +16,9 @@ average starts as a copy of the weights), 0.405 at the second, 0.999 after ~10k 
 Diffusion Policy paper. Trainable floating-point parameters are averaged; buffers and frozen parameters are copied.
 
 Why not diffusers' EMAModel, which computes the same average (tests/policies/diffusion/test_ema.py checks they agree):
-measured with bench/ema_step.py (CPU, 1 thread), one update takes 1.8-2.0 ms here against 3.7-3.8 ms with EMAModel on
-the CPU recipe's 4.5M-parameter U-Net, and 25 ms against 189-205 ms on a 63.5M-parameter one: EMAModel.step first
-materializes `shadow - weights` for every parameter (`_foreach_sub`) and then subtracts it, where `_foreach_lerp_`
-updates in place in one pass. Keeping the average by name also lets checkpoints store it as named safetensors and swap
+it is slower (bench/ema_step.py; docs/speed.md#the-ema-update), because EMAModel.step first materializes
+`shadow - weights` for every parameter (`_foreach_sub`) and then subtracts it, where `_foreach_lerp_` updates in place
+in one pass. Keeping the average by name also lets checkpoints store it as named safetensors and swap
 buffers together with the weights.
 """
 

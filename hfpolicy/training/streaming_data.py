@@ -59,7 +59,7 @@ def shard_problems(buffer_episodes: int, shards: int, num_workers: int) -> list[
     return []
 
 
-STREAM_READ_AHEAD_GPU = 16  # batches; measured (PushT, 0 workers, decoding process): see README "Streaming, measured"
+STREAM_READ_AHEAD_GPU = 16  # batches; why: docs/streaming.md#streaming-measured
 
 
 def read_ahead(dataset: DatasetConfig, accelerator: Accelerator) -> int:

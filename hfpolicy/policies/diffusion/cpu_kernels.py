@@ -3,9 +3,9 @@ nn.ConvTranspose1d of a module into the subclasses below (same parameters and st
 plain torch layers and reads like the paper), and `set_cpu_kernels(module, choice)` picks their kernels:
 
 - "matmul": each convolution runs as one matrix multiply over unfolded windows (Conv1d) or one matrix multiply
-  followed by col2im (ConvTranspose1d). For wide channels and short sequences (2048 channels x 4 steps) on an AVX2
-  2-core machine this was measured 1.5-3x faster than oneDNN's and the fallback kernels, forward and backward; on a
-  machine with AVX-512 + AMX the same path made a DDIM-10 chunk at batch 1 ~3x slower than torch's own kernels.
+  followed by col2im (ConvTranspose1d). For wide channels and short sequences (2048 channels x 4 steps) it beats
+  oneDNN's and the fallback kernels on an AVX2 machine, forward and backward, and loses to torch's own kernels on a
+  machine with AVX-512 + AMX (docs/speed.md#cpu-kernels-of-the-u-net has the figures).
 - "torch": PyTorch's own kernels; they round as LeRobot's implementation does (bit-identical actions), which is why
   policies converted from LeRobot start with this choice.
 - "auto" (the default): measured on the machine where it runs. The first call of each layer shape times both
@@ -46,7 +46,7 @@ CALIBRATION_ROUNDS = 3  # timed runs per kernel (after one warm-up each), interl
 MATMUL_MARGIN = 0.9  # "auto" keeps the matmul kernel only where it takes at most this fraction of torch's time
 # Inside torch.compile: the kernel the cpu recipe's compiled step was tuned with. Nothing is looked up or timed there:
 # the cache lookup (a string key, functools.cache, os.stat) broke the graph and recompiled the lookup per layer shape
-# until dynamo's recompile limit (8) was hit in the first step of a compiled tiny DP (measured 2026-12-01).
+# until dynamo's recompile limit (8) was hit in the first step of a compiled tiny DP.
 COMPILED_DEFAULT = "matmul"
 # The few-rows branch of _matmul_weight; per-episode acting never reaches it: its smallest batch (PER_EPISODE_ROW_BLOCK
 # rows) times the deepest U-Net level's length (horizon 16 / 4 = 4) is this many rows.

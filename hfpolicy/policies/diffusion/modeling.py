@@ -216,8 +216,8 @@ class RgbEncoder(nn.Module):
         self.out = nn.Linear(self.feature_dim, self.feature_dim)
 
     def set_memory_format(self, memory_format: torch.memory_format) -> None:
-        """NHWC (channels-last) convolutions, forward and backward, were measured ~1.5x faster on an AVX2 CPU for
-        these small feature maps; torch's default layout rounds as LeRobot's encoder."""
+        """NHWC (channels-last) convolutions, forward and backward, are faster on CPU for these small feature maps
+        (docs/speed.md); torch's default layout rounds as LeRobot's encoder."""
         self.memory_format = memory_format
         self.backbone.to(memory_format=memory_format)
 
