@@ -20,7 +20,7 @@ from hfpolicy.eval.config import TrainEvalConfig
 from hfpolicy.eval.evaluation import EvalResult, evaluate
 from hfpolicy.eval.rollouts import EpisodeRecord
 from hfpolicy.io.atomic import write_json_atomically
-from hfpolicy.io.episode_videos import episode_index_of
+from hfpolicy.io.episode_videos import episode_videos
 
 
 def evaluate_on_all_processes(
@@ -64,7 +64,7 @@ def evaluate_on_all_processes(
     episodes = sorted(
         (EpisodeRecord(**{k: v for k, v in r.items() if k != "rank"}) for r in records), key=lambda e: e.index
     )
-    merged = EvalResult(episodes, eval_s, sorted((Path(v) for v in videos), key=episode_index_of))
+    merged = EvalResult(episodes, eval_s, episode_videos(videos))
     if accelerator.is_main_process:
         info = merged.to_dict()
         info["per_episode"] = sorted(records, key=lambda r: r["index"])  # with the rank that ran each episode

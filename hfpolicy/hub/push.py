@@ -24,7 +24,7 @@ from hfpolicy.datasets import push_dataset_to_hub
 from hfpolicy.datasets.writer import truncate_dataset
 from hfpolicy.eval.episode_data import ONLINE_META_PATH
 from hfpolicy.hub.push_config import PushConfig
-from hfpolicy.io.episode_videos import episode_index_of
+from hfpolicy.io.episode_videos import episode_videos
 from hfpolicy.io.hub_errors import describe_push_error
 from hfpolicy.io.paths import contained_path
 from hfpolicy.io.run_lock import RunLock, RunLockedError
@@ -112,7 +112,9 @@ def push_run(
     hub = train_config.get("hub") or {}
     try:
         if online_data_repo_id:
-            push_online_data(run_dir, online_data_repo_id, private=hub.get("private") if private is None else private)
+            push_online_data(
+                run_dir, online_data_repo_id, private=bool(hub.get("private")) if private is None else private
+            )
         return policy.push_to_hub(
             repo_id,
             artifacts=artifacts,
@@ -131,11 +133,12 @@ def run_artifacts(run: RunFolder, train_config: dict, up_to_step: int | None, tr
     """What goes with the policy: the latest evaluation (at or before `up_to_step`) and its videos, the training
     curve drawn now, train_config.json, and the command that reproduces the run."""
     eval_dir = run.latest_eval_dir(up_to_step)
+    videos: list[Path] = []
     if eval_dir is not None:  # what is uploaded is checked to lie inside the run folder (no link to elsewhere)
         eval_dir = contained_path(run.root, eval_dir.relative_to(run.root), what="the run's evaluation")
         contained_path(eval_dir, EVAL_INFO_FILE, what=f"the evaluation's {EVAL_INFO_FILE}")
-    videos = sorted((eval_dir / "videos").glob("*.mp4"), key=episode_index_of) if eval_dir is not None else []
-    videos = [contained_path(eval_dir, v.relative_to(eval_dir), what=f"the eval video {v.name}") for v in videos]
+        for video in episode_videos((eval_dir / "videos").glob("*.mp4")):
+            videos.append(contained_path(eval_dir, video.relative_to(eval_dir), what=f"the eval video {video.name}"))
     dataset = train_config.get("dataset") or {}
     return PolicyArtifacts(
         eval_info=eval_dir / EVAL_INFO_FILE if eval_dir is not None else None,

@@ -16,9 +16,9 @@ def run(cfg: TrainConfig) -> str | None:
     result = train(cfg)
     if not PartialState().is_main_process:
         return None
-    summary = result.eval_summary
+    summary, checkpoint = result.eval_summary, result.last_checkpoint
     return (
-        f"done: {result.last_checkpoint / PRETRAINED_DIR}"
+        f"done: {checkpoint / PRETRAINED_DIR if checkpoint is not None else f'no checkpoint in {result.output_dir}'}"
         + (f"; final eval success {summary['pc_success']:.1f}%" if summary else "")
         + (f"; on the Hub: {result.hub_commit}" if result.hub_commit else "")
     )

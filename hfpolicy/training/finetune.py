@@ -20,6 +20,7 @@ contradicts it is refused, naming both.
 import json
 import re
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from hfpolicy.io.run_lock import RunLock, RunLockedError
@@ -72,7 +73,7 @@ def check_policy_type(source: str, saved_type: str, argv: list[str]) -> None:
         )
 
 
-def pretrained_config_file(source: str, folder: Path, argv: list[str] = ()) -> Path:
+def pretrained_config_file(source: str, folder: Path, argv: Sequence[str] = ()) -> Path:
     """A train config file in `folder` whose `policy` is the saved policy's config, with `pretrained_path=source`:
     the base that the flags `argv` override. Loading the policy here checks `source` (and that a `--policy.type`
     in `argv` agrees with it) before the run starts."""

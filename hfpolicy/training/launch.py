@@ -34,7 +34,8 @@ class _LastLine:
     """A stderr that remembers the last line starting with one of `starts` (the error or stop line)."""
 
     def __init__(self, stream, starts: tuple[str, ...]):
-        self.stream, self.starts, self.line = stream, starts, None
+        self.stream, self.starts = stream, starts
+        self.line: str | None = None
 
     def write(self, text: str) -> int:
         for line in text.splitlines():

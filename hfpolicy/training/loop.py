@@ -65,7 +65,7 @@ class TrainResult:
 
     policy: Policy  # the trained policy (raw weights, unwrapped; EMA weights are in the checkpoint)
     output_dir: Path  # the run folder
-    last_checkpoint: Path  # checkpoints/step_<steps>
+    last_checkpoint: Path | None  # checkpoints/step_<steps>; None where the run folder is out of sight (another node)
     eval_summary: dict[str, Any] | None  # aggregates of the last evaluation, if any
     hub_commit: str | None  # URL of the Hub commit, if pushed
 
@@ -177,7 +177,7 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
             t.ema.step(policy)
         if t.online is not None and t.online.is_due(step) and step < cfg.steps:
             online_round(t, step, bar)  # the policy's rollouts join its data (before this step's checkpoint)
-        loss_guard.add(step, loss_sum)
+        loss_guard.add(step, torch.as_tensor(loss_sum))  # (a tensor: the sum of the passes' losses)
         step_s = time.perf_counter() - step_start
         window.add(loss=loss_sum / cfg.gradient_accumulation_steps, grad_norm=grad_norm, step_s=step_s, data_s=data_s)
         clock.add_step(step_s)
@@ -204,7 +204,7 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
             save_training_checkpoint(t, step)
             stops.saved()
 
-        if evaluated:
+        if evaluated and t.env_cfg is not None:
             eval_start = time.perf_counter()
             try:
                 with stops.interruptible():  # nothing is lost by ending an evaluation at once

@@ -61,7 +61,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     """The records of an episodes.jsonl. A torn last line (an evaluation killed while writing it) is skipped with a
     one-line warning on stderr; damage elsewhere is an EvalRecordsError naming the line."""
     lines = path.read_text().splitlines()
-    records = []
+    records: list[dict[str, Any]] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue

@@ -58,7 +58,7 @@ HANDLED_FIELDS = (
     "use_peft",
 )
 IGNORED_FIELDS = {"use_amp": False}  # LeRobot's autocast; hfpolicy acts in float32
-RUNTIME_FIELDS = ("device", "push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path")
+RUNTIME_FIELDS: tuple[str, ...] = ("device", "push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path")
 RUNTIME_FIELDS += ("pretrained_revision",)  # where LeRobot runs or uploads: nothing to do with the policy
 
 # (LeRobot name prefix, hfpolicy name prefix), most specific first; applied to whole dotted components.

@@ -78,7 +78,7 @@ IGNORED_FIELDS = {
     "compile_mode": "reduce-overhead",
     "use_amp": False,  # LeRobot's autocast when training/evaluating; hfpolicy acts in float32
 }
-RUNTIME_FIELDS = ("device", "push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path")
+RUNTIME_FIELDS: tuple[str, ...] = ("device", "push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path")
 RUNTIME_FIELDS += ("pretrained_revision",)  # where LeRobot runs or uploads: nothing to do with the policy
 
 
