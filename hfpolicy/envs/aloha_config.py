@@ -1,6 +1,7 @@
 """The ALOHA env config (`--env.type=aloha --env.task=AlohaTransferCube-v0|AlohaInsertion-v0`)."""
 
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, ClassVar
 
 from hfpolicy.constants import OBS_IMAGES_PREFIX
@@ -22,7 +23,7 @@ class AlohaEnvConfig(ArmEnvConfig):
     """
 
     obs_types: ClassVar[tuple[str, ...]] = aloha.OBS_TYPES
-    sim: ClassVar = aloha
+    sim: ClassVar[ModuleType] = aloha
     image_key: ClassVar[str] = f"{OBS_IMAGES_PREFIX}{aloha.CAMERA}"
     state_size: ClassVar[int] = 14
     action_size: ClassVar[int] = 14

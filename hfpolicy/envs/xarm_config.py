@@ -1,6 +1,7 @@
 """The xArm env config (`--env.type=xarm --env.task=XarmLift-v0`)."""
 
 from dataclasses import dataclass
+from types import ModuleType
 from typing import ClassVar
 
 from hfpolicy.constants import OBS_IMAGE
@@ -25,7 +26,7 @@ class XarmEnvConfig(ArmEnvConfig):
     """
 
     obs_types: ClassVar[tuple[str, ...]] = xarm.OBS_TYPES
-    sim: ClassVar = xarm
+    sim: ClassVar[ModuleType] = xarm
     image_key: ClassVar[str] = OBS_IMAGE
     state_size: ClassVar[int] = len(xarm.STATE_NAMES)
     action_size: ClassVar[int] = len(xarm.ACTION_NAMES)
