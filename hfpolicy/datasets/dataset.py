@@ -23,6 +23,7 @@ from hfpolicy.datasets.batch_images import uint8_to_float
 from hfpolicy.datasets.features import IMAGE, STRING, VIDEO, column_to_numpy, image_chw, is_visual
 from hfpolicy.datasets.format import EP_LENGTH, INFO_PATH, DatasetFormatError, TimestampError, ep_video_column
 from hfpolicy.datasets.frame_cache import FRAME_CACHE_RAM_CAP_GB, FrameCache, decode_video_segment
+from hfpolicy.datasets.hub import download_dataset
 from hfpolicy.datasets.loader_transfer import batch_for_loader, shared_empty
 from hfpolicy.datasets.metadata import DatasetMeta
 from hfpolicy.datasets.stats import array_stats, stats_to_torch
@@ -76,8 +77,6 @@ class PolicyDataset(torch.utils.data.Dataset):
         self.tolerance_s = tolerance_s
         self.image_transforms = image_transforms
         if root is None:
-            from hfpolicy.datasets.hub import download_dataset
-
             root = download_dataset(repo_id, revision=revision, episodes=episodes, download_videos=download_videos)
         self.root = Path(root)
         self.meta = DatasetMeta.load(self.root, repo_id)

@@ -12,7 +12,6 @@ the object is collected): a DataLoader worker starts an empty one holding at mos
 workers together stay within the budget.
 """
 
-import functools
 import multiprocessing.util
 import os
 import shutil
@@ -23,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-import httpx2  # huggingface_hub's HTTP client: its network errors are not OSErrors
+from huggingface_hub.utils import httpx  # huggingface_hub's HTTP client (httpx2): its network errors are not OSErrors
 from tqdm.auto import tqdm
 
 from hfpolicy.datasets.per_process_budget import PerProcessBudget
@@ -32,9 +31,15 @@ from hfpolicy.datasets.range_reads import RANGE_BLOCK_BYTES, RangeFile
 REPO_TYPE = "dataset"
 RETRY_BASE_WAIT_S = 0.5  # waits 0.5, 1, 2, ... s between the attempts at one file
 RETRY_MAX_WAIT_S = 8.0
-RETRIED_ERRORS = (OSError, httpx2.HTTPError)  # HfHubHTTPError and the other huggingface_hub errors are OSErrors
-QUIET_BAR = functools.partial(tqdm, disable=True)  # a streamed file is fetched without a progress bar of its own
+RETRIED_ERRORS = (OSError, httpx.HTTPError)  # HfHubHTTPError and the other huggingface_hub errors are OSErrors
 T = TypeVar("T")
+
+
+class QuietBar(tqdm):
+    """A streamed file is fetched without a progress bar of its own (hf_hub_download's `tqdm_class`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{**kwargs, "disable": True})
 
 
 class StreamingError(OSError):
@@ -201,11 +206,11 @@ class RemoteFiles(PerProcessBudget):
         from huggingface_hub import hf_hub_download
 
         local = hf_hub_download(
-            self.repo_id, path, repo_type=REPO_TYPE, revision=self.commit, local_dir=self.folder, tqdm_class=QUIET_BAR
+            self.repo_id, path, repo_type=REPO_TYPE, revision=self.commit, local_dir=self.folder, tqdm_class=QuietBar
         )
         return Path(local)
 
-    def _with_retries(self, call, what: str):
+    def _with_retries(self, call: Callable[[], T], what: str) -> T:
         """`call()`, tried `self.retries` times with exponential backoff; StreamingError naming `what` after that."""
         error: BaseException | None = None
         for attempt in range(self.retries):
@@ -215,6 +220,7 @@ class RemoteFiles(PerProcessBudget):
                 return call()
             except RETRIED_ERRORS as e:
                 error = e
+        assert error is not None  # retries >= 1 (checked by __init__)
         raise StreamingError(
             f"could not fetch {what} of the Hub dataset {self.repo_id} at commit {self.commit[:8]} after "
             f"{self.retries} attempts ({first_line(error)}): check the network and HF_ENDPOINT, raise "

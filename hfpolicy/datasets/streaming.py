@@ -36,6 +36,7 @@ from hfpolicy.datasets.features import IMAGE, VIDEO, image_chw
 from hfpolicy.datasets.format import DatasetFormatError, ep_video_column
 from hfpolicy.datasets.frame_cache import decode_video_segment
 from hfpolicy.datasets.frame_lru import FrameLRU
+from hfpolicy.datasets.hub import download_meta
 from hfpolicy.datasets.range_reads import RANGE_BLOCK_BYTES, block_for, read_buffer_bytes
 from hfpolicy.datasets.remote_files import RemoteFiles
 from hfpolicy.datasets.sampler import open_episodes_per_worker
@@ -88,8 +89,6 @@ class StreamingPolicyDataset(PolicyDataset):
         stream_video: str = STREAM_VIDEO,
         range_block_bytes: int = RANGE_BLOCK_BYTES,
     ):
-        from hfpolicy.datasets.hub import download_meta
-
         self.frames = FrameLRU(round(stream_ram_gb * GB), "stream_ram_gb= / --dataset.stream_ram_gb")
         self._in_use: frozenset = frozenset()  # the (camera, episode) entries of the batch being read: evicted last
         if not stream_disk_gb > 0:  # before any download

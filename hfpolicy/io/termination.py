@@ -24,15 +24,18 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-SIGNAL_NAMES = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}  # the stop signals, as said to users
+# the stop signals, as said to users
+SIGNAL_NAMES: dict[int, str] = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
 
 
 class Terminated(SystemExit):
     """The process received a stop signal (SIGINT: Ctrl-C, or SIGTERM); the exit code is 128 + its number."""
 
+    code: int  # 128 + the signal number (SystemExit's code may be any object)
+
     @property
     def signum(self) -> int:
-        return int(self.code) - 128
+        return self.code - 128
 
 
 _requested: list[int] = []  # the signal number once a stop signal arrived inside a `stop_on_signals` block

@@ -11,7 +11,6 @@ back on `--resume`.
 import contextlib
 import io
 import json
-import math
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,8 @@ from hfpolicy.eval.config import TrainEvalConfig
 from hfpolicy.io.paths import OutputOverlapsSourceError, check_apart
 from hfpolicy.policies.config import PolicyConfig
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
+from hfpolicy.record.scripted_cache import scripted_dataset_root, scripted_task_label
+from hfpolicy.training.policy_path import split_policy_path
 
 TRACKERS = ("tensorboard", "wandb", "none")
 
@@ -156,7 +157,7 @@ def validate_train_config(cfg: TrainConfig) -> None:
             )  # fmt: skip
         except OutputOverlapsSourceError as e:
             problems.append(str(e))
-    from hfpolicy.policies.device import accelerator_device_options  # imports torch: not at `--help` time
+    from hfpolicy.policies.device import accelerator_device_options  # lazy: torch, not imported by --help
 
     try:
         accelerator_device_options(cfg.policy.device)
@@ -204,8 +205,6 @@ def describe_dataset(dataset: DatasetConfig, env: EnvConfig | None = None) -> st
     """One phrase for the first line a run prints: where its data comes from (a scripted recording: of `env`'s
     task, default PushT)."""
     if dataset.scripted_episodes > 0:
-        from hfpolicy.record import scripted_dataset_root, scripted_task_label
-
         root = dataset.root or scripted_dataset_root(dataset.scripted_episodes, env)
         state = "reused" if Path(root).exists() else "recorded now, reused by later runs"
         label = scripted_task_label(env)
@@ -250,12 +249,12 @@ def parse_train_config(
     """Flags → config (FlagError for a bad flag). With --resume=true and an --output_dir holding a run, its
     train_config.json is the base and the flags override it (e.g. --steps to train longer); with --policy.path
     (hfpolicy.training.finetune) the saved policy's config is the base of the --policy.* flags."""
-    from hfpolicy.training.finetune import parse_with_pretrained_policy, split_policy_path
-
     pretrained, argv = split_policy_path(argv)  # --policy.path=SOURCE: fine-tune the saved policy (its config first)
     if pretrained is None:
         cfg = parse_flags(config_class, argv, prog)
     else:
+        from hfpolicy.training.finetune import parse_with_pretrained_policy  # lazy: torch, only with --policy.path
+
         cfg = parse_with_pretrained_policy(
             lambda flags, base: parse_flags(config_class, flags, prog, config_path=base), pretrained, argv
         )
@@ -302,17 +301,3 @@ def check_resumed_policy_type(argv: list[str], policy_type: str, saved: Path) ->
             f"{policy_type} (the run has {run_type}) would change it: drop --policy.type to resume, or train the "
             f"{policy_type} policy as a new run in another --output_dir"
         )
-
-
-def flat_hparams(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested config → flat {"a.b": scalar} for trackers (lists and None as strings)."""
-    flat = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flat_hparams(value, prefix=f"{name}."))
-        elif isinstance(value, bool | int | float | str) and not (isinstance(value, float) and math.isnan(value)):
-            flat[name] = value
-        else:
-            flat[name] = str(value)
-    return flat

@@ -21,13 +21,14 @@ from hfpolicy.io.atomic import write_json_atomically
 from hfpolicy.policies import Policy, PolicyConfig, make_policy
 from hfpolicy.policies.device import accelerator_device_options
 from hfpolicy.policies.ema import EMA
+from hfpolicy.runs.hparams import flat_hparams
+from hfpolicy.runs.run_folder import RunFolder
 from hfpolicy.training.checkpoints import checkpoint_extra_state, load_checkpoint
-from hfpolicy.training.config import TrainConfig, TrainConfigError, flat_hparams, train_config_to_dict
+from hfpolicy.training.config import TrainConfig, TrainConfigError, train_config_to_dict
 from hfpolicy.training.data import TrainingData, endless_batches, load_training_data
 from hfpolicy.training.finetune import describe_pretrained, load_pretrained_weights
 from hfpolicy.training.online import OnlineTraining, online_features
 from hfpolicy.training.progress import planned_evaluations
-from hfpolicy.training.run_folder import RunFolder
 
 
 def default_output_dir(cfg: TrainConfig) -> Path:

@@ -17,9 +17,9 @@ from hfpolicy.constants import METRICS_FILE, TRAIN_CONFIG_FILE
 from hfpolicy.hub.push import PushError, push_run
 from hfpolicy.hub.push import main as push_main
 from hfpolicy.io.run_lock import RunLock
+from hfpolicy.runs.metrics_log import append_metrics, read_metrics, truncate_metrics
 from hfpolicy.training import main
 from hfpolicy.training.checkpoints import list_checkpoints
-from hfpolicy.training.metrics_log import append_metrics, read_metrics, truncate_metrics
 
 TINY = [
     "--dataset.input_features=[observation.state,observation.environment_state]",

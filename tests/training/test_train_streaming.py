@@ -41,7 +41,7 @@ def test_a_streamed_mixture_trains_and_its_card_names_every_dataset(pusht_state_
     from hfpolicy.hub import PolicyArtifacts, make_model_card
     from hfpolicy.hub.push import run_artifacts
     from hfpolicy.policies import Policy
-    from hfpolicy.training.run_folder import RunFolder
+    from hfpolicy.runs.run_folder import RunFolder
 
     for name in ("a", "b"):
         push_dataset_to_hub(pusht_state_dataset, f"user/pusht5-mix-{name}")

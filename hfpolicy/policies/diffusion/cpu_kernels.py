@@ -32,7 +32,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -73,7 +73,7 @@ def set_cpu_kernels(module: nn.Module, choice: str) -> nn.Module:
     return module
 
 
-class _ChoosesKernel:
+class _ChoosesKernel(nn.modules.conv._ConvNd):
     """What both convolutions share: which kernel runs a call."""
 
     cpu_kernels: str = "auto"
@@ -98,8 +98,12 @@ class _ChoosesKernel:
         KERNEL_CACHE.set(key, choice)
         return choice
 
+    def _number_padding(self) -> int:
+        """The padding, a number: a string padding ("same") never reaches the matmul kernel (see `forward`)."""
+        return cast(tuple[int, ...], self.padding)[0]
 
-def calibrate(x: Tensor, layer: nn.Module, kernels: dict[str, Callable[[Tensor], Tensor]], training: bool) -> str:
+
+def calibrate(x: Tensor, layer: _ChoosesKernel, kernels: dict[str, Callable[[Tensor], Tensor]], training: bool) -> str:
     """The faster kernel for input `x`: forward (and, when training, backward to the input and weights, without
     touching .grad) timed interleaved; "matmul" only if it is faster than "torch" by MATMUL_MARGIN."""
 
@@ -145,8 +149,8 @@ class MatmulConv1d(_ChoosesKernel, nn.Conv1d):
     def _matmul_forward(self, x: Tensor) -> Tensor:
         batch, in_channels, _ = x.shape
         out_channels, _, kernel = self.weight.shape
-        if self.padding[0]:
-            x = F.pad(x, (self.padding[0], self.padding[0]))
+        if padding := self._number_padding():
+            x = F.pad(x, (padding, padding))
         windows = x.unfold(2, kernel, self.stride[0])  # (B, C_in, L_out, kernel)
         length = windows.shape[2]
         windows = windows.transpose(1, 2).reshape(batch * length, in_channels * kernel)
@@ -179,7 +183,7 @@ class MatmulConvTranspose1d(_ChoosesKernel, nn.ConvTranspose1d):
         rows = x.transpose(1, 2).reshape(batch * length, in_channels)
         columns = _matmul_weight(rows, self.weight.reshape(in_channels, out_channels * kernel).t(), None)
         columns = columns.view(batch, length, out_channels * kernel).transpose(1, 2)  # (B, C_out * kernel, L)
-        (stride,), (padding,) = self.stride, self.padding
+        (stride,), padding = self.stride, self._number_padding()
         out_length = (length - 1) * stride - 2 * padding + kernel
         out = F.fold(columns, (1, out_length), (1, kernel), stride=(1, stride), padding=(0, padding)).squeeze(2)
         return out if self.bias is None else out + self.bias[:, None]

@@ -18,7 +18,8 @@ from safetensors.torch import load_file, save_file
 from shared_data import LEROBOT_FIXTURES
 
 from hfpolicy.policies import Policy
-from hfpolicy.policies.lerobot_format import LeRobotConversionError, write_lerobot_checkpoint
+from hfpolicy.policies.errors import LeRobotConversionError
+from hfpolicy.policies.lerobot_format import write_lerobot_checkpoint
 from hfpolicy.policies.tdmpc import TDMPCPolicy
 from hfpolicy.policies.tdmpc.lerobot import state_dict_from_lerobot, state_dict_to_lerobot
 
