@@ -25,8 +25,8 @@ from typing import TypeVar
 from huggingface_hub.utils import httpx  # huggingface_hub's HTTP client (httpx2): its network errors are not OSErrors
 from tqdm.auto import tqdm
 
+from hfpolicy.datasets.per_process_budget import PerProcessBudget
 from hfpolicy.datasets.range_reads import RANGE_BLOCK_BYTES, RangeFile
-from hfpolicy.datasets.worker_budget import WorkerBudget
 
 REPO_TYPE = "dataset"
 RETRY_BASE_WAIT_S = 0.5  # waits 0.5, 1, 2, ... s between the attempts at one file
@@ -62,7 +62,7 @@ def first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-class RemoteFiles(WorkerBudget):
+class RemoteFiles(PerProcessBudget):
     """Local copies of files of `repo_id` at `commit`, at most `max_bytes` of them at once (over all workers).
 
     Args:
@@ -104,7 +104,7 @@ class RemoteFiles(WorkerBudget):
     @property
     def folder(self) -> Path:
         """This process's cache folder (created now if needed)."""
-        self._own()
+        self._reset_if_forked()
         if self._folder is None:
             root = stream_cache_dir()
             root.mkdir(parents=True, exist_ok=True)
@@ -125,7 +125,7 @@ class RemoteFiles(WorkerBudget):
     def fetch(self, path: str, what: str) -> Path:
         """The local copy of `path` (relative to the repo root), fetched now unless it is cached; now the most
         recently used. Evicts least recently used files first so that the budget holds during the download."""
-        self._own()
+        self._reset_if_forked()
         if path in self._files:
             self._files.move_to_end(path)
             return self.folder / path
@@ -152,7 +152,7 @@ class RemoteFiles(WorkerBudget):
         default `self.block_bytes`; nothing on disk). A read that fails makes the whole of `use` run again from the
         start, with the retries of a fetch; StreamingError after them. `use` must be repeatable (decoding an
         episode again into the same array is)."""
-        self._own()
+        self._reset_if_forked()
         size = self.size_of(path, what)
         block = min(self.block_bytes, block_bytes or self.block_bytes)
         return self._with_retries(
@@ -198,7 +198,7 @@ class RemoteFiles(WorkerBudget):
 
     def clear(self) -> None:
         """Deletes every cached file of this process."""
-        self._own()
+        self._reset_if_forked()
         while self._files:
             self._evict(next(iter(self._files)))
 

@@ -132,8 +132,8 @@ def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> None:
     """In a child right after its fork (a ProcessPoolExecutor's `initializer`, a Popen's `preexec_fn`, which carries
     over the exec): the child gets `signum` when its parent dies, however that dies (kill -9 included), instead of
     living on under init; a parent already gone (it died between the fork and this call) signals it at once.
-    SIGKILL for a helper that holds nothing to clean up (decode_process.py), SIGTERM for one that stops cleanly
-    (`accelerate launch`, whose trainers then stop as `stop_when_launcher_dies` says). The kernel sends it when the
+    SIGKILL for a helper that holds nothing to clean up, SIGTERM for one that stops cleanly (`accelerate launch`,
+    whose trainers then stop as `stop_when_launcher_dies` says). The kernel sends it when the
     *thread* that forked the child ends: fork from a thread that lives as long as the process (the main thread)."""
     _request_signal_at_parent_death(signum)
     if os.getppid() != parent_pid:  # the parent died before the request: nothing will signal us

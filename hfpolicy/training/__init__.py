@@ -2,7 +2,8 @@
 
     loop.py         `train(cfg)` and the loop itself, top to bottom
     setup.py        `build_training`: accelerator, data, policy, optimizer, resume (bad input fails here)
-    streaming_data.py  the data of `--dataset.streaming=true`: a streamed Hub dataset in a shuffle-buffer order
+    data.py         `load_training_data`: the run's datasets (one or several, in memory or streamed) as one, its
+                    sampler and DataLoader
     progress.py     running means, the NaN/inf guard, the time-left clock, log entries
     config.py       TrainConfig and its parts, validation, train_config.json
     checkpoints.py  atomic, pickle-free checkpoints and exact resume
@@ -26,7 +27,7 @@ _EXPORTS = {
     "main": "cli",
     "build_training": "setup",
     "make_optimizer": "setup",
-    "record_scripted_dataset": "setup",
+    "record_scripted_dataset": "data",
     "TrainingClock": "progress",
     "TrainingDivergedError": "progress",
     "format_duration": "progress",

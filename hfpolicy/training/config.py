@@ -8,8 +8,10 @@ back on `--resume`.
     --steps=4000 --batch_size=64 --output_dir=DIR ...         TrainConfig
 """
 
+import contextlib
 import io
 import json
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,10 +67,6 @@ class DatasetConfig:
     stream_ram_gb: float = 2.0  # streaming: decoded frames kept in memory per process, over its --num_workers workers
     stream_disk_gb: float = 10.0  # streaming: fetched files kept on disk per process, over its --num_workers workers
     stream_retries: int = 4  # streaming: attempts per file (exponential backoff) before the run stops, naming it
-    stream_read_ahead: int | None = None  # streaming: each process decodes ahead the episodes of its next this many
-    # batches (with --num_workers=0 in a decoding process of its own, else in a thread of each worker), while the
-    # budget keeps room for the open episodes; 0: each when it is drawn. Default: 16 when training on a GPU (the main
-    # thread waits on it), 0 on a CPU (the training step takes every core)
 
 
 ONLINE_LABELS = ("expert", "recovery", "policy")
@@ -263,13 +261,33 @@ def parse_train_config(
     if cfg.resume and cfg.output_dir and (Path(cfg.output_dir) / TRAIN_CONFIG_FILE).is_file():
         saved = Path(cfg.output_dir) / TRAIN_CONFIG_FILE
         check_resumed_policy_type(argv, cfg.policy.type, saved)
-        with draccus.config_type("json"):
-            cfg = parse_flags(config_class, argv, prog, config_path=saved)
+        with draccus.config_type("json"), without_retired_fields(saved) as current:
+            cfg = parse_flags(config_class, argv, prog, config_path=current)
     for name in ("repo_id", "root"):  # a list of one dataset ('[dir]') is that dataset
         names = parse_dataset_list(getattr(cfg.dataset, name))
         if names is not None and len(names) == 1:
             setattr(cfg.dataset, name, names[0])
     return cfg
+
+
+# Fields a saved train_config.json may hold that no longer exist; they changed how, not what, a run trains.
+RETIRED_FIELDS = {"dataset": ("stream_read_ahead",)}  # read-ahead, retired in favour of DataLoader workers
+
+
+@contextlib.contextmanager
+def without_retired_fields(saved: Path):
+    """`saved`, or a copy of it without RETIRED_FIELDS, for parsing into today's TrainConfig."""
+    data = json.loads(saved.read_text())
+    retired = [(part, name) for part, names in RETIRED_FIELDS.items() for name in names if name in data.get(part, {})]
+    if not retired:
+        yield saved
+        return
+    for part, name in retired:
+        del data[part][name]
+    with tempfile.TemporaryDirectory(prefix="hfpolicy-resume-") as folder:
+        current = Path(folder) / TRAIN_CONFIG_FILE
+        current.write_text(json.dumps(data))
+        yield current
 
 
 def check_resumed_policy_type(argv: list[str], policy_type: str, saved: Path) -> None:
