@@ -47,8 +47,9 @@ class DatasetConfig:
     weights: list[float] | None = None  # several datasets: each one's share of the samples (default: its frames')
     rename_features: list[str] | None = None  # several datasets: [OLD=NEW,...] renames a feature wherever it exists
     scripted_episodes: int = 0  # > 0: train on this many demos of --env's scripted expert (state-only: PushT agent +
-    # block keypoints, ALOHA joints + object poses), recorded once into `root` (default: <cache>/datasets/
-    # pusht_scripted_<n>, aloha_transfer_cube_scripted_<n>, ...) and reused by later runs; no network
+    # block keypoints, ALOHA joints + object poses, xArm end effector + cube pose), recorded once into `root` (default:
+    # <cache>/datasets/pusht_scripted_<n>, aloha_transfer_cube_scripted_<n>, xarm_lift_scripted_<n>, ...) and reused by
+    # later runs; no network
     revision: str | None = None  # Hub branch, tag or commit of the dataset
     episodes: list[int] | None = None  # train on these episodes only (default: all)
     input_features: list[str] | None = None  # features the policy reads (default: every image and observation.* vector)
