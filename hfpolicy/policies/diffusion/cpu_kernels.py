@@ -22,7 +22,6 @@ set_cpu_kernels(...)` switches it at any time). Results agree with torch's kerne
 devices (cuDNN) and other settings (groups, dilation, padding modes, output_size) run torch's own kernels.
 """
 
-import contextlib
 import functools
 import hashlib
 import json
@@ -36,6 +35,7 @@ from typing import Any, cast
 
 import torch
 import torch.nn.functional as F  # noqa: N812
+from filelock import FileLock
 from torch import Tensor, nn
 
 from hfpolicy.io.atomic import write_json_atomically
@@ -95,8 +95,7 @@ class _ChoosesKernel(nn.modules.conv._ConvNd):
             return cached
         sample = x.detach()[:1].expand(rows, *x.shape[1:]).contiguous() if rows != x.shape[0] else x.detach()
         choice = calibrate(sample, self, {"torch": plain, "matmul": matmul}, training)
-        KERNEL_CACHE.set(key, choice)
-        return choice
+        return KERNEL_CACHE.set(key, choice)
 
     def _number_padding(self) -> int:
         """The padding, a number: a string padding ("same") never reaches the matmul kernel (see `forward`)."""
@@ -224,7 +223,9 @@ def _cpu_identity() -> str:
 
 class KernelCache:
     """The measured choices of this machine: {layer key: "matmul" | "torch"}, read once from its JSON file and
-    written back (atomically) after each new measurement."""
+    written back (atomically, under a file lock) after each new measurement. The first process to record a layer's
+    choice decides it for every process of the machine: two runs measuring at once (a run and its resume, or the
+    processes of a launch) could otherwise pick different kernels, and their results would differ in the last bits."""
 
     def __init__(self):
         self._choices: dict[str, str] | None = None
@@ -250,11 +251,21 @@ class KernelCache:
     def get(self, key: str) -> str | None:
         return self._load().get(key)
 
-    def set(self, key: str, choice: str) -> None:
+    def set(self, key: str, choice: str) -> str:
+        """Records `choice` for `key` unless another process recorded one first; returns the choice that holds."""
         choices = self._load()
-        choices[key] = choice
-        with contextlib.suppress(OSError):  # a read-only cache: the choice still holds for this process
-            write_json_atomically(self.path(), {"machine": self._machine, "choices": choices})
+        path = self.path()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with FileLock(path.with_name(path.name + ".lock")):
+                self._choices = None  # what other processes recorded since this one read the file
+                choices = {**choices, **self._load()}
+                choice = choices.setdefault(key, choice)
+                write_json_atomically(path, {"machine": self._machine, "choices": choices})
+        except OSError:  # a read-only cache: the choice still holds for this process
+            choices[key] = choice
+        self._choices = choices
+        return choice
 
     def clear(self) -> None:
         """Forgets the in-memory choices (the file is read again at the next call)."""
