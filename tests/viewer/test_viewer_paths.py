@@ -124,7 +124,7 @@ def test_push_takes_the_eval_episode_videos_only_in_episode_order(eval_dir, tmp_
     """Another mp4 beside the evaluation's videos (a clip someone saved there) is left out; it used to break their
     sort by episode index (None against an int)."""
     from hfpolicy.hub.push import run_artifacts
-    from hfpolicy.training.run_folder import RunFolder
+    from hfpolicy.runs.run_folder import RunFolder
 
     run = tmp_path / "run"
     shutil.copytree(eval_dir, run / "eval" / "step_000010")
