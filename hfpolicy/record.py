@@ -28,6 +28,7 @@ from hfpolicy.datasets.writer import check_dataset_destination, remove_dead_writ
 from hfpolicy.envs import SUCCESS_INFO_KEY, AlohaEnvConfig, EnvConfig, PushTEnvConfig, XarmEnvConfig
 from hfpolicy.envs.aloha import TASK_NAMES
 from hfpolicy.envs.pusht_scorer import PushTScorer
+from hfpolicy.words import counted
 
 DEMONSTRATORS = ("scripted",)  # --policy.type values `hfpolicy record` knows
 
@@ -203,7 +204,7 @@ def record_command(cfg: RecordConfig) -> str:
     except OSError as e:
         raise RecordWriteError(f"cannot write --output_dir={cfg.output_dir}: {e}") from e
     pushed = f"; pushed to {cfg.push_to}" if cfg.push_to else ""
-    return f"recorded {cfg.n_episodes} episodes into {root}{pushed}\nlook at them: hfpolicy view {root}"
+    return f"recorded {counted(cfg.n_episodes, 'episode')} into {root}{pushed}\nlook at them: hfpolicy view {root}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,7 +277,8 @@ def scripted_recording(n_episodes: int, root: str | Path | None, progress: bool,
         return root
     if PartialState().is_main_process:
         print(
-            f"recording {n} scripted {scripted_task_label(env)} demonstrations into {root} (once; later runs reuse them)"
+            f"recording {counted(n, f'scripted {scripted_task_label(env)} demonstration')} into {root} "
+            "(once; later runs reuse it)"
         )
         record(
             RecordConfig(

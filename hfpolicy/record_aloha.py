@@ -22,6 +22,7 @@ from hfpolicy.datasets.writer import check_dataset_destination
 from hfpolicy.envs import AlohaEnvConfig
 from hfpolicy.envs.aloha import CAMERA, ENV_STATE_SIZES, MOTOR_NAMES
 from hfpolicy.record import record_episodes
+from hfpolicy.words import counted
 
 OBS_IMAGE_TOP = f"{OBS_IMAGES_PREFIX}{CAMERA}"
 
@@ -75,7 +76,7 @@ def record_aloha(cfg) -> Path:
             output_dir,
             cfg.push_to,
             tags=["aloha", env_cfg.task, "scripted-expert", "hfpolicy"],
-            description=f"{n_kept} {env_cfg.task} demonstrations by hfpolicy's scripted bimanual expert "
+            description=f"{counted(n_kept, f'{env_cfg.task} demonstration')} by hfpolicy's scripted bimanual expert "
             f"(seeds from {cfg.start_seed}).",
         )
     return output_dir

@@ -22,6 +22,7 @@ from hfpolicy.datasets.writer import check_dataset_destination
 from hfpolicy.envs import XarmEnvConfig
 from hfpolicy.envs.xarm import ACTION_NAMES, ENV_STATE_NAMES, STATE_NAMES
 from hfpolicy.record import record_episodes, record_frames
+from hfpolicy.words import counted
 
 
 def xarm_features(images: bool = True, environment_state: bool = False, size=(84, 84)) -> dict:
@@ -70,7 +71,7 @@ def record_xarm(cfg) -> Path:
             output_dir,
             cfg.push_to,
             tags=["xarm", env_cfg.task, "scripted-expert", "hfpolicy"],
-            description=f"{n_kept} {env_cfg.task} demonstrations by hfpolicy's scripted lift expert "
+            description=f"{counted(n_kept, f'{env_cfg.task} demonstration')} by hfpolicy's scripted lift expert "
             f"(seeds from {cfg.start_seed}).",
         )
     return output_dir

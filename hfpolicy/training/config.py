@@ -25,6 +25,7 @@ from hfpolicy.eval.config import TrainEvalConfig
 from hfpolicy.io.paths import OutputOverlapsSourceError, check_apart
 from hfpolicy.policies.config import PolicyConfig
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
+from hfpolicy.words import counted
 
 TRACKERS = ("tensorboard", "wandb", "none")
 
@@ -211,7 +212,7 @@ def describe_dataset(dataset: DatasetConfig, env: EnvConfig | None = None) -> st
         root = dataset.root or scripted_dataset_root(dataset.scripted_episodes, env)
         state = "reused" if Path(root).exists() else "recorded now, reused by later runs"
         label = scripted_task_label(env)
-        return f"{dataset.scripted_episodes} scripted-expert {label} demonstrations in {root} ({state})"
+        return f"{counted(dataset.scripted_episodes, f'scripted-expert {label} demonstration')} in {root} ({state})"
     if dataset.root is not None:
         return f"the local dataset {dataset.root}"
     return f"{dataset.repo_id} from the Hub"
