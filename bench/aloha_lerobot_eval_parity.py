@@ -185,7 +185,7 @@ def expert_grasp_targets(task: str, seed: int, step: int = GRASP_STEP) -> list[f
     """The scripted expert's 14 joint targets at `step` of the episode seeded `seed` (its right gripper closing on
     the cube), as the centre of the checkpoint's action stats."""
     from hfpolicy.envs.aloha import sample_object_pose
-    from hfpolicy.policies.scripted.aloha_expert import AlohaExpert
+    from hfpolicy.experts.aloha_expert import AlohaExpert
 
     expert = AlohaExpert()
     try:

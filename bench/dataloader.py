@@ -24,7 +24,7 @@ video per item). Prints a table; the LAST line is one JSON object.
     python bench/dataloader.py --streaming [--root DIR | --episodes N] [--batches 100]
 
 --streaming (issue 22) compares the streamed path (StreamingPolicyDataset from the Hub-protocol test server of
-tests/hub_server.py on 127.0.0.1, in a ShuffleBufferSampler order, within --stream_ram_gb / --stream_disk_gb) with the
+tests/hub_server.py on 127.0.0.1, in EpisodeAwareSampler's shuffle-buffer order, within --stream_ram_gb / --stream_disk_gb) with the
 in-memory one (PolicyDataset from the same local files, frames decoded up front, EpisodeAwareSampler), batched, with 0
 and 2 workers (the streamed order split into one shard per worker: each worker decodes its own episodes; video read
 as --stream_video says). Each of the four runs is a fresh process with an empty HF cache: first_batch_s counts from the start
@@ -36,9 +36,6 @@ and peak_worker_rss_mb the largest peak among its DataLoader workers (pages shar
 With --lerobot_python (LeRobot 0.6.1's side venv), two more runs, 0 and 2 workers, time LeRobot's
 StreamingLeRobotDataset on the same served dataset (bench/lerobot_streaming.py says how, and what it does
 differently); their rows and `*_lerobot_streaming_w*` keys are added, the other keys stay as they are.
---read_ahead N names the next N batches' episodes to the streamed reader, which decodes them ahead (with 0 workers in
-its decoding process: decoded_by_child, taken_back and peak_decoder_rss_mb report it; with 2, in a thread of each
-worker); 16 (this script's default) is a GPU training run's default, 0 a CPU run's.
 --step_ms waits after each batch with the CPU free, as a GPU step does; --uint8_images has the batches carry uint8
 frames, as a training run's do (a run makes them float on its device: on a GPU one kernel, left out here; on a CPU
 the same division the float rows time).
@@ -89,9 +86,6 @@ def main() -> int:
     parser.add_argument("--stream_ram_gb", type=float, default=2.0)
     parser.add_argument("--stream_disk_gb", type=float, default=10.0)
     parser.add_argument("--stream_video", choices=["auto", "range", "download"], default="auto")
-    parser.add_argument(
-        "--read_ahead", type=int, default=16, help="--streaming: batches whose episodes are decoded ahead"
-    )
     parser.add_argument("--step_ms", type=float, default=0.0, help="--streaming: a wait after each batch that leaves "
                         "the CPU free, as a GPU training step does (time.sleep releases the GIL)")  # fmt: skip
     parser.add_argument("--uint8_images", action="store_true", help="--streaming: batches carry uint8 frames, as "
@@ -136,7 +130,7 @@ def main() -> int:
     try:
 
         def make_loader(dataset, workers: int, batched: bool, epoch: int):
-            sampler = EpisodeAwareSampler(dataset, drop_last_frames=args.drop_last_frames, shuffle=True, seed=0)
+            sampler = EpisodeAwareSampler(dataset, drop_last_frames=args.drop_last_frames, seed=0)
             sampler.set_epoch(epoch)
             if batched:
                 batches = torch.utils.data.BatchSampler(sampler, args.batch_size, drop_last=False)
@@ -225,14 +219,8 @@ def measure_one(args) -> dict:
     """One --streaming run: build the dataset and its loader, time the first batch and the warm ones."""
     import torch
 
-    from hfpolicy.datasets import (
-        EpisodeAwareSampler,
-        EpochBatchSampler,
-        PolicyDataset,
-        ShuffleBufferSampler,
-        StreamingPolicyDataset,
-    )  # fmt: skip
-    from hfpolicy.datasets.worker_batch import as_fetched
+    from hfpolicy.datasets import EpisodeAwareSampler, EpochBatchSampler, PolicyDataset, StreamingPolicyDataset
+    from hfpolicy.datasets.loader_transfer import identity_collate
 
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
@@ -241,20 +229,19 @@ def measure_one(args) -> dict:
         dataset = StreamingPolicyDataset(
             args.repo_id, delta_timestamps=DELTA_TIMESTAMPS, stream_ram_gb=args.stream_ram_gb,
             stream_disk_gb=args.stream_disk_gb, stream_video=args.stream_video,
-            decode_process=args.read_ahead > 0 and args.workers == 0,  # as training sets it
         )  # fmt: skip
         shards = max(1, args.workers)  # each worker decodes only its own shard's episodes
-        sampler = ShuffleBufferSampler(
-            dataset, args.shuffle_buffer_episodes, args.drop_last_frames, seed=0, shards=shards,
+        sampler = EpisodeAwareSampler(
+            dataset, args.drop_last_frames, seed=0, buffer_episodes=args.shuffle_buffer_episodes, shards=shards,
             batch_size=args.batch_size,
         )  # fmt: skip
     else:
         dataset = PolicyDataset(args.repo_id, root=args.root, delta_timestamps=DELTA_TIMESTAMPS)
         dataset.prefetch_frames(progress=False)  # as training does
-        sampler = EpisodeAwareSampler(dataset, drop_last_frames=args.drop_last_frames, shuffle=True, seed=0)
+        sampler = EpisodeAwareSampler(dataset, drop_last_frames=args.drop_last_frames, seed=0)
     dataset.uint8_images = args.uint8_images
-    if args.measure == "streaming":  # as training builds it: each batch names the coming ones, decoded ahead
-        batches = EpochBatchSampler(sampler, args.batch_size, read_ahead=args.read_ahead)
+    if args.measure == "streaming":  # as training builds it
+        batches = EpochBatchSampler(sampler, args.batch_size)
     else:
         batches = torch.utils.data.BatchSampler(sampler, args.batch_size, drop_last=True)
     if len(batches) == 0:
@@ -265,7 +252,7 @@ def measure_one(args) -> dict:
         batch_size=None,
         num_workers=args.workers,
         persistent_workers=args.workers > 0,
-        collate_fn=as_fetched,
+        collate_fn=identity_collate,
     )  # fmt: skip (as training builds it)
     clock = {"first_batch_s": None}
 
@@ -298,18 +285,12 @@ def measure_one(args) -> dict:
     live = loader._iterator._workers if args.workers else []  # the persistent workers, still running
     workers = max((peak_rss_mb(w.pid) for w in live), default=0.0)
     own = peak_rss_mb()
-    decoder = getattr(dataset, "_decoder", None)  # the decoding process of a streamed reader with 0 workers
-    decoding = {
-        "decoded_by_child": decoder.decodes if decoder else 0, "taken_back": decoder.stolen if decoder else 0,
-        "peak_decoder_rss_mb": round(max((peak_rss_mb(pid) for pid in decoder._executor._processes), default=0.0))
-        if decoder else 0,
-    }  # fmt: skip
     del loader
     gc.collect()
     return {
         "path": args.measure, "workers": args.workers, "samples_per_s": round(cold, 1), "warm_samples_per_s": round(warm, 1),
         "first_batch_s": round(first_batch_s, 2), "peak_rss_mb": round(own), "peak_worker_rss_mb": round(workers),
-        "frames": dataset.num_frames, "episodes": dataset.num_episodes, **decoding,
+        "frames": dataset.num_frames, "episodes": dataset.num_episodes,
     }  # fmt: skip
 
 
@@ -340,7 +321,7 @@ def streaming_main(args) -> int:
             command += [f"--{k}={getattr(args, k)}" for k in ("repo_id", "batch_size", "drop_last_frames", "batches")]
             command += [f"--{k}={getattr(args, k)}" for k in ("warmup", "shuffle_buffer_episodes", "stream_ram_gb")]
             command += [f"--stream_disk_gb={args.stream_disk_gb}", f"--stream_video={args.stream_video}"]
-            command += [f"--read_ahead={args.read_ahead}", f"--step_ms={args.step_ms}"]
+            command += [f"--step_ms={args.step_ms}"]
             command += (["--uint8_images"] if args.uint8_images else []) + (
                 [f"--torch_threads={args.torch_threads}"] if args.torch_threads else []
             )
@@ -399,8 +380,6 @@ def print_streaming_table(runs: list[dict], args, pushed_mb: float) -> None:
         for workers in (0, 2)
         for key in keys
     }
-    for key in ("decoded_by_child", "taken_back", "peak_decoder_rss_mb"):  # the decoding process (0 workers)
-        result[f"{key}_streaming_w0"] = by["streaming", 0].get(key, 0)
     for workers in (0, 2):
         for kind in ("", "warm_"):
             ratio = by["streaming", workers][f"{kind}samples_per_s"] / by["memory", workers][f"{kind}samples_per_s"]
@@ -415,7 +394,7 @@ def print_streaming_table(runs: list[dict], args, pushed_mb: float) -> None:
     result |= {
         "frames": runs[0]["frames"], "episodes": runs[0]["episodes"], "dataset_mb": round(pushed_mb, 1),
         "batch_size": args.batch_size, "batches": args.batches, "shuffle_buffer_episodes": args.shuffle_buffer_episodes,
-        "stream_ram_gb": args.stream_ram_gb, "stream_disk_gb": args.stream_disk_gb, "read_ahead": args.read_ahead,
+        "stream_ram_gb": args.stream_ram_gb, "stream_disk_gb": args.stream_disk_gb,
         "step_ms": getattr(args, "step_ms", 0.0), "uint8_images": getattr(args, "uint8_images", False),
     }  # fmt: skip
     print(
@@ -437,12 +416,6 @@ def print_streaming_table(runs: list[dict], args, pushed_mb: float) -> None:
         print(
             f"streaming / in-memory, {words}: {result[f'{kind}streaming_vs_memory_w0']:.2f} (0 workers), "
             f"{result[f'{kind}streaming_vs_memory_w2']:.2f} (2 workers)"
-        )
-    if result["decoded_by_child_streaming_w0"] or result["taken_back_streaming_w0"]:
-        print(
-            f"streaming, 0 workers: its decoding process decoded {result['decoded_by_child_streaming_w0']} episodes, "
-            f"the reader took back {result['taken_back_streaming_w0']}; the process's peak RSS "
-            f"{result['peak_decoder_rss_mb_streaming_w0']} MiB"
         )
     if any(r["frames"] < r["buffer_size"] for r in runs if r["path"] == "lerobot_streaming"):
         from lerobot_streaming import BURST_NOTE

@@ -10,14 +10,14 @@ step; no jitter. Planning time is measured inside the expert (`time.process_time
 wall), excluding the env's own stepping; on a loaded machine wall time exceeds CPU time.
 
 ALOHA (issue 21): `--env.type=aloha --env.task=AlohaTransferCube-v0|AlohaInsertion-v0` runs the scripted bimanual
-expert (hfpolicy.policies.scripted.aloha_expert) state-only for 400 steps per seed and reports success (gym-aloha's
+expert (hfpolicy.experts.aloha_expert) state-only for 400 steps per seed and reports success (gym-aloha's
 reward 4, LeRobot's rule), the step of the first success, and seconds per episode (planning in the mocap scene plus
 the joint-space episode, which ends at its first success as in LeRobot's evaluation). `--images` renders the top camera
 at every step (480x640) of full 400-step episodes, as `hfpolicy record` does: seconds per episode and per step are
 then the recording speed (encoding aside). Targets: transfer cube >= 98%, insertion
 >= 90% over 200 seeds.
 
-xArm (issue 34): `--env.type=xarm` runs the scripted lift expert (hfpolicy.policies.scripted.xarm_expert) state-only
+xArm (issue 34): `--env.type=xarm` runs the scripted lift expert (hfpolicy.experts.xarm_expert) state-only
 for up to 200 steps per seed (LeRobot's xArm episode length) and reports success (gym-xarm's is_success, which ends
 the episode), episode length and seconds per episode. Target: >= 95% over 200 seeds.
 
@@ -41,7 +41,7 @@ def run_seed(seed: int, max_steps: int) -> dict:
     import gym_pusht  # noqa: F401  (registers gym_pusht/PushT-v0)
     import gymnasium as gym
 
-    from hfpolicy.policies.scripted.pusht_expert import PushTExpert, run_expert_episode, target_motion_stats
+    from hfpolicy.experts.pusht_expert import PushTExpert, run_expert_episode, target_motion_stats
 
     if _WORKER.get("max_steps") != max_steps:
         _WORKER.update(
@@ -69,7 +69,7 @@ def run_seed(seed: int, max_steps: int) -> dict:
 
 def run_aloha_seed(seed: int, task: str, images: bool, shadows: bool) -> dict:
     from hfpolicy.envs.aloha import AlohaEnv
-    from hfpolicy.policies.scripted.aloha_expert import AlohaExpert, run_aloha_expert_episode
+    from hfpolicy.experts.aloha_expert import AlohaExpert, run_aloha_expert_episode
 
     key = (task, images, shadows)
     if _WORKER.get("aloha") != key:
@@ -139,7 +139,7 @@ def aloha_main(args) -> int:
 
 def run_xarm_seed(seed: int) -> dict:
     from hfpolicy.envs import XarmEnvConfig
-    from hfpolicy.policies.scripted.xarm_expert import XarmExpert, run_xarm_expert_episode
+    from hfpolicy.experts.xarm_expert import XarmExpert, run_xarm_expert_episode
 
     if "xarm" not in _WORKER:
         env = XarmEnvConfig(obs_type="environment_state_agent_pos").make_single()

@@ -141,42 +141,17 @@ def status_kb(field: str, pid: int | str = "self") -> int:
     raise KeyError(field)
 
 
-def private_kb(pid: int) -> int:
-    """The memory only process `pid` holds (Private_Clean + Private_Dirty of /proc/PID/smaps_rollup), in KiB: a
-    forked process's RSS also counts the pages it still shares with its parent."""
-    fields = {}
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        name, _, rest = line.partition(":")
-        if name in ("Private_Clean", "Private_Dirty"):
-            fields[name] = int(rest.split()[0])
-    return sum(fields.values())
-
-
-def decoder_pids(made: list) -> list[int]:
-    """The decoding processes (hfpolicy/datasets/decode_process.py) of the run's streamed datasets, alive now."""
-    decoders = [getattr(dataset, "_decoder", None) for dataset in made]
-    return [pid for d in decoders if d is not None for pid in d._executor._processes if Path(f"/proc/{pid}").exists()]
-
-
 class RssSampler(threading.Thread):
-    """Samples this process's RSS every `every_s` seconds: (seconds since start, MiB); and the most private memory
-    its datasets' decoding processes held at a sample (`decoder_private_mb`) and their peak RSS."""
+    """Samples this process's RSS every `every_s` seconds: (seconds since start, MiB)."""
 
-    def __init__(self, made: list, every_s: float = 0.25):
+    def __init__(self, every_s: float = 0.25):
         super().__init__(daemon=True)
         self.every_s, self.samples, self.start_s = every_s, [], time.perf_counter()
-        self.made, self.decoder_private_mb, self.decoder_peak_rss_mb = made, 0.0, 0.0
         self._halt = threading.Event()
 
     def run(self) -> None:
         while not self._halt.wait(self.every_s):
             self.samples.append((time.perf_counter() - self.start_s, status_kb("VmRSS") / 1024))
-            for pid in decoder_pids(self.made):
-                try:
-                    self.decoder_private_mb = max(self.decoder_private_mb, private_kb(pid) / 1024)
-                    self.decoder_peak_rss_mb = max(self.decoder_peak_rss_mb, status_kb("VmHWM", pid) / 1024)
-                except (OSError, KeyError):  # it ended between the listing and the reading
-                    pass
 
     def stop(self) -> list[tuple[float, float]]:
         self._halt.set()
@@ -222,7 +197,7 @@ def dataset_counters(dataset, decoded: list[int]) -> dict:
             "evictions": dataset.frames.evictions, "lru_peak_mb": round(dataset.frames.peak_bytes / MIB, 2),
             "lru_budget_mb": round(dataset.frames.max_bytes / MIB, 2), "video_by_range": dataset.video_by_range(),
             "range_reads": getattr(files, "range_reads", 0), "range_mb": round(getattr(files, "range_bytes", 0) / MIB, 1),
-            "disk_peak_mb": round((files.peak_bytes + getattr(dataset._decoder, "disk_peak_bytes", 0)) / MIB, 2),
+            "disk_peak_mb": round(files.peak_bytes / MIB, 2),
         }  # fmt: skip
     else:
         out["frame_cache_mb"] = round(sum(c.nbytes for c in dataset._caches.values()) / MIB, 2)
@@ -234,7 +209,7 @@ def child_main(flags: list[str]) -> int:
     made, decoded = watch_datasets()
     from hfpolicy.training import main
 
-    sampler = RssSampler(made)
+    sampler = RssSampler()
     sampler.start()
     start = time.perf_counter()
     code = main(flags)
@@ -251,11 +226,6 @@ def child_main(flags: list[str]) -> int:
     }
     dataset = max(made, key=lambda d: getattr(d, "num_frames", 0))
     result |= dataset_counters(dataset, decoded)
-    decoder = getattr(dataset, "_decoder", None)
-    result |= {
-        "decoder_private_mb": round(sampler.decoder_private_mb, 1), "decoder_peak_rss_mb": round(sampler.decoder_peak_rss_mb, 1),
-        "decoded_by_child": decoder.decodes if decoder else 0, "taken_back": decoder.stolen if decoder else 0,
-    }  # fmt: skip
     print(json.dumps(result))
     return 0
 
@@ -300,7 +270,7 @@ def measure(args, big: Path, tiny: Path, workdir: Path) -> dict:
         f"--dataset.stream_disk_gb={args.stream_disk_gb}",
         f"--dataset.shuffle_buffer_episodes={args.shuffle_buffer_episodes}", f"--steps={args.steps}",
         f"--output_dir={workdir / 'run_streamed'}",
-    ] + ([f"--dataset.stream_read_ahead={args.read_ahead}"] if args.read_ahead is not None else [])  # fmt: skip
+    ]  # fmt: skip
     baseline = [f"--dataset.root={tiny}", f"--steps={args.baseline_steps or args.steps}"]
     baseline.append(f"--output_dir={workdir / 'run_baseline'}")
     runs = {"streamed": run_child("streamed", common + streamed, workdir)}
@@ -330,10 +300,6 @@ def summarize(args, sizes: dict, measured: dict, generate_s: float | None) -> di
         **{k: streamed[k] for k in ("decodes", "distinct_episodes_decoded", "evictions", "lru_peak_mb", "lru_budget_mb",
                                     "video_by_range", "range_reads", "range_mb", "disk_peak_mb", "columns_mb",
                                     "meta_mb")},
-        "read_ahead": args.read_ahead, "decoder_private_mb": streamed["decoder_private_mb"],
-        "decoder_peak_rss_mb": streamed["decoder_peak_rss_mb"], "decoded_by_child": streamed["decoded_by_child"],
-        "taken_back": streamed["taken_back"],
-        "over_baseline_with_decoder_mb": round(over_mb + streamed["decoder_private_mb"], 1),
         "rss_at_mb": streamed["rss_at_mb"], "baseline_rss_at_mb": baseline["rss_at_mb"],
         "train_wall_s": streamed["train_wall_s"], "baseline_train_wall_s": baseline["train_wall_s"],
         "generate_s": None if generate_s is None else round(generate_s, 1), "push_s": measured["push_s"],
@@ -359,11 +325,6 @@ def print_report(r: dict) -> None:
                                f"{r['evictions']} evictions, LRU peak {r['lru_peak_mb']:.0f} of "
                                f"{r['lru_budget_mb']:.0f} MiB; by range: {r['video_by_range']} ({r['range_reads']} "
                                f"reads, {r['range_mb']:.0f} MiB); disk peak {r['disk_peak_mb']:.1f} MiB"),
-        ("decoding process", f"private memory {r['decoder_private_mb']:.0f} MiB at most (peak RSS "
-                             f"{r['decoder_peak_rss_mb']:.0f} MiB, mostly pages shared with the trainer); decoded "
-                             f"{r['decoded_by_child']}, taken back {r['taken_back']}; streamed - model's own + its "
-                             f"private memory: {r['over_baseline_with_decoder_mb']:.0f} MiB")
-        if r["decoded_by_child"] or r["taken_back"] else ("decoding process", "none (no read-ahead)"),
         ("not in B", f"numeric columns {r['columns_mb']:.2f} MiB, meta episodes table {r['meta_mb']:.2f} MiB"),
         ("time", f"generate {r['generate_s']} s (None: cached), push {r['push_s']} s"),
     ]  # fmt: skip
@@ -401,8 +362,6 @@ def main() -> int:
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--resize", type=int, nargs=2, default=[96, 128], metavar=("H", "W"))
     parser.add_argument("--num_threads", type=int, default=None, help="--num_threads of both runs")
-    parser.add_argument("--read_ahead", type=int, default=None, help="the streamed run's --dataset.stream_read_ahead "
-                        "(default: the training's, 0 on a CPU); > 0 decodes ahead in a decoding process")  # fmt: skip
     args = parser.parse_args()
     from local_hub import start_local_hub
 

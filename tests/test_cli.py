@@ -14,7 +14,7 @@ from hfpolicy.eval.cli import EvalPipelineConfig
 from hfpolicy.features import FeatureType, PolicyFeature
 from hfpolicy.field_errors import ConfigFieldError
 from hfpolicy.hub.export import ExportConfig
-from hfpolicy.hub.push import PushConfig
+from hfpolicy.hub.push_config import PushConfig
 from hfpolicy.policies import DiffusionConfig, PolicyConfig
 from hfpolicy.record import RecordConfig
 from hfpolicy.training.config import TrainConfig

@@ -17,8 +17,8 @@ from policies.toy_policy import make_toy_policy
 from hfpolicy.constants import EVAL_INFO_FILE
 from hfpolicy.datasets import DatasetWriter, PolicyDataset
 from hfpolicy.eval import main as eval_main
-from hfpolicy.io.atomic import Staging, remove_stale_staging
 from hfpolicy.io.run_lock import RunLock, RunLockedError
+from hfpolicy.io.staging import Staging, remove_stale_staging
 from hfpolicy.record import main as record_main
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hfpolicy.cli.info import environment_report
 from hfpolicy.io.termination import SIGNAL_NAMES, Terminated, stop_on_signals
 
 
@@ -43,7 +44,7 @@ BAD_INPUT = (
     "builtins:FileNotFoundError",
     "draccus.utils:ParsingError",
     "hfpolicy.io.run_lock:RunLockedError",
-    "hfpolicy.policies.registry:PolicyLoadError",
+    "hfpolicy.policies.errors:PolicyLoadError",
     "hfpolicy.envs.mujoco_gl:RenderBackendError",  # no OpenGL backend for pixels: its line names MUJOCO_GL's choices
 )
 
@@ -81,13 +82,13 @@ COMMANDS: dict[str, Command] = {
         help="convert a LeRobot v2.1 dataset (folder or Hub repo) to a LeRobot v3.0 dataset",
     ),
     "record": Command(
-        config="hfpolicy.record:RecordConfig",
-        run="hfpolicy.record:record_command",
+        config="hfpolicy.record.config:RecordConfig",
+        run="hfpolicy.record.recording:record_command",
         help="record demonstrations with a scripted expert into a LeRobot v3.0 dataset",
-        failures=("hfpolicy.record:RecordWriteError",),
+        failures=("hfpolicy.record.recording:RecordWriteError",),
     ),
     "push": Command(
-        config="hfpolicy.hub.push:PushConfig",
+        config="hfpolicy.hub.push_config:PushConfig",
         run="hfpolicy.hub.push:push_command",
         help="push a training run (policy, evaluation, curve, card) to the Hub",
         bad_input=("hfpolicy.hub.push:PushError",),
@@ -145,8 +146,6 @@ def main(argv: list[str] | None = None) -> int:
         print(usage())
         return 0
     if argv[0] in ("-V", "--version"):
-        from hfpolicy.cli.info import environment_report
-
         print(environment_report())
         return 0
     name, rest = split_command(argv)

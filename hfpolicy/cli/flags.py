@@ -80,7 +80,7 @@ def describe_flag_error(
         message = f"{error.argument_name}: {error.message}"
     else:
         message = str(error).strip()
-        if unknown:
+        if config_class is not None and unknown:
             message = f"unrecognized arguments: {' '.join(unknown)}{did_you_mean(config_class, unknown, argv or [])}"
     message = message.splitlines()[0]
     if cause is not None and str(cause) and str(cause) not in message:
@@ -245,7 +245,7 @@ def help_sections(config_class: type, argv: list[str], prog: str) -> list[tuple[
         sections.append((title, rows))
         docs = field_docs(cls)
         hints = typing.get_type_hints(cls)
-        nested = []
+        nested: list[tuple[str, Any, Any, str, bool]] = []  # (name, its class, default, doc, is a choice registry)
         for f in dataclasses.fields(cls):
             if not f.init:
                 continue

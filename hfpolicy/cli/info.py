@@ -5,7 +5,6 @@ Python 3.11.7, Linux-6.18-x86_64-with-glibc2.36
 torch 2.14.1+cu130 (CUDA 13.0 build; no GPU found here; 2 CPU cores), torchvision 0.29.1, accelerate 1.15.0, ...
 """
 
-import importlib.metadata
 import os
 import platform
 from dataclasses import dataclass
@@ -34,6 +33,8 @@ class InfoConfig:
 
 
 def library_version(name: str) -> str:
+    import importlib.metadata  # ~80 ms: imported here, so that every command's start (which imports this) skips it
+
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:

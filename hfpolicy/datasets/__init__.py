@@ -1,5 +1,5 @@
-"""LeRobot v3.0 datasets: read them (`PolicyDataset`, or streamed from the Hub: `StreamingPolicyDataset`), write
-them (`DatasetWriter`), share them (`push_dataset_to_hub`), and convert the diffusion_policy PushT zarr
+"""LeRobot v3.0 datasets: read them (`PolicyDataset`, or streamed from the Hub: `StreamingPolicyDataset`; several
+as one: `MixtureDataset`, in the order of `EpisodeAwareSampler`), write them (`DatasetWriter`), share them (`push_dataset_to_hub`), and convert the diffusion_policy PushT zarr
 (`convert_pusht_zarr`)."""
 
 from hfpolicy.datasets.dataset import PolicyDataset
@@ -12,9 +12,9 @@ from hfpolicy.datasets.format import (
 )
 from hfpolicy.datasets.hub import download_dataset, make_dataset_card, push_dataset_to_hub
 from hfpolicy.datasets.metadata import DatasetMeta
+from hfpolicy.datasets.mixture import MixtureDataset
 from hfpolicy.datasets.remote_files import StreamingError
-from hfpolicy.datasets.sampler import BatchIndices, EpisodeAwareSampler, EpochBatchSampler, split_episodes
-from hfpolicy.datasets.shuffle_buffer import ShuffleBufferSampler
+from hfpolicy.datasets.sampler import EpisodeAwareSampler, EpochBatchSampler, split_episodes
 from hfpolicy.datasets.streaming import StreamingPolicyDataset
 from hfpolicy.datasets.writer import DatasetWriter
 
@@ -24,10 +24,9 @@ __all__ = [
     "DatasetMeta",
     "DatasetWriter",
     "EpisodeAwareSampler",
-    "BatchIndices",
     "EpochBatchSampler",
+    "MixtureDataset",
     "PolicyDataset",
-    "ShuffleBufferSampler",
     "StreamingError",
     "StreamingPolicyDataset",
     "TimestampError",
@@ -44,7 +43,7 @@ __all__ = [
 def __getattr__(name: str):
     # The converter imports gym-pusht (pygame, pymunk, shapely): load it only when asked for.
     if name == "convert_pusht_zarr":
-        from hfpolicy.datasets.pusht_zarr import convert_pusht_zarr
+        from hfpolicy.datasets.pusht_zarr import convert_pusht_zarr  # lazy: optional heavy dependency (gym-pusht)
 
         return convert_pusht_zarr
     raise AttributeError(f"module 'hfpolicy.datasets' has no attribute {name!r}")

@@ -106,7 +106,7 @@ def _last_files(folder: Path, suffix: str):
 
 def _kept_episodes(root: Path, n: int) -> tuple[list[dict[str, dict[str, np.ndarray]]], set[str]]:
     """(the per-episode stats (stats/{key}/{stat} columns), the tasks) of the first `n` episodes."""
-    parts, tasks = [], set()
+    parts, tasks = [], set[str]()
     for path in _files(root / EPISODES_DIR, ".parquet"):  # all of them (a truncation, or a foreign dataset)
         columns = [name for name in pq.read_schema(path).names if name.startswith(EP_STATS_PREFIX)]
         for row in pq.read_table(path, columns=[EPISODE_INDEX, EP_TASKS, *columns]).to_pylist():
@@ -123,8 +123,10 @@ def _kept_episodes(root: Path, n: int) -> tuple[list[dict[str, dict[str, np.ndar
 
 def _countable(stats: dict | None, features: dict[str, Any]) -> bool:
     """Whether stats.json has min/max/mean/std/count of every non-string feature (they then combine exactly)."""
+    if not stats:
+        return False
     listed = [key for key, feature in features.items() if feature["dtype"] != "string"]
-    return bool(stats) and all(key in stats and set(STAT_KEYS) <= set(stats[key]) for key in listed)
+    return all(key in stats and set(STAT_KEYS) <= set(stats[key]) for key in listed)
 
 
 def _rewrite_parquet(path: Path, n: int) -> None:

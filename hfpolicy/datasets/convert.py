@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from hfpolicy.cli.commands import main as hfpolicy_main
 from hfpolicy.datasets.metadata import DatasetMeta
 from hfpolicy.io.paths import check_apart
 
@@ -29,9 +30,9 @@ class PushTZarrConfig:
 
 
 def convert_pusht_zarr_command(config: PushTZarrConfig) -> str:
-    from hfpolicy.datasets.hub import push_dataset_to_hub
-    from hfpolicy.datasets.pusht_zarr import convert_pusht_zarr
-    from hfpolicy.datasets.writer import check_dataset_destination
+    from hfpolicy.datasets.hub import push_dataset_to_hub  # lazy: heavy (huggingface_hub), not imported by --help
+    from hfpolicy.datasets.pusht_zarr import convert_pusht_zarr  # lazy: optional heavy dependency (gym-pusht)
+    from hfpolicy.datasets.writer import check_dataset_destination  # lazy: heavy (pyarrow, PyAV), not for --help
 
     if not config.zarr_path or not config.output_dir:
         raise ValueError("give the zarr path and --output_dir=DIR")
@@ -83,8 +84,8 @@ class LeRobotV21Config:
 
 
 def convert_lerobot_v21_command(config: LeRobotV21Config) -> str:
-    from hfpolicy.datasets.v21_to_v30 import convert_lerobot_v21
-    from hfpolicy.datasets.writer import check_dataset_destination
+    from hfpolicy.datasets.v21_to_v30 import convert_lerobot_v21  # lazy: heavy (pyarrow, PyAV), not for --help
+    from hfpolicy.datasets.writer import check_dataset_destination  # lazy: heavy (pyarrow, PyAV), not for --help
 
     if not config.source or not config.output_dir:
         raise ValueError("give the v2.1 dataset (a folder or a Hub repo id) and --output_dir=DIR")
@@ -109,8 +110,6 @@ def convert_lerobot_v21_command(config: LeRobotV21Config) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """`hfpolicy convert <format> ...` (the formats are rows of hfpolicy.cli.commands)."""
-    from hfpolicy.cli.commands import main as hfpolicy_main
-
     return hfpolicy_main(["convert", *(sys.argv[1:] if argv is None else argv)])
 
 

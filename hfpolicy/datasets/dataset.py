@@ -23,9 +23,10 @@ from hfpolicy.datasets.batch_images import uint8_to_float
 from hfpolicy.datasets.features import IMAGE, STRING, VIDEO, column_to_numpy, image_chw, is_visual
 from hfpolicy.datasets.format import EP_LENGTH, INFO_PATH, DatasetFormatError, TimestampError, ep_video_column
 from hfpolicy.datasets.frame_cache import FRAME_CACHE_RAM_CAP_GB, FrameCache, decode_video_segment
+from hfpolicy.datasets.hub import download_dataset
+from hfpolicy.datasets.loader_transfer import batch_for_loader, shared_empty
 from hfpolicy.datasets.metadata import DatasetMeta
 from hfpolicy.datasets.stats import array_stats, stats_to_torch
-from hfpolicy.datasets.worker_batch import loader_batch, shared_empty
 
 
 class PolicyDataset(torch.utils.data.Dataset):
@@ -54,6 +55,7 @@ class PolicyDataset(torch.utils.data.Dataset):
     """
 
     uint8_images = False
+    streamed = False  # frames held in memory (StreamingPolicyDataset: streamed from the Hub)
 
     def __init__(
         self,
@@ -75,8 +77,6 @@ class PolicyDataset(torch.utils.data.Dataset):
         self.tolerance_s = tolerance_s
         self.image_transforms = image_transforms
         if root is None:
-            from hfpolicy.datasets.hub import download_dataset
-
             root = download_dataset(repo_id, revision=revision, episodes=episodes, download_videos=download_videos)
         self.root = Path(root)
         self.meta = DatasetMeta.load(self.root, repo_id)
@@ -372,8 +372,8 @@ class PolicyDataset(torch.utils.data.Dataset):
         batch of those items, so `DataLoader(dataset, sampler=BatchSampler(sampler, 64, drop_last=False),
         batch_size=None)` fetches whole batches without building per-item dicts and stacking them again."""
         if isinstance(idx, (list, tuple, np.ndarray, torch.Tensor)) and np.ndim(idx) == 1:
-            if self.image_transforms is None:  # a DataLoader worker sends it in one buffer (worker_batch.py)
-                return loader_batch(self.get_batch, np.asarray(idx), self.camera_keys, self.uint8_images)
+            if self.image_transforms is None:  # a DataLoader worker sends it in one buffer (loader_transfer.py)
+                return batch_for_loader(self.get_batch, np.asarray(idx), self.camera_keys, self.uint8_images)
             batch = self.get_batch(np.asarray(idx))
             for key in self.camera_keys:  # image_transforms: per sample, on float frames
                 batch[key] = torch.stack([self.image_transforms(image) for image in batch[key]])

@@ -1,8 +1,8 @@
 """`FrameLRU`: decoded episodes (uint8 frames of one camera) kept in memory up to a byte budget, the least recently
-used evicted first, but after those the caller says are needed soon (`keep`: the episodes of the batch being read and
-of those its read-ahead names); the frame store of the streaming reader (streaming.py).
+used evicted first, but after those the caller says are in use (`keep`: the episodes of the batch being read); the
+frame store of the streaming reader (streaming.py).
 
-Each process keeps its own, at most budget / num_workers (worker_budget.py).
+Each process keeps its own, at most budget / num_workers (per_process_budget.py).
 """
 
 from collections import OrderedDict
@@ -10,10 +10,10 @@ from collections.abc import Hashable, Set
 
 import numpy as np
 
-from hfpolicy.datasets.worker_budget import WorkerBudget
+from hfpolicy.datasets.per_process_budget import PerProcessBudget
 
 
-class FrameLRU(WorkerBudget):
+class FrameLRU(PerProcessBudget):
     """uint8 arrays by key, their bytes summed and bounded by `max_bytes` (over all DataLoader workers)."""
 
     def __init__(self, max_bytes: int, budget_words: str):
@@ -25,18 +25,17 @@ class FrameLRU(WorkerBudget):
 
     def _clear(self) -> None:
         self._entries: OrderedDict[Hashable, np.ndarray] = OrderedDict()  # least recently used first
-        self.reserved = 0  # bytes of arrays being filled outside the LRU (read_ahead.py), counted in the bound
         self.loads = 0  # arrays put (a decode each)
 
     def get(self, key: Hashable) -> np.ndarray | None:
-        self._own()
+        self._reset_if_forked()
         array = self._entries.get(key)
         if array is not None:
             self._entries.move_to_end(key)
         return array
 
     def make_room(self, nbytes: int, what: str, keep: Set[Hashable] = frozenset()) -> None:
-        """Evicts least recently used arrays until `nbytes` more fit, those not in `keep` (needed soon) first;
+        """Evicts least recently used arrays until `nbytes` more fit, those not in `keep` (in use) first;
         ValueError naming the budget when they never can. Call before allocating the array, so that the bound
         holds while it is filled."""
         budget = self.budget
@@ -45,37 +44,21 @@ class FrameLRU(WorkerBudget):
                 f"{what} needs {nbytes / 1024**2:.2f} MiB of decoded frames, more than the streaming memory budget "
                 f"of {budget / 1024**2:.2f} MiB{self.share_words()}: raise {self.budget_words}, or use fewer workers"
             )
-        while self._entries and self.bytes + self.reserved + nbytes > budget:
+        while self._entries and self.bytes + nbytes > budget:
             victim = next((k for k in self._entries if k not in keep), next(iter(self._entries)))
             evicted = self._entries.pop(victim)
             self.bytes -= evicted.nbytes
             self.evictions += 1
-        self.peak_bytes = max(self.peak_bytes, self.bytes + self.reserved + nbytes)
-
-    def reserve(self, nbytes: int, what: str, keep: Set[Hashable] = frozenset()) -> None:
-        """Makes room for `nbytes` (as make_room) and holds them for an array filled elsewhere (a decode ahead) until
-        `release`."""
-        self._own()
-        self.make_room(nbytes, what, keep)
-        self.reserved += nbytes
-
-    def release(self, nbytes: int) -> None:
-        self._own()
-        self.reserved -= nbytes
-
-    def held_bytes(self, keys: Set[Hashable]) -> int:
-        """The bytes of the arrays of `keys` held now."""
-        self._own()
-        return sum(self._entries[k].nbytes for k in keys if k in self._entries)
+        self.peak_bytes = max(self.peak_bytes, self.bytes + nbytes)
 
     def __contains__(self, key: Hashable) -> bool:
         """Whether `key` is held (without making it the most recently used)."""
-        self._own()
+        self._reset_if_forked()
         return key in self._entries
 
     def put(self, key: Hashable, array: np.ndarray, what: str, keep: Set[Hashable] = frozenset()) -> None:
         """Keeps `array` as the most recently used (after `make_room(array.nbytes)`, evicting if it was not called)."""
-        self._own()
+        self._reset_if_forked()
         if key in self._entries:
             self.bytes -= self._entries.pop(key).nbytes
         self.make_room(array.nbytes, what, keep)
@@ -84,7 +67,7 @@ class FrameLRU(WorkerBudget):
         self.loads += 1
 
     def __len__(self) -> int:
-        self._own()
+        self._reset_if_forked()
         return len(self._entries)
 
     # Pickling (DataLoader workers started with spawn/forkserver): the budget travels, the arrays do not.

@@ -3,7 +3,7 @@ their v2.1 counterparts in the same shape (legacy_v21.py)."""
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -90,7 +90,7 @@ class DatasetMeta:
         return int(self.episodes[EP_LENGTH].sum())
 
     def episode_row(self, episode_index: int) -> pd.Series:
-        return self.episodes.loc[episode_index]
+        return cast(pd.Series, self.episodes.loc[episode_index])  # a row: the index is unique (load_episode_table)
 
     def data_file(self, episode_index: int) -> str:
         row = self.episode_row(episode_index)

@@ -1,15 +1,21 @@
-"""Several datasets as one: `MixtureDataset` (their union, with pooled stats) and `MixtureSampler` (each dataset
-drawn at its sampling weight).
+"""The training data: `MixtureDataset`, the union of N >= 1 datasets (members), each held in memory
+(PolicyDataset) or streamed from the Hub (StreamingPolicyDataset); one dataset is a mixture of one. Its epoch
+order is sampler.EpisodeAwareSampler's (each member drawn at its sampling weight).
 
 Positions are concatenated: dataset d's frame i is position offsets[d] + i. `renames` maps source feature keys to
 the mixture's (a camera called differently in one dataset). Features are those every dataset has
 with the same dtype and shape; a feature only some datasets have is left out (`dropped_features` names them, and
 asking for one is refused by the caller), a shared feature whose dtype or shape differs, or a different fps, is
 refused naming the datasets. Stats are pooled exactly from each dataset's count, mean and std (the variance of the
-union, not an average of stds), min of mins and max of maxes.
+union, not an average of stds), min of mins and max of maxes; a mixture of one keeps its member's stats as they are.
+
+Streamed members split the streaming budgets (`split_budgets`) rather than share them: each keeps its own frame LRU
+and disk cache, with a share of the memory budget in proportion to the bytes its open episodes need and a share of
+the disk budget in proportion to its files, so the shares add up to the budget and each member's own checks (its
+open episodes fit) hold unchanged; one shared LRU would let one member's reads evict another's open episodes.
 """
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,9 +24,8 @@ import torch
 
 from hfpolicy.datasets.dataset import PolicyDataset
 from hfpolicy.datasets.format import DatasetFormatError
-from hfpolicy.datasets.sampler import rank_share
+from hfpolicy.datasets.loader_transfer import batch_for_loader
 from hfpolicy.datasets.stats import STAT_KEYS, aggregate_stats, stats_to_torch
-from hfpolicy.datasets.worker_batch import loader_batch
 
 DATASET_INDEX = "dataset_index"  # items of a mixture say which dataset they come from
 
@@ -93,10 +98,11 @@ def pooled_stats(parts: Sequence[dict[str, dict[str, np.ndarray]]], names: Seque
 
 
 class MixtureDataset(torch.utils.data.Dataset):
-    """The union of several PolicyDatasets (same fps, delta_timestamps built for the shared features).
+    """The union of N >= 1 datasets, in memory or streamed (same fps, delta_timestamps built for the shared
+    features).
 
     `dataset[[i, j, ...]]` gives the collated batch of those positions, as a PolicyDataset does, with a
-    `dataset_index` entry; `episode_bounds` are the episodes of all datasets in concatenated positions.
+    `dataset_index` entry; `episode_bounds` are the episodes of all members in concatenated positions.
     `uint8_images` as for PolicyDataset.
     """
 
@@ -112,7 +118,7 @@ class MixtureDataset(torch.utils.data.Dataset):
             raise ValueError("a mixture needs at least one dataset")
         self.datasets = list(datasets)
         self.names = list(names or [ds.repo_id for ds in datasets])
-        self.repo_id = "[" + ",".join(self.names) + "]"
+        self.repo_id = self.names[0] if len(self.names) == 1 else "[" + ",".join(self.names) + "]"
         self.renames = dict(renames or {})  # source feature key -> the mixture's, in every dataset that has it
         views = [renamed_view(ds, self.renames) for ds in self.datasets]
         self.features, self.dropped_features = common_features(views, self.names)
@@ -126,11 +132,14 @@ class MixtureDataset(torch.utils.data.Dataset):
         self.episode_bounds = np.concatenate(
             [ds.episode_bounds + offset for ds, offset in zip(self.datasets, self.offsets, strict=True)]
         )
-        numpy_stats = [
-            {renamed_key(k, self.renames): {s: v.numpy() for s, v in st.items()} for k, st in ds.stats.items()}
-            for ds in datasets
-        ]
-        self.stats = stats_to_torch(pooled_stats(numpy_stats, self.names, set(self.features)))
+        if len(self.datasets) == 1:  # its own stats, bit for bit (pooling one recomputes the std)
+            self.stats = {renamed_key(k, self.renames): v for k, v in datasets[0].stats.items()}
+        else:
+            numpy_stats = [
+                {renamed_key(k, self.renames): {s: v.numpy() for s, v in st.items()} for k, st in ds.stats.items()}
+                for ds in datasets
+            ]
+            self.stats = stats_to_torch(pooled_stats(numpy_stats, self.names, set(self.features)))
         self.tasks = {i: t for ds in self.datasets for i, t in ds.tasks.items()}  # per dataset in items' `task`
 
     def __len__(self) -> int:
@@ -171,10 +180,37 @@ class MixtureDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, idx):
         if isinstance(idx, (list, tuple, np.ndarray, torch.Tensor)) and np.ndim(idx) == 1:
-            # a DataLoader worker sends it in one buffer (worker_batch.py)
-            return loader_batch(self.get_batch, np.asarray(idx), self.camera_keys, self.uint8_images)
+            # a DataLoader worker sends it in one buffer (loader_transfer.py)
+            return batch_for_loader(self.get_batch, np.asarray(idx), self.camera_keys, self.uint8_images)
         batch = self.get_batch([int(idx)])
         return {key: value[0] for key, value in batch.items()}
+
+    def split_budgets(
+        self, ram_bytes: int, disk_bytes: int, buffer_episodes: int, num_workers: int = 0, shards: int = 1
+    ) -> list[tuple[int, int]]:
+        """Gives each streamed member its share of the memory and disk budgets (over all DataLoader workers) and
+        checks that its open episodes fit it; ValueError naming each member's need when they do not fit together.
+        Returns the (memory, disk) bytes of each."""
+        files = [ds.disk_bytes() for ds in self.datasets]  # all of them fit their shares when they fit the budget
+        disk = _shares(disk_bytes, files, floors=files if sum(files) <= disk_bytes else None)
+        for ds, share in zip(self.datasets, disk, strict=True):
+            ds.set_budgets(ds.frames.max_bytes, share)  # the disk first: it decides range reads, whose buffers count
+        needs = [ds.open_bytes(buffer_episodes, num_workers, shards) for ds in self.datasets]
+        workers = max(1, num_workers)
+        if len(needs) > 1 and sum(needs) > ram_bytes // workers:  # one member: its own check says it
+            each = ", ".join(f"{name} {need / 1024**2:.2f} MiB" for name, need in zip(self.names, needs, strict=True))
+            per_worker = f" per DataLoader worker ({num_workers} workers share it)" if workers > 1 else ""
+            raise ValueError(
+                f"the open episodes of the {len(needs)} streamed datasets need {sum(needs) / 1024**2:.2f} MiB of "
+                f"decoded frames together ({each}), more than the streaming memory budget of "
+                f"{ram_bytes // workers / 1024**2:.2f} MiB{per_worker}: raise stream_ram_gb= / --dataset.stream_ram_gb, "
+                "or keep fewer episodes open (buffer_episodes= / --dataset.shuffle_buffer_episodes)"
+            )
+        ram = _shares(ram_bytes, needs, floors=[need * workers for need in needs])
+        for ds, memory, share in zip(self.datasets, ram, disk, strict=True):
+            ds.set_budgets(memory, share)
+            ds.check_buffer_fits(buffer_episodes, num_workers, shards)
+        return list(zip(ram, disk, strict=True))
 
     def __repr__(self) -> str:
         return f"MixtureDataset({self.names}, frames={self.num_frames}, dropped_features={self.dropped_features})"
@@ -186,67 +222,11 @@ def _kept(key: str, features: dict) -> bool:
     return base in features or key in ("task", DATASET_INDEX)
 
 
-def sampling_weights(weights: Sequence[float] | None, sizes: Sequence[int]) -> np.ndarray:
-    """The datasets' sampling probabilities: `weights` normalized (default: each dataset's share of `sizes`, its
-    eligible frames); ValueError unless one non-negative number per dataset, not all 0."""
-    sizes = np.asarray(sizes, dtype=np.float64)
-    weights = np.asarray(sizes if weights is None else weights, dtype=np.float64)
-    if weights.shape != sizes.shape or not np.all(np.isfinite(weights)) or weights.min() < 0 or weights.sum() <= 0:
-        raise ValueError(
-            f"the sampling weights must be {len(sizes)} non-negative numbers (one per dataset), not all 0; got "
-            f"{weights.tolist()}"
-        )
-    return weights / weights.sum()
-
-
-class MixtureSampler(torch.utils.data.Sampler[int]):
-    """Mixture positions for one epoch: each sample picks dataset d with probability weights[d], then a frame of d
-    (cycling through a fresh permutation of d's eligible frames, so frames repeat only once all were drawn).
-
-    The order is a pure function of (seed, epoch), sharded over `num_replicas` like EpisodeAwareSampler. An epoch
-    has as many samples as the datasets' eligible frames together (`num_samples` to change it). Default weights:
-    each dataset's share of the eligible frames (the plain union).
-    """
-
-    def __init__(
-        self,
-        dataset: MixtureDataset,
-        weights: Sequence[float] | None = None,
-        drop_last_frames: int = 0,
-        seed: int = 0,
-        *,
-        num_samples: int | None = None,
-        num_replicas: int = 1,
-        rank: int = 0,
-    ):
-        self.pools = []
-        for ds, offset in zip(dataset.datasets, dataset.offsets, strict=True):
-            ranges = [np.arange(int(s), int(e) - drop_last_frames) for s, e in ds.episode_bounds]
-            pool = np.concatenate(ranges).astype(np.int64) + offset
-            if len(pool) == 0:
-                raise ValueError(f"{ds.repo_id}: no frame is left after dropping {drop_last_frames} per episode")
-            self.pools.append(pool)
-        sizes = [len(pool) for pool in self.pools]
-        self.weights = sampling_weights(weights, sizes)
-        self.num_samples = int(num_samples or sum(sizes))
-        self.seed, self.epoch, self.num_replicas, self.rank = seed, 0, num_replicas, rank
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def _order(self) -> np.ndarray:
-        rng = np.random.default_rng([self.seed, self.epoch])
-        which = rng.choice(len(self.pools), size=self.num_samples, p=self.weights)
-        order = np.empty(self.num_samples, dtype=np.int64)
-        for d, pool in enumerate(self.pools):
-            slots = np.flatnonzero(which == d)
-            cycles = -(-len(slots) // len(pool))
-            drawn = np.concatenate([pool[rng.permutation(len(pool))] for _ in range(cycles)]) if cycles else pool[:0]
-            order[slots] = drawn[: len(slots)]
-        return order
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(rank_share(self._order(), self.num_replicas, self.rank).tolist())
-
-    def __len__(self) -> int:
-        return -(-self.num_samples // self.num_replicas)
+def _shares(total: int, needs: Sequence[int], floors: Sequence[int] | None = None) -> list[int]:
+    """`total` split in proportion to `needs` (evenly when none needs any), each share at least its floor (their
+    sum fits `total`) and 1 byte."""
+    floors = list(floors or [0] * len(needs))
+    weights = np.asarray(needs, dtype=np.float64)
+    weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(needs), 1 / len(needs))
+    rest = total - sum(floors)
+    return [max(1, floor + int(rest * w)) for floor, w in zip(floors, weights, strict=True)]

@@ -20,6 +20,7 @@ position to pass is p - c + R(θ)·c.
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -37,7 +38,7 @@ ZARR_ARRAYS = ("data/img", "data/state", "data/action", "meta/episode_ends")
 
 def pusht_features(image_size: int = 96, environment_state: bool = False, images: bool = True) -> dict[str, dict]:
     """The features of a PushT dataset (lerobot/pusht's, optionally with the keypoints and without the camera)."""
-    features = {
+    features: dict[str, dict] = {
         OBS_IMAGE: {"dtype": "video", "shape": [image_size, image_size, 3], "names": ["height", "width", "channels"]},
         OBS_STATE: {"dtype": "float32", "shape": [2], "names": ["x", "y"]},
         ACTION: {"dtype": "float32", "shape": [2], "names": ["x", "y"]},
@@ -243,7 +244,7 @@ def convert_pusht_zarr(
 
 def open_pusht_zarr(
     zarr_path: Path, episodes: Sequence[int] | None
-) -> tuple[object, tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray, list[int]]:
+) -> tuple[Any, tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray, list[int]]:
     """(the zarr group, (episode starts, ends), states, actions, the chosen episode indices), checked: a
     FileNotFoundError or ValueError naming the zarr and what it lacks."""
     import zarr

@@ -12,7 +12,6 @@ the object is collected): a DataLoader worker starts an empty one holding at mos
 workers together stay within the budget.
 """
 
-import functools
 import multiprocessing.util
 import os
 import shutil
@@ -23,18 +22,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-import httpx2  # huggingface_hub's HTTP client: its network errors are not OSErrors
+from huggingface_hub.utils import httpx  # huggingface_hub's HTTP client (httpx2): its network errors are not OSErrors
 from tqdm.auto import tqdm
 
+from hfpolicy.datasets.per_process_budget import PerProcessBudget
 from hfpolicy.datasets.range_reads import RANGE_BLOCK_BYTES, RangeFile
-from hfpolicy.datasets.worker_budget import WorkerBudget
 
 REPO_TYPE = "dataset"
 RETRY_BASE_WAIT_S = 0.5  # waits 0.5, 1, 2, ... s between the attempts at one file
 RETRY_MAX_WAIT_S = 8.0
-RETRIED_ERRORS = (OSError, httpx2.HTTPError)  # HfHubHTTPError and the other huggingface_hub errors are OSErrors
-QUIET_BAR = functools.partial(tqdm, disable=True)  # a streamed file is fetched without a progress bar of its own
+RETRIED_ERRORS = (OSError, httpx.HTTPError)  # HfHubHTTPError and the other huggingface_hub errors are OSErrors
 T = TypeVar("T")
+
+
+class QuietBar(tqdm):
+    """A streamed file is fetched without a progress bar of its own (hf_hub_download's `tqdm_class`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{**kwargs, "disable": True})
 
 
 class StreamingError(OSError):
@@ -57,7 +62,7 @@ def first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-class RemoteFiles(WorkerBudget):
+class RemoteFiles(PerProcessBudget):
     """Local copies of files of `repo_id` at `commit`, at most `max_bytes` of them at once (over all workers).
 
     Args:
@@ -99,7 +104,7 @@ class RemoteFiles(WorkerBudget):
     @property
     def folder(self) -> Path:
         """This process's cache folder (created now if needed)."""
-        self._own()
+        self._reset_if_forked()
         if self._folder is None:
             root = stream_cache_dir()
             root.mkdir(parents=True, exist_ok=True)
@@ -120,7 +125,7 @@ class RemoteFiles(WorkerBudget):
     def fetch(self, path: str, what: str) -> Path:
         """The local copy of `path` (relative to the repo root), fetched now unless it is cached; now the most
         recently used. Evicts least recently used files first so that the budget holds during the download."""
-        self._own()
+        self._reset_if_forked()
         if path in self._files:
             self._files.move_to_end(path)
             return self.folder / path
@@ -147,7 +152,7 @@ class RemoteFiles(WorkerBudget):
         default `self.block_bytes`; nothing on disk). A read that fails makes the whole of `use` run again from the
         start, with the retries of a fetch; StreamingError after them. `use` must be repeatable (decoding an
         episode again into the same array is)."""
-        self._own()
+        self._reset_if_forked()
         size = self.size_of(path, what)
         block = min(self.block_bytes, block_bytes or self.block_bytes)
         return self._with_retries(
@@ -193,7 +198,7 @@ class RemoteFiles(WorkerBudget):
 
     def clear(self) -> None:
         """Deletes every cached file of this process."""
-        self._own()
+        self._reset_if_forked()
         while self._files:
             self._evict(next(iter(self._files)))
 
@@ -201,11 +206,11 @@ class RemoteFiles(WorkerBudget):
         from huggingface_hub import hf_hub_download
 
         local = hf_hub_download(
-            self.repo_id, path, repo_type=REPO_TYPE, revision=self.commit, local_dir=self.folder, tqdm_class=QUIET_BAR
+            self.repo_id, path, repo_type=REPO_TYPE, revision=self.commit, local_dir=self.folder, tqdm_class=QuietBar
         )
         return Path(local)
 
-    def _with_retries(self, call, what: str):
+    def _with_retries(self, call: Callable[[], T], what: str) -> T:
         """`call()`, tried `self.retries` times with exponential backoff; StreamingError naming `what` after that."""
         error: BaseException | None = None
         for attempt in range(self.retries):
@@ -215,6 +220,7 @@ class RemoteFiles(WorkerBudget):
                 return call()
             except RETRIED_ERRORS as e:
                 error = e
+        assert error is not None  # retries >= 1 (checked by __init__)
         raise StreamingError(
             f"could not fetch {what} of the Hub dataset {self.repo_id} at commit {self.commit[:8]} after "
             f"{self.retries} attempts ({first_line(error)}): check the network and HF_ENDPOINT, raise "

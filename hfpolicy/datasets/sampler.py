@@ -1,6 +1,20 @@
-"""Which frames a training epoch visits: an episode-aware sampler and an episode-level train/val split."""
+"""Which frames a training epoch visits, in what order: `EpisodeAwareSampler` (the one order of every dataset,
+streamed or not, one or a mixture), `EpochBatchSampler` (its batches, resumable mid-epoch), and an episode-level
+train/val split.
 
+A streamed member is drawn through a shuffle buffer (`buffer_order`): each episode enters the buffer once, its
+frames are drawn in random order while it is there, and it leaves for good when its last frame was drawn, so its
+reader holds at most `buffer_episodes` decoded episodes. The open episodes are split into `shards` groups, an
+episode entering the group whose place came free; batch k draws only from shard k mod shards. A DataLoader with N
+workers hands batch k to worker k mod N: when N divides `shards`, each worker reads only its own shards' episodes
+and decodes each once. Only at the end of a pass, once no episode is left to enter and a shard has run dry, the dry
+shard takes over an open episode of another shard (one not drawn from yet if there is one, else the one with the
+most frames left, which its new worker decodes again).
+"""
+
+import math
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -15,74 +29,210 @@ def rank_share(order: np.ndarray, num_replicas: int, rank: int) -> np.ndarray:
     return np.resize(order, per_rank * num_replicas)[rank::num_replicas]
 
 
-class EpisodeAwareSampler(torch.utils.data.Sampler[int]):
-    """Dataset positions of every frame except the first/last few of each episode, optionally shuffled.
+def shard_capacities(buffer_episodes: int, shards: int) -> list[int]:
+    """How many episodes each shard keeps open: `buffer_episodes` split as evenly as they go."""
+    return [buffer_episodes // shards + (1 if s < buffer_episodes % shards else 0) for s in range(shards)]
 
-    Diffusion Policy drops the last 7 frames of each episode (`drop_last_frames=7`): samples starting there would
-    be mostly padded action chunks. The order is a pure function of (seed, epoch), so every process of a DDP run
-    draws the same permutation; `set_epoch(epoch)` gives a new one each epoch. To shard without accelerate, pass
-    `num_replicas` and `rank`: each rank takes every num_replicas-th index (the permutation is padded by wrapping
-    so all ranks get the same count).
+
+def open_episodes_per_worker(buffer_episodes: int, shards: int = 1, num_workers: int = 0) -> int:
+    """The most episodes one process keeps open: with N workers, worker w reads the shards s with s = w (mod
+    gcd(N, shards)) (all of them in a single process)."""
+    capacities = shard_capacities(buffer_episodes, max(1, min(shards, buffer_episodes)))
+    step = math.gcd(max(1, num_workers), len(capacities))
+    return max(sum(capacities[w::step]) for w in range(step))
+
+
+class _Shard:
+    """The open episodes of one shard: their frames in drawing order and how many of each were drawn."""
+
+    def __init__(self, capacity: int):
+        self.capacity, self.frames, self.used = capacity, [], []
+
+    def refill(self, queue: list[np.ndarray]) -> None:
+        while queue and len(self.frames) < self.capacity:
+            self.frames.append(queue.pop())
+            self.used.append(0)
+
+    def take_over(self, shards: list["_Shard"]) -> None:
+        """Moves in an episode of another shard: one not drawn from yet if any, else the one with the most frames
+        left."""
+        left = [(o, i) for o in shards if o is not self for i in range(len(o.frames))]
+        if not left:
+            raise AssertionError("drew more frames than are open")  # buffer_order starts a new pass first
+        other, slot = max(left, key=lambda c: (c[0].used[c[1]] == 0, len(c[0].frames[c[1]]) - c[0].used[c[1]]))
+        self.frames.append(other.frames.pop(slot))
+        self.used.append(other.used.pop(slot))
+
+    def frames_left(self) -> int:
+        return sum(len(frames) - n for frames, n in zip(self.frames, self.used, strict=True))
+
+    def draw(self, u: float) -> int:
+        """The frame that `u` in [0, 1) picks among the frames not drawn yet (uniformly); the episode leaves when
+        its last frame was drawn."""
+        left = np.array([len(frames) - n for frames, n in zip(self.frames, self.used, strict=True)])
+        slot = int(np.searchsorted(np.cumsum(left), u * left.sum(), side="right"))
+        frame = int(self.frames[slot][self.used[slot]])
+        self.used[slot] += 1
+        if self.used[slot] == len(self.frames[slot]):
+            del self.frames[slot], self.used[slot]
+        return frame
+
+
+def _shuffled_pass(episodes: list[np.ndarray], rng: np.random.Generator) -> list[np.ndarray]:
+    """The episodes in a random order, each one's frames shuffled, as a queue to pop() from the end."""
+    queue = [episodes[i][rng.permutation(len(episodes[i]))] for i in rng.permutation(len(episodes))]
+    queue.reverse()  # pop() from the end takes them in the drawn order
+    return queue
+
+
+def buffer_order(
+    episodes: list[np.ndarray], capacities: list[int], shard_of: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """Positions of len(`shard_of`) draws, draw n from the open episodes of shard shard_of[n] (of `capacities`).
+
+    Episodes enter in a random order; while draws are left and the frames open cannot serve them all, a shard that
+    runs dry once every episode has entered starts a fresh pass (a new random order); else it takes over an episode
+    of another shard. So as many draws as frames give every frame exactly once, and more draws cycle through
+    passes (a mixture drawing one member more often than it has frames)."""
+    queue = _shuffled_pass(episodes, rng)
+    shards = [_Shard(capacity) for capacity in capacities]
+    total = len(shard_of)
+    out = np.empty(total, dtype=np.int64)
+    draws = rng.random(total)
+    for n, s in enumerate(shard_of.tolist()):
+        shard = shards[s]
+        shard.refill(queue)
+        if not shard.frames:  # the queue is empty too
+            if total - n > sum(o.frames_left() for o in shards):
+                queue = _shuffled_pass(episodes, rng)
+                shard.refill(queue)
+            else:
+                shard.take_over(shards)
+        out[n] = shard.draw(draws[n])
+    return out
+
+
+def sampling_weights(weights: Sequence[float] | None, sizes: Sequence[int]) -> np.ndarray:
+    """The members' sampling probabilities: `weights` normalized (default: each member's share of `sizes`, its
+    eligible frames); ValueError unless one non-negative number per member, not all 0."""
+    sizes = np.asarray(sizes, dtype=np.float64)
+    weights = np.asarray(sizes if weights is None else weights, dtype=np.float64)
+    if weights.shape != sizes.shape or not np.all(np.isfinite(weights)) or weights.min() < 0 or weights.sum() <= 0:
+        raise ValueError(
+            f"the sampling weights must be {len(sizes)} non-negative numbers (one per dataset), not all 0; got "
+            f"{weights.tolist()}"
+        )
+    return weights / weights.sum()
+
+
+def _members(dataset) -> list[tuple[Any, Sequence, int]]:
+    """(member, its episode bounds, its first position) of a mixture (`.datasets`, `.offsets`), of one dataset
+    (`.episode_bounds`), or of a plain sequence of (start, end) position ranges."""
+    if hasattr(dataset, "datasets"):
+        return [(ds, ds.episode_bounds, int(o)) for ds, o in zip(dataset.datasets, dataset.offsets, strict=True)]
+    return [(dataset, getattr(dataset, "episode_bounds", dataset), 0)]
+
+
+class EpisodeAwareSampler(torch.utils.data.Sampler[int]):
+    """The one epoch order of training data: the positions of every frame but the last `drop_last_frames` of each
+    episode, of one dataset or of a mixture's members (MixtureDataset), for any reader.
+
+    Per member: a fresh random permutation of its frames (data held in memory), or, with `buffer_episodes` (data
+    streamed), a shuffle buffer of that many episodes split into `shards` (see `buffer_order`), so that its reader
+    holds few episodes at once. Across members: each sample picks member d with probability weights[d] (default: its share of the eligible
+    frames, the plain union); a member drawn more often than it has frames starts a new pass. Batch k of a process
+    draws from shard k mod `shards`, so DataLoader workers dividing `shards` read apart.
+
+    The order is a pure function of (seed, epoch, shards, batch_size, num_replicas) and the members' episodes, so
+    `EpochBatchSampler`'s mid-epoch resume is exact with any number of workers. Process `rank` of `num_replicas` takes
+    every num_replicas-th position (the order padded by wrapping so all get the same count). One member draws with
+    the generator (seed, epoch), member d of several with (seed, epoch, d + 1).
 
     Args:
-        dataset: a PolicyDataset (its `episode_bounds`), or a sequence of (start, end) position ranges.
+        dataset: a PolicyDataset or StreamingPolicyDataset, a MixtureDataset, or a sequence of (start, end) ranges.
         drop_last_frames: frames left out at the end of every episode.
-        drop_first_frames: frames left out at the start of every episode.
-        shuffle: a new random order each epoch (else dataset order).
-        seed: the base seed of the shuffles.
-        num_replicas: the number of shards (processes).
-        rank: this process's shard.
+        seed: the base seed; epoch `e` draws with (seed, e).
+        weights: the members' shares of the samples.
+        buffer_episodes: episodes of each member open at once (None: each member in a permutation of its frames).
+        num_samples: samples per epoch (default: the eligible frames of all members).
+        num_replicas, rank: the processes and this one.
+        shards, batch_size: groups of a shuffle buffer, and the batch size of each process (batch k draws from
+            shard k mod shards).
     """
 
     def __init__(
         self,
         dataset,
         drop_last_frames: int = 0,
-        shuffle: bool = True,
         seed: int = 0,
         *,
-        drop_first_frames: int = 0,
+        weights: Sequence[float] | None = None,
+        buffer_episodes: int | None = None,
+        num_samples: int | None = None,
         num_replicas: int = 1,
         rank: int = 0,
+        shards: int = 1,
+        batch_size: int = 1,
     ):
-        bounds = getattr(dataset, "episode_bounds", dataset)
-        if drop_last_frames < 0 or drop_first_frames < 0:
-            raise ValueError("drop_last_frames and drop_first_frames must be >= 0")
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank must be in [0, num_replicas), got rank {rank} of {num_replicas}")
-        ranges = [np.arange(int(start) + drop_first_frames, int(end) - drop_last_frames) for start, end in bounds]
-        self.indices = np.concatenate(ranges).astype(np.int64) if ranges else np.zeros(0, dtype=np.int64)
-        if len(self.indices) == 0:
-            raise ValueError(
-                f"no frame is left after dropping {drop_first_frames} first and {drop_last_frames} last frames of "
-                "each episode: the episodes are too short"
-            )
-        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
-        self.num_replicas, self.rank = num_replicas, rank
+        if drop_last_frames < 0:
+            raise ValueError(f"drop_last_frames must be >= 0, got {drop_last_frames}")
+        if buffer_episodes is not None and buffer_episodes < 1:
+            raise ValueError(f"buffer_episodes must be >= 1, got {buffer_episodes}")
+        if buffer_episodes is not None and not 1 <= shards <= buffer_episodes:
+            raise ValueError(f"shards must be in [1, buffer_episodes={buffer_episodes}], got {shards}")
+        if batch_size < 1 or not 0 <= rank < num_replicas:
+            raise ValueError(f"batch_size must be >= 1 and rank in [0, {num_replicas}), got {batch_size}, {rank}")
+        self.episodes = []  # per member: each episode's eligible positions
+        for member, bounds, offset in _members(dataset):
+            ranges = [np.arange(int(s), int(e) - drop_last_frames, dtype=np.int64) + offset for s, e in bounds]
+            ranges = [frames for frames in ranges if len(frames)]
+            if not ranges:
+                name = getattr(member, "repo_id", "the dataset")
+                raise ValueError(
+                    f"{name}: no frame is left after dropping the last {drop_last_frames} frames of each episode: "
+                    "the episodes are too short"
+                )
+            self.episodes.append(ranges)
+        sizes = [sum(len(frames) for frames in ranges) for ranges in self.episodes]
+        self.weights = sampling_weights(weights, sizes)
+        self.num_samples = int(num_samples or sum(sizes))
+        self.capacities = shard_capacities(buffer_episodes, shards) if buffer_episodes is not None else []
+        self.buffer_episodes, self.shards, self.batch_size = buffer_episodes, shards, batch_size
+        self.seed, self.epoch, self.num_replicas, self.rank = seed, 0, num_replicas, rank
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def _order(self) -> np.ndarray:
-        if not self.shuffle:
-            return self.indices
-        rng = np.random.default_rng([self.seed, self.epoch])
-        return self.indices[rng.permutation(len(self.indices))]
+    def order(self) -> np.ndarray:
+        """The epoch's positions, all processes': which member each sample draws from, then each member's draws."""
+        one = len(self.episodes) == 1
+        if one:
+            which = np.zeros(self.num_samples, dtype=np.int64)
+        else:
+            which = np.random.default_rng([self.seed, self.epoch]).choice(
+                len(self.episodes), self.num_samples, p=self.weights
+            )
+        run = self.batch_size * self.num_replicas  # global positions of one batch of every process
+        shard_of = (np.arange(self.num_samples) // run) % self.shards
+        out = np.empty(self.num_samples, dtype=np.int64)
+        for d, episodes in enumerate(self.episodes):
+            slots = np.flatnonzero(which == d)
+            if not len(slots):
+                continue
+            rng = np.random.default_rng([self.seed, self.epoch] if one else [self.seed, self.epoch, d + 1])
+            if self.buffer_episodes is not None:
+                out[slots] = buffer_order(episodes, self.capacities, shard_of[slots], rng)
+            else:
+                pool = np.concatenate(episodes)
+                passes = -(-len(slots) // len(pool))
+                out[slots] = np.concatenate([pool[rng.permutation(len(pool))] for _ in range(passes)])[: len(slots)]
+        return out
 
     def __iter__(self) -> Iterator[int]:
-        return iter(rank_share(self._order(), self.num_replicas, self.rank).tolist())
+        return iter(rank_share(self.order(), self.num_replicas, self.rank).tolist())
 
     def __len__(self) -> int:
-        return -(-len(self.indices) // self.num_replicas)
-
-
-class BatchIndices(list):
-    """A batch's dataset positions, and `ahead`: the positions of the batches that come next to the same reader (a
-    streamed reader decodes their episodes ahead, read_ahead.py). A list, so any dataset takes it as a batch."""
-
-    def __init__(self, positions, ahead=()):
-        super().__init__(positions)
-        self.ahead = list(ahead)
+        return -(-self.num_samples // self.num_replicas)
 
 
 class EpochBatchSampler(torch.utils.data.Sampler[list[int]]):
@@ -91,24 +241,17 @@ class EpochBatchSampler(torch.utils.data.Sampler[list[int]]):
     A resumed training run starts mid-epoch without loading the batches it skips: `set_epoch(epoch, start_batch)`
     forwards the epoch to the wrapped sampler (which derives its order from it) and skips index batches, not data.
     The last incomplete batch of an epoch is dropped, so every batch has `batch_size` samples.
-
-    With `read_ahead` = L > 0 each batch is a `BatchIndices` whose `ahead` holds the positions of the next L
-    batches of its shard (batches k + S, ..., k + L*S for a sampler with S `shards`, which DataLoader workers dividing
-    S read apart): a streamed reader decodes their episodes while this batch trains. The batches are the same.
     """
 
-    def __init__(self, sampler: EpisodeAwareSampler, batch_size: int, read_ahead: int = 0):
+    def __init__(self, sampler: EpisodeAwareSampler, batch_size: int):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if read_ahead < 0:
-            raise ValueError(f"read_ahead must be >= 0, got {read_ahead}")
         if len(sampler) < batch_size:
             raise ValueError(
                 f"an epoch has {len(sampler)} samples per process, fewer than batch_size={batch_size}: "
                 "use a smaller batch size or more episodes"
             )
         self.sampler, self.batch_size, self.start_batch = sampler, batch_size, 0
-        self.read_ahead = read_ahead
 
     def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
         if not 0 <= start_batch < len(self):
@@ -117,15 +260,9 @@ class EpochBatchSampler(torch.utils.data.Sampler[list[int]]):
         self.start_batch = start_batch
 
     def __iter__(self) -> Iterator[list[int]]:
-        indices, size, count = list(self.sampler), self.batch_size, len(self)
-        stride = getattr(self.sampler, "shards", 1)
-        for k in range(self.start_batch, count):
-            batch = indices[k * size : (k + 1) * size]
-            if not self.read_ahead:
-                yield batch
-                continue
-            later = range(k + stride, min(count, k + stride * self.read_ahead + 1), stride)
-            yield BatchIndices(batch, [i for c in later for i in indices[c * size : (c + 1) * size]])
+        indices, size = list(self.sampler), self.batch_size
+        for k in range(self.start_batch, len(self)):
+            yield indices[k * size : (k + 1) * size]
 
     def __len__(self) -> int:
         return len(self.sampler) // self.batch_size

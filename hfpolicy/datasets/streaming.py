@@ -11,19 +11,17 @@ cache. "auto" (the default) fetches whole files when all the chosen episodes' vi
 once (each is then fetched once and read from disk in later epochs), else reads by range (the disk budget no longer
 has to hold a file). Image features stored in the parquet are read per episode from their data file.
 
-Episodes that the coming batches will draw are decoded ahead (`BatchIndices.ahead`, read_ahead.py): with 0
-DataLoader workers in a child process of the reader's (decode_process.py; the reader decodes itself what the child
-has not begun when it would otherwise wait), in a thread inside each worker.
+Decoding overlaps training through DataLoader workers (`--num_workers`), each reading its own shards' episodes; no
+read-ahead of our own: docs/datasets.md has the measurement that retired it.
 
 This is a PolicyDataset subclass that changes only where files and frames come from: the windows, `*_is_pad`, the
 columns, the checks and the stats are PolicyDataset's own code, so both readers give the same items. Pair it with an
-epoch order that keeps few episodes open at a time (`ShuffleBufferSampler`, checked by `check_buffer_fits`), so that
+epoch order that keeps few episodes open at a time (EpisodeAwareSampler's shuffle buffer, checked by `check_buffer_fits`), so that
 each episode is decoded about once per epoch.
 """
 
 import math
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -34,15 +32,14 @@ import torch
 
 from hfpolicy.constants import EPISODE_INDEX, FRAME_INDEX, INDEX, TASK_INDEX, TIMESTAMP
 from hfpolicy.datasets.dataset import PolicyDataset
-from hfpolicy.datasets.decode_process import DecodeProcess, decode_process_supported
 from hfpolicy.datasets.features import IMAGE, VIDEO, image_chw
 from hfpolicy.datasets.format import DatasetFormatError, ep_video_column
 from hfpolicy.datasets.frame_cache import decode_video_segment
 from hfpolicy.datasets.frame_lru import FrameLRU
+from hfpolicy.datasets.hub import download_meta
 from hfpolicy.datasets.range_reads import RANGE_BLOCK_BYTES, block_for, read_buffer_bytes
-from hfpolicy.datasets.read_ahead import ReadAhead
 from hfpolicy.datasets.remote_files import RemoteFiles
-from hfpolicy.datasets.shuffle_buffer import open_episodes_per_worker
+from hfpolicy.datasets.sampler import open_episodes_per_worker
 
 STREAM_RAM_GB = 2.0  # decoded frames in memory, over all DataLoader workers
 STREAM_DISK_GB = 10.0  # fetched files on disk, over all DataLoader workers
@@ -70,13 +67,11 @@ class StreamingPolicyDataset(PolicyDataset):
             reads by range.
         range_block_bytes: the most bytes per range request (reading by range; smaller episodes take smaller
             blocks, range_reads.block_for).
-        decode_process: decode ahead in a child process of this reader's (decode_process.py), forked now, while
-            this process is still small (on Linux; elsewhere, and inside DataLoader workers, in a thread). For 0
-            DataLoader workers with read-ahead (EpochBatchSampler(read_ahead=...)): a thread is starved of the GIL
-            by a CPU-bound main thread.
 
     Items are PolicyDataset's. `frames` (a FrameLRU) and `files` (a RemoteFiles) say what this process holds.
     """
+
+    streamed = True
 
     def __init__(
         self,
@@ -93,14 +88,9 @@ class StreamingPolicyDataset(PolicyDataset):
         download_videos: bool = True,
         stream_video: str = STREAM_VIDEO,
         range_block_bytes: int = RANGE_BLOCK_BYTES,
-        decode_process: bool = False,
     ):
-        from hfpolicy.datasets.hub import download_meta
-
         self.frames = FrameLRU(round(stream_ram_gb * GB), "stream_ram_gb= / --dataset.stream_ram_gb")
-        self.read_ahead = ReadAhead()
-        self._soon: frozenset = frozenset()  # the (camera, episode) entries of the batch being read and its read-ahead
-        self._decoder: DecodeProcess | None = None
+        self._in_use: frozenset = frozenset()  # the (camera, episode) entries of the batch being read: evicted last
         if not stream_disk_gb > 0:  # before any download
             raise ValueError(f"stream_disk_gb= / --dataset.stream_disk_gb must be > 0, got {stream_disk_gb}")
         if stream_video not in STREAM_VIDEO_CHOICES:
@@ -124,9 +114,6 @@ class StreamingPolicyDataset(PolicyDataset):
             image_transforms=image_transforms,
             download_videos=download_videos,
         )
-        if decode_process and self.camera_keys and decode_process_supported():
-            self.files.split(2)  # the reader decodes what it takes back from the child: each holds half
-            self._decoder = DecodeProcess(self)
 
     # --- columns: each data file fetched, read and deleted ------------------------------------------------------
     def _read_data_table(self, keys: list[str]) -> pa.Table:
@@ -208,7 +195,7 @@ class StreamingPolicyDataset(PolicyDataset):
 
     def set_budgets(self, ram_bytes: int, disk_bytes: int) -> None:
         """Sets the memory and disk budgets (over all DataLoader workers) before anything is held: a streamed
-        mixture gives each of its datasets a share (streaming_mixture.py)."""
+        mixture gives each of its datasets a share (MixtureDataset.split_budgets)."""
         if len(self.frames) or self.files.bytes:
             raise RuntimeError(f"the budgets of {self.repo_id} change only before any frame or file is held")
         if ram_bytes <= 0 or disk_bytes <= 0:
@@ -225,10 +212,6 @@ class StreamingPolicyDataset(PolicyDataset):
         held = open_episodes_per_worker(buffer_episodes, shards, num_workers)
         reserve = max(self._read_reserve(key, max(1, num_workers)) for key in self.camera_keys)
         need = self.open_bytes(buffer_episodes, num_workers, shards)
-        # what read-ahead leaves room for: the open episodes and one more, the one drawn out while the next comes
-        # in (with room for the open ones alone, an episode still drawn from was evicted at about every change of
-        # episodes, twice the decodes: docs/streaming.md#decoding-ahead)
-        self._open_bytes = need + max(self.episode_nbytes(pos) for pos in range(self.num_episodes))
         budget = self.frames.max_bytes // max(1, num_workers)
         if need > budget:
             shared = f" per DataLoader worker ({num_workers} workers share it)" if num_workers > 1 else ""
@@ -259,55 +242,17 @@ class StreamingPolicyDataset(PolicyDataset):
         return out
 
     def _episode_array(self, key: str, episode_pos: int) -> np.ndarray:
-        """The decoded uint8 frames (len, C, H, W) of camera `key` of an episode: from the LRU, from the read-ahead
-        thread (waiting for it if it is decoding them), or decoded now."""
+        """The decoded uint8 frames (len, C, H, W) of camera `key` of an episode: from the LRU, or decoded now."""
         frames = self.frames.get((key, episode_pos))
         if frames is not None:
             return frames
         what = f"episode {self.episodes[episode_pos]} of {self.repo_id}, {key}"
-        ahead = self.read_ahead.take((key, episode_pos))
-        decoder = self._decoder_here()
-        if ahead is not None:
-            future, reserved = ahead
-            try:
-                # its decode's error, if any, is raised here, where it is needed
-                frames = future.result() if decoder is None else self._wait_helping(decoder, (key, episode_pos), future)
-            finally:
-                self.frames.release(reserved)
-        else:
-            # before allocating: the bound holds while decoding, the read buffers of a range read included
-            self.frames.make_room(self._decode_bytes(key, episode_pos), what, self._soon)
-            with self.read_ahead.lock:
-                frames = self._decode_new(key, episode_pos)
-        if decoder is not None:
-            decoder.collect()
-        self.frames.put((key, episode_pos), frames, what, self._soon)
+        # before allocating: the bound holds while decoding, the read buffers of a range read included
+        self.frames.make_room(self._decode_bytes(key, episode_pos), what, self._in_use)
+        frames = np.empty(self._frames_shape(key, episode_pos), dtype=np.uint8)
+        self._decode_episode(key, episode_pos, frames)
+        self.frames.put((key, episode_pos), frames, what, self._in_use)
         return frames
-
-    def _wait_helping(self, decoder: DecodeProcess, entry: tuple[str, int], future) -> np.ndarray:
-        """The frames of `entry` from the decoding process; while they are not there, this process decodes the
-        newest episodes the child has not begun (`entry` itself, if it is one of them) instead of waiting for a
-        child that is behind with its own core idle (docs/streaming.md#decoding-ahead)."""
-        while not future.done():
-            stolen = decoder.steal()
-            if stolen is None:
-                break
-            if stolen == entry:
-                return self._decode_new(*entry)
-            self._decode_stolen(stolen)
-        return future.result()
-
-    def _decode_stolen(self, entry: tuple[str, int]) -> None:
-        """Decodes here a decode ahead taken back from the child; its frames (or its error) wait, still reserved,
-        until the episode is needed, as the child's would (in the LRU they could be evicted before their first use:
-        docs/streaming.md#the-readers-small-costs)."""
-        _, reserved = self.read_ahead.take(entry)
-        done = Future()
-        try:
-            done.set_result(self._decode_new(*entry))
-        except Exception as e:
-            done.set_exception(e)
-        self.read_ahead.adopt(entry, reserved, done, ahead=False)
 
     def _decode_bytes(self, key: str, episode_pos: int) -> int:
         """The memory a decode of camera `key` of an episode holds: its frames and, reading by range, the buffers."""
@@ -318,63 +263,19 @@ class StreamingPolicyDataset(PolicyDataset):
         start, end = (int(v) for v in self.episode_bounds[episode_pos])
         return (end - start, *self._chw[key])
 
-    def _decode_new(self, key: str, episode_pos: int) -> np.ndarray:
-        frames = np.empty(self._frames_shape(key, episode_pos), dtype=np.uint8)
-        self._decode_episode(key, episode_pos, frames)
-        return frames
-
-    def _decoder_here(self) -> DecodeProcess | None:
-        """The decoding process this process started, if any (a forked DataLoader worker uses none)."""
-        return self._decoder if self._decoder is not None and self._decoder.owned() else None
-
-    # --- read-ahead: the episodes of the coming batches decoded before (read_ahead.py, decode_process.py) -------
     def __getitem__(self, idx):
-        """As PolicyDataset's; a batch that says which positions come next (`BatchIndices.ahead`, from
-        EpochBatchSampler(read_ahead=...)) has their episodes decoded ahead once it is gathered."""
-        ahead = getattr(idx, "ahead", None)
-        self._soon = self._entries_of(idx, ahead)  # evicted last while this batch is read
-        batch = super().__getitem__(idx)
-        if ahead is not None and len(ahead) and self.camera_keys:
-            self.decode_ahead(np.asarray(ahead, dtype=np.int64))
-        return batch
+        """As PolicyDataset's; the episodes of the batch being read are evicted last while it is read."""
+        self._in_use = self._entries_of(idx)
+        return super().__getitem__(idx)
 
-    def _entries_of(self, *positions) -> frozenset:
-        """The (camera, episode) entries of the episodes of these dataset positions (an index, a list, or None)."""
+    def _entries_of(self, positions) -> frozenset:
+        """The (camera, episode) entries of the episodes of these dataset positions (an index or a list)."""
         if not self.camera_keys:
             return frozenset()
-        rows = np.concatenate([np.asarray(p, dtype=np.int64).reshape(-1) for p in positions if p is not None])
+        rows = np.asarray(positions, dtype=np.int64).reshape(-1)
         rows = np.where(rows < 0, rows + self.num_frames, rows)
         episodes = np.unique(self._row_episode[rows[(rows >= 0) & (rows < self.num_frames)]]).tolist()
         return frozenset((key, pos) for pos in episodes for key in self.camera_keys)
-
-    def decode_ahead(self, positions: np.ndarray) -> None:
-        """Submits the episodes of `positions` that are neither held nor decoding, while the budget keeps room for
-        the open episodes (check_buffer_fits's bound) besides the decodes ahead: read-ahead evicts only episodes
-        the LRU would evict next anyway, never the room the shuffle buffer needs. They are decoded in the decoding
-        process (decode_process.py), or in a thread (read_ahead.py) inside a DataLoader worker."""
-        decoder = self._decoder_here()
-        for episode_pos in np.unique(self._row_episode[positions]).tolist():
-            for key in self.camera_keys:
-                entry = (key, episode_pos)
-                if entry in self.frames or entry in self.read_ahead:
-                    continue
-                nbytes = self._decode_bytes(key, episode_pos)
-                room = self.frames.budget - self.frames.reserved - nbytes
-                if self._open_bytes > room or self.frames.held_bytes(self._soon) > room:
-                    return  # no room beside the open episodes, or it would evict one the coming batches draw
-                what = f"episode {self.episodes[episode_pos]} of {self.repo_id}, {key}"
-                self.frames.reserve(nbytes, what, self._soon)
-                try:
-                    if decoder is not None:
-                        shape = self._frames_shape(key, episode_pos)
-                        self.read_ahead.adopt(entry, nbytes, decoder.submit(key, episode_pos, shape, what))
-                    else:
-                        self.read_ahead.submit(
-                            entry, nbytes, lambda key=key, pos=episode_pos: self._decode_new(key, pos)
-                        )
-                except BaseException:
-                    self.frames.release(nbytes)
-                    raise
 
     def _video_path(self, episode: int, key: str, what: str) -> Path:
         return self.files.fetch(self.meta.video_file(episode, key), what)
@@ -410,10 +311,6 @@ class StreamingPolicyDataset(PolicyDataset):
 
     def prefetch_frames(self, progress: bool = True) -> None:
         """Decodes nothing: a streamed episode is decoded when it is first drawn, and kept while the budget allows."""
-
-    # Pickling (DataLoader workers started with spawn/forkserver): the decoding process stays with its reader.
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_decoder": None}
 
     def __repr__(self) -> str:
         return "Streaming" + super().__repr__().replace(f", root={str(self.root)!r}", f", revision={self.revision!r}")

@@ -87,8 +87,9 @@ from hfpolicy.datasets.format import (
     next_chunk_file,
 )
 from hfpolicy.datasets.stats import ImageStatsAccumulator, aggregate_stats, array_stats, stats_to_json
-from hfpolicy.io.atomic import Staging, remove_stale_staging, replacing, staging_path, write_json_atomically
+from hfpolicy.io.atomic import replacing, write_json_atomically
 from hfpolicy.io.run_lock import LOCK_FILE, LOCK_FILES, RunLock, RunLockedError, is_lock_file
+from hfpolicy.io.staging import Staging, remove_stale_staging, staging_path
 from hfpolicy.io.termination import raise_if_terminated
 from hfpolicy.io.video import VIDEO_PIX_FMT, Mp4Writer, probe_video
 
@@ -262,11 +263,11 @@ class DatasetWriter:
         staging = None
         try:  # also removes dead writers' staging; Ctrl-C before the finalizer holds it leaves nothing either
             staging = self._staging_folder = Staging.create(root, STAGING_TAG if appending is None else APPEND_TAG)
+            self._cleanup: weakref.finalize  # on GC / exit if never finished
             if appending is None:
-                cleanup = (_discard, staging, self._root_lock, root, created)
+                self._cleanup = weakref.finalize(self, _discard, staging, self._root_lock, root, created)
             else:
-                cleanup = (_discard_append, staging, self._root_lock, root)
-            self._cleanup = weakref.finalize(self, *cleanup)  # on GC / exit if never finished
+                self._cleanup = weakref.finalize(self, _discard_append, staging, self._root_lock, root)
         except BaseException:
             if getattr(self, "_cleanup", None) is not None:
                 self._cleanup()  # a finalizer runs once: the same steps, never twice
@@ -536,6 +537,7 @@ class DatasetWriter:
     def _write_data(self, columns: dict[str, Any], n: int) -> dict[str, int]:
         table = pa.table([arrow_column(k, self.features[k], columns[k]) for k in self._data_keys], schema=self._schema)
         if self._data_writer is not None:
+            assert self._data_path is not None  # set with _data_writer
             size = self._data_path.stat().st_size
             if size + size / max(self._data_file_frames, 1) * n >= self.data_files_size_in_mb * MB:
                 self._close_data_file()
@@ -578,12 +580,14 @@ class DatasetWriter:
                 self._video_out[key] = av.open(str(path), mode="w", options={"movflags": "+faststart"})
                 self._video_stream[key] = self._video_out[key].add_stream_from_template(in_stream)
                 first_frame = self._video_file_frames[key] = 0
+            assert in_stream.time_base is not None  # a demuxed mp4 stream has one
             offset = round(Fraction(first_frame) / Fraction(self.fps).limit_denominator(1001) / in_stream.time_base)
             out_stream = self._video_stream[key]
             for packet in episode.demux(in_stream):
                 if packet.dts is None:  # the demuxer's end-of-stream marker
                     continue
-                packet.pts += offset
+                if packet.pts is not None:  # (unknown pts stay unknown)
+                    packet.pts += offset
                 packet.dts += offset
                 packet.stream = out_stream
                 self._video_out[key].mux(packet)

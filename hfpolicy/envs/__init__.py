@@ -9,7 +9,7 @@ batch = observations_to_batch(observation, "cpu")  # {"observation.image": (8, 3
 
 from hfpolicy.envs.aloha_config import AlohaEnvConfig  # noqa: E402 (registers --env.type=aloha)
 from hfpolicy.envs.configs import EnvConfig, PushTEnvConfig, known_env_types, make_env, make_env_config
-from hfpolicy.envs.vector import PARK_OPTION, LockstepEnv, episode_step_limit, make_vector_env
+from hfpolicy.envs.vector import PARK_OPTION, LockstepEnv, LockstepVectorEnv, episode_step_limit, make_vector_env
 from hfpolicy.envs.xarm_config import XarmEnvConfig  # noqa: E402 (registers --env.type=xarm)
 
 SUCCESS_INFO_KEY = "is_success"  # the step info entry that says an episode succeeded (gymnasium convention)
@@ -21,6 +21,7 @@ __all__ = [
     "XarmEnvConfig",
     "EnvConfig",
     "LockstepEnv",
+    "LockstepVectorEnv",
     "PushTEnvConfig",
     "episode_step_limit",
     "known_env_types",
@@ -34,7 +35,7 @@ __all__ = [
 def __getattr__(name: str):
     # observations_to_batch needs torch: imported on first use, so that the command line's --help stays fast
     if name == "observations_to_batch":
-        from hfpolicy.envs.observations import observations_to_batch
+        from hfpolicy.envs.observations import observations_to_batch  # lazy: torch, not imported by --help
 
         return observations_to_batch
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -101,7 +101,7 @@ def make_task(task: str, end_effector: bool = False):
         }
     else:
         base = {"transfer_cube": sim.TransferCubeTask, "insertion": sim.InsertionTask}
-    parent = base[TASK_NAMES[task]]
+    parent: Any = base[TASK_NAMES[task]]  # a base class picked at run time
 
     class SeededTask(parent):
         object_pose: np.ndarray | None = None
@@ -202,7 +202,7 @@ class AlohaEnv(gym.Env):
         # A GL backend is needed at once for pixel observations; state-only envs render only for videos.
         self._env = make_control_env(task, need_rendering=obs_type.startswith("pixels"), shadows=shadows)
         self.physics = self._env.physics
-        observation = {}
+        observation: dict[str, spaces.Space] = {}
         if obs_type.startswith("pixels"):
             image = spaces.Box(0, 255, (*self.observation_size, 3), dtype=np.uint8)
             observation["pixels"] = spaces.Dict({CAMERA: image})
@@ -243,7 +243,7 @@ class AlohaEnv(gym.Env):
         return self._observation(time_step.observation), reward, terminated, False, {"is_success": success}
 
     def _observation(self, raw: dict, render: bool = True) -> dict:
-        observation = {}
+        observation: dict[str, Any] = {}
         if self.obs_type.startswith("pixels"):
             top = self._render(self.observation_size) if render else np.zeros((*self.observation_size, 3), np.uint8)
             observation["pixels"] = {CAMERA: top}

@@ -7,14 +7,13 @@ its observations become (`observation_features`), so a policy can be checked aga
 import dataclasses
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import draccus
 import gymnasium as gym
-from gymnasium.vector import VectorEnv
 
 from hfpolicy.constants import ACTION, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE
-from hfpolicy.envs.vector import make_vector_env
+from hfpolicy.envs.vector import LockstepVectorEnv, make_vector_env
 from hfpolicy.features import FeatureType, PolicyFeature
 from hfpolicy.field_errors import ConfigFieldError, python_words
 
@@ -24,6 +23,8 @@ class EnvConfig(draccus.ChoiceRegistry):
     """What every simulated environment config provides. Subclasses register under a name and add their fields."""
 
     obs_types: ClassVar[tuple[str, ...]] = ()  # observation types this env offers, the default first
+    if TYPE_CHECKING:  # each subclass's field, at its place among that subclass's fields
+        obs_type: str | None
 
     @classmethod
     def default_choice_name(cls) -> str:
@@ -59,7 +60,7 @@ class EnvConfig(draccus.ChoiceRegistry):
         call, so the config must stay picklable (plain fields)."""
         raise NotImplementedError
 
-    def make(self, n_envs: int, parallel: bool = False) -> VectorEnv:
+    def make(self, n_envs: int, parallel: bool = False) -> LockstepVectorEnv:
         """`n_envs` environments as one vector env with autoreset disabled; see `hfpolicy.envs.make_vector_env`."""
         if n_envs < 1:
             raise ValueError(f"n_envs must be >= 1, got {n_envs}")
@@ -216,7 +217,7 @@ def make_env_config(name: str, **fields: Any) -> EnvConfig:
 
 def make_env(
     name: str, n_envs: int, parallel: bool = False, obs_type: str | None = None, policy: Any = None, **kwargs: Any
-) -> VectorEnv:
+) -> LockstepVectorEnv:
     """`n_envs` copies of env `name` in a vector env with autoreset disabled.
 
     parallel=False gives a SyncVectorEnv ("serial": the envs step one after another in this process, the policy acts

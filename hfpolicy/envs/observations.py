@@ -55,9 +55,9 @@ def _pixels_to_tensor(pixels: np.ndarray, device: torch.device | str) -> Tensor:
         )
     if torch.device(device).type == "cpu":
         # numpy, single-threaded: torch's intra-op threads make this small op 10x slower on a busy machine.
-        images = np.ascontiguousarray(pixels.transpose(0, 3, 1, 2), dtype=np.float32)
-        images /= 255
-        return torch.from_numpy(images)
+        scaled = np.ascontiguousarray(pixels.transpose(0, 3, 1, 2), dtype=np.float32)
+        scaled /= 255
+        return torch.from_numpy(scaled)
     # Move uint8 (4x smaller than float) to the accelerator, then lay out channels first and scale there.
     images = torch.from_numpy(pixels).to(device).permute(0, 3, 1, 2).contiguous()
     return images.to(torch.float32).div_(255)

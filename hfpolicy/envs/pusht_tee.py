@@ -1,4 +1,4 @@
-"""gym-pusht's T block, in one place for the scripted expert (hfpolicy.policies.scripted) and the dataset converter
+"""gym-pusht's T block, in one place for the scripted expert (hfpolicy.experts) and the dataset converter
 (hfpolicy.datasets.pusht_zarr): its two boxes, frames and poses, the keypoints of `environment_state`, and the exact
 coverage of the goal (convex clipping, no shapely).
 

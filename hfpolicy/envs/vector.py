@@ -13,9 +13,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 PARK_OPTION = "park"  # reset(options={"reset_mask": mask, PARK_OPTION: True}) parks the masked sub-envs
+
+
+# What make_vector_env gives. Both take one seed per env in reset and have get_attr/set_attr; VectorEnv has neither.
+LockstepVectorEnv = SyncVectorEnv | AsyncVectorEnv
 
 
 class LockstepEnv(gym.Wrapper):
@@ -61,7 +65,7 @@ def _make_lockstep_env(env_fn: Callable[[], gym.Env]) -> gym.Env:
 
 def make_vector_env(
     env_fns: Sequence[Callable[[], gym.Env]], parallel: bool = False, context: str | None = None
-) -> VectorEnv:
+) -> LockstepVectorEnv:
     """A SyncVectorEnv (parallel=False) or AsyncVectorEnv (parallel=True, one process per env, multiprocessing
     `context`) of `LockstepEnv`-wrapped envs with autoreset disabled.
 
@@ -76,7 +80,7 @@ def make_vector_env(
     return SyncVectorEnv(wrapped, autoreset_mode=AutoresetMode.DISABLED)
 
 
-def episode_step_limit(env: VectorEnv) -> int | None:
+def episode_step_limit(env: LockstepVectorEnv) -> int | None:
     """The time limit (max_episode_steps) of the sub-envs, read from their spec; None when they have none."""
     specs = env.get_attr("spec")
     limits = {spec.max_episode_steps if spec is not None else None for spec in specs}

@@ -92,11 +92,11 @@ class XarmEnv(gym.Env):
         self.task, self.obs_type, self.render_mode = task, obs_type, render_mode
         self.observation_size = (observation_height, observation_width)
         self.visualization_size = (visualization_height, visualization_width)
-        self.sim = gym.make(f"gym_xarm/{task}", obs_type="state", disable_env_checker=True).unwrapped
+        self.sim: Any = gym.make(f"gym_xarm/{task}", obs_type="state", disable_env_checker=True).unwrapped  # untyped
         self._renderers: dict[tuple[int, int], Any] = {}
         if obs_type.startswith("pixels") and RENDER_FAILURE:
             raise RenderBackendError(backend_advice(""))
-        observation = {}
+        observation: dict[str, spaces.Space] = {}
         if obs_type.startswith("pixels"):
             observation["pixels"] = spaces.Box(0, 255, (*self.observation_size, 3), dtype=np.uint8)
         if "environment_state" in obs_type:

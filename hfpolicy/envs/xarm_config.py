@@ -1,14 +1,13 @@
 """The xArm env config (`--env.type=xarm --env.task=XarmLift-v0`)."""
 
 from dataclasses import dataclass
+from types import ModuleType
 from typing import ClassVar
 
-import gymnasium as gym
-
-from hfpolicy.constants import OBS_ENV_STATE, OBS_IMAGE, OBS_STATE
+from hfpolicy.constants import OBS_IMAGE
 from hfpolicy.envs import xarm
+from hfpolicy.envs.arm_config import ArmEnvConfig
 from hfpolicy.envs.configs import EnvConfig
-from hfpolicy.features import FeatureType, PolicyFeature
 from hfpolicy.field_errors import ConfigFieldError
 
 TASK_DESCRIPTIONS = {"XarmLift-v0": "Pick up the cube and lift it."}  # the task sentence of recordings
@@ -16,7 +15,7 @@ TASK_DESCRIPTIONS = {"XarmLift-v0": "Pick up the cube and lift it."}  # the task
 
 @EnvConfig.register_subclass("xarm")
 @dataclass
-class XarmEnvConfig(EnvConfig):
+class XarmEnvConfig(ArmEnvConfig):
     """xArm simulation (gym-xarm's MuJoCo scene, see hfpolicy.envs.xarm): a 7-DoF xArm with a parallel gripper lifts
     a cube from a table.
 
@@ -27,6 +26,10 @@ class XarmEnvConfig(EnvConfig):
     """
 
     obs_types: ClassVar[tuple[str, ...]] = xarm.OBS_TYPES
+    sim: ClassVar[ModuleType] = xarm
+    image_key: ClassVar[str] = OBS_IMAGE
+    state_size: ClassVar[int] = len(xarm.STATE_NAMES)
+    action_size: ClassVar[int] = len(xarm.ACTION_NAMES)
 
     task: str = "XarmLift-v0"  # a task gym-xarm registers (gym-xarm 0.1.1: XarmLift-v0)
     obs_type: str | None = None  # pixels_agent_pos / environment_state_agent_pos / pixels_environment_state_agent_pos
@@ -36,57 +39,18 @@ class XarmEnvConfig(EnvConfig):
     render_height: int = 384  # height of rendered (video) frames; even (yuv420p mp4)
     render_width: int = 384  # ... and their width
 
-    def __post_init__(self):
+    def check_task(self) -> None:
         try:
             tasks = xarm.registered_tasks()
         except ImportError as e:
             raise ConfigFieldError(self, "{task} needs gym-xarm, which is not installed: " + xarm.INSTALL) from e
         if self.task not in tasks:
             raise ConfigFieldError(self, "unknown xArm {task}; gym-xarm has: {valid}", valid=", ".join(tasks))
-        self._check_obs_type(self.obs_type)
-        if self.episode_length < 1:
-            raise ConfigFieldError(self, "{episode_length} must be >= 1")
-        if self.render_height % 2 or self.render_width % 2:
-            raise ConfigFieldError(self, "{render_height} and {render_width} must be even (yuv420p video)")
 
-    @property
-    def fps(self) -> float:
-        return float(xarm.FPS)
-
-    @property
-    def max_episode_steps(self) -> int:
-        return self.episode_length
+    def env_state_size(self) -> int:
+        return len(xarm.ENV_STATE_NAMES)
 
     @property
     def description(self) -> str:
         """The task sentence recordings carry."""
         return TASK_DESCRIPTIONS.get(self.task, self.task)
-
-    def observation_features(self, obs_type: str | None = None) -> dict[str, PolicyFeature]:
-        obs_type = obs_type or self.obs_type or self.obs_types[0]
-        self._check_obs_type(obs_type)
-        features = {}
-        if obs_type.startswith("pixels"):
-            shape = (3, self.observation_height, self.observation_width)
-            features[OBS_IMAGE] = PolicyFeature(FeatureType.IMAGE, shape)
-        if "environment_state" in obs_type:
-            features[OBS_ENV_STATE] = PolicyFeature(FeatureType.STATE, (len(xarm.ENV_STATE_NAMES),))
-        features[OBS_STATE] = PolicyFeature(FeatureType.STATE, (len(xarm.STATE_NAMES),))
-        return features
-
-    @property
-    def action_feature(self) -> PolicyFeature:
-        return PolicyFeature(FeatureType.ACTION, (len(xarm.ACTION_NAMES),))
-
-    def make_single(self) -> gym.Env:
-        xarm.register()
-        return gym.make(
-            xarm.GYM_ID,
-            max_episode_steps=self.episode_length,
-            task=self.task,
-            obs_type=self.obs_type or self.obs_types[0],
-            observation_height=self.observation_height,
-            observation_width=self.observation_width,
-            visualization_height=self.render_height,
-            visualization_width=self.render_width,
-        )

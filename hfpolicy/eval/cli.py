@@ -24,10 +24,13 @@ from typing import Any
 
 import torch
 
+from hfpolicy.cli.commands import run_command
 from hfpolicy.cli.flags import error_in_flags
 from hfpolicy.constants import EVAL_INFO_FILE
+from hfpolicy.datasets import DatasetWriter
 from hfpolicy.envs import EnvConfig, PushTEnvConfig
 from hfpolicy.eval.config import EvalConfig
+from hfpolicy.eval.episode_data import EpisodeCollector, rollout_features, write_episode
 from hfpolicy.eval.evaluation import EvalResult, evaluate
 from hfpolicy.eval.rollouts import EpisodeRecord
 from hfpolicy.eval.videos import VideoWriteError
@@ -35,8 +38,9 @@ from hfpolicy.field_errors import ConfigFieldError
 from hfpolicy.io.atomic import is_temporary
 from hfpolicy.io.paths import check_apart
 from hfpolicy.io.run_lock import RunLock
-from hfpolicy.policies.base import Policy, PolicyLoadError
+from hfpolicy.policies.base import Policy
 from hfpolicy.policies.device import check_device
+from hfpolicy.policies.errors import PolicyLoadError
 from hfpolicy.words import counted
 
 
@@ -154,9 +158,6 @@ def open_episodes_dataset(config: EvalPipelineConfig, policy: Policy, env) -> tu
     """(DatasetWriter, EpisodeCollector) for --dataset_dir, or (None, None): episodes are written as they end."""
     if config.dataset_dir is None:
         return None, None
-    from hfpolicy.datasets import DatasetWriter
-    from hfpolicy.eval.episode_data import EpisodeCollector, rollout_features, write_episode
-
     features = rollout_features(policy.config.input_features, env.single_action_space.shape)
     root = Path(config.dataset_dir)
     try:
@@ -165,7 +166,7 @@ def open_episodes_dataset(config: EvalPipelineConfig, policy: Policy, env) -> tu
         raise ValueError(f"--dataset_dir={root} exists: choose a new folder for the episodes' dataset") from e
     task = f"{config.env.type} evaluation"
     if config.env.type == "pusht":
-        from hfpolicy.datasets.pusht_zarr import PUSHT_TASK as task
+        from hfpolicy.datasets.pusht_zarr import PUSHT_TASK as task  # lazy: optional heavy dependency (zarr, gym-pusht)
     task = getattr(config.env, "description", task)  # ALOHA: the task sentence of LeRobot's datasets
     return writer, EpisodeCollector(features, on_episode_end=lambda episode: write_episode(writer, episode, task))
 
@@ -285,6 +286,4 @@ def run(config: EvalPipelineConfig) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hfpolicy.cli.commands import run_command
-
     return run_command("eval", argv)

@@ -8,7 +8,7 @@ Episode i is seeded start_seed + i whichever process runs it, so the result does
 
 import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from accelerate import Accelerator
@@ -16,13 +16,11 @@ from accelerate.utils import gather_object
 
 from hfpolicy.constants import EVAL_INFO_FILE
 from hfpolicy.envs import EnvConfig
+from hfpolicy.eval.config import TrainEvalConfig
 from hfpolicy.eval.evaluation import EvalResult, evaluate
 from hfpolicy.eval.rollouts import EpisodeRecord
-from hfpolicy.eval.videos import episode_index_of
 from hfpolicy.io.atomic import write_json_atomically
-
-if TYPE_CHECKING:
-    from hfpolicy.eval.config import TrainEvalConfig
+from hfpolicy.io.episode_videos import episode_videos
 
 
 def evaluate_on_all_processes(
@@ -66,7 +64,7 @@ def evaluate_on_all_processes(
     episodes = sorted(
         (EpisodeRecord(**{k: v for k, v in r.items() if k != "rank"}) for r in records), key=lambda e: e.index
     )
-    merged = EvalResult(episodes, eval_s, sorted((Path(v) for v in videos), key=episode_index_of))
+    merged = EvalResult(episodes, eval_s, episode_videos(videos))
     if accelerator.is_main_process:
         info = merged.to_dict()
         info["per_episode"] = sorted(records, key=lambda r: r["index"])  # with the rank that ran each episode

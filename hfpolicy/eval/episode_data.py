@@ -37,7 +37,7 @@ class RolloutEpisode:
     """One collected episode: its seed and its frames, column by column (each a list of per-frame arrays)."""
 
     seed: int
-    frames: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    frames: dict[str, list[np.ndarray | np.generic]] = field(default_factory=dict)  # (next.* are numpy scalars)
     applied: list[np.ndarray] = field(default_factory=list)  # the actions that drove the env (not written out)
     success: bool = False  # the env reported success at some step
     n_expert_steps: int = 0  # steps the expert's action drove (expert_drive_prob)
@@ -84,10 +84,10 @@ class EpisodeCollector:
         """Ends the episodes still running (cut at the rollout's max_steps): call after each `rollout`."""
         for slot, episode in enumerate(self._slots):
             if episode is not None and episode.length:
-                self._end(slot)
+                self._end(slot, episode)
 
-    def _end(self, slot: int) -> None:
-        episode, self._slots[slot] = self._slots[slot], None
+    def _end(self, slot: int, episode: RolloutEpisode) -> None:
+        self._slots[slot] = None
         if self.on_episode_end is not None:
             self.on_episode_end(episode)
         else:
@@ -96,9 +96,10 @@ class EpisodeCollector:
     # --- StepHook --------------------------------------------------------------------------------------------------
     def after_reset(self, env: VectorEnv, observation: Any, seeds: Sequence[int]) -> None:
         self.flush()
-        self._slots = [RolloutEpisode(seed=int(seed)) for seed in seeds]
+        episodes = [RolloutEpisode(seed=int(seed)) for seed in seeds]
+        self._slots = [*episodes]
         self._experts, self._last_target, self._rngs = [], [], []
-        for slot, episode in enumerate(self._slots):
+        for slot, episode in enumerate(episodes):
             self._rngs.append(np.random.default_rng([episode.seed, 1]))
             if self.labeller is None:
                 continue
@@ -143,7 +144,7 @@ class EpisodeCollector:
                 pusht = envs[slot].unwrapped
                 episode.final_state = np.array([*pusht.agent.position, *pusht.block.position, pusht.block.angle])
             if done:
-                self._end(slot)
+                self._end(slot, episode)
 
     @staticmethod
     def _sub_env(env: VectorEnv, slot: int):

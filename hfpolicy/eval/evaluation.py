@@ -9,14 +9,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gymnasium.vector import VectorEnv
+import numpy as np
 from tqdm.auto import tqdm
 
 from hfpolicy.constants import DEFAULT_EVAL_START_SEED
-from hfpolicy.envs import episode_step_limit
+from hfpolicy.envs import LockstepVectorEnv, episode_step_limit
 from hfpolicy.eval.rollouts import EpisodeRecord, StepHook, rollout
-from hfpolicy.eval.videos import VideoRecorder, episode_video_path
+from hfpolicy.eval.videos import VideoRecorder
 from hfpolicy.io.atomic import write_json_atomically
+from hfpolicy.io.episode_videos import episode_video_path
 from hfpolicy.io.termination import raise_if_terminated
 from hfpolicy.policies.base import Policy
 
@@ -50,7 +51,7 @@ class EvalResult:
 
 def evaluate(
     policy: Policy,
-    env: VectorEnv,
+    env: LockstepVectorEnv,
     n_episodes: int | None = None,
     start_seed: int = DEFAULT_START_SEED,
     *,
@@ -88,7 +89,7 @@ def evaluate(
         with recorder if recorder is not None else contextlib.nullcontext():
             for first in range(0, len(indices), env.num_envs):
                 batch = indices[first : first + env.num_envs]
-                videos = {s: episode_video_path(videos_dir, i) for s, i in enumerate(batch) if i < n_videos}
+                videos = _videos_of(batch, n_videos, videos_dir)
                 video_of_episode.update({batch[s]: path for s, path in videos.items()})
                 records += rollout(
                     policy,
@@ -97,7 +98,7 @@ def evaluate(
                     max_steps=max_steps,
                     episode_indices=batch,
                     render_slots=sorted(videos),
-                    on_frame=lambda slot, frame, videos=videos: recorder.add_frame(videos[slot], frame),
+                    on_frame=None if recorder is None else functools.partial(_add_frame, recorder, videos),
                     on_episode_end=functools.partial(bar.episode_ended, recorder, videos),
                     step_hook=step_hook,
                 )
@@ -109,8 +110,19 @@ def evaluate(
     return EvalResult(sorted(records, key=lambda e: e.index), eval_s, video_paths)
 
 
+def _videos_of(batch: list[int], n_videos: int, videos_dir: str | Path | None) -> dict[int, Path]:
+    """Slot -> the video it films: the episodes below n_videos (n_videos > 0 comes with a videos_dir: _episode_plan)."""
+    if videos_dir is None:
+        return {}
+    return {slot: episode_video_path(videos_dir, i) for slot, i in enumerate(batch) if i < n_videos}
+
+
+def _add_frame(recorder: VideoRecorder, videos: dict[int, Path], slot: int, frame: np.ndarray) -> None:
+    recorder.add_frame(videos[slot], frame)
+
+
 def _episode_plan(
-    env: VectorEnv,
+    env: LockstepVectorEnv,
     n_episodes: int | None,
     episode_indices: Sequence[int] | None,
     max_steps: int | None,
@@ -121,7 +133,7 @@ def _episode_plan(
     """`evaluate`'s arguments checked: (the episode indices, the step limit, the video frame rate)."""
     if (n_episodes is None) == (episode_indices is None):
         raise ValueError("pass either n_episodes or episode_indices")
-    indices = list(range(n_episodes)) if episode_indices is None else [int(i) for i in episode_indices]
+    indices = [int(i) for i in episode_indices] if episode_indices is not None else list(range(n_episodes or 0))
     if not indices:
         raise ValueError("nothing to evaluate: n_episodes must be >= 1 (or episode_indices non-empty)")
     if len(set(indices)) != len(indices) or min(indices) < 0:
@@ -148,7 +160,7 @@ class _SuccessBar:
     def episode_ended(self, recorder: VideoRecorder | None, videos: dict[int, Path], slot: int, record: EpisodeRecord):
         """Episode `record` ended in env `slot`: its video (if filmed, in `videos`) is finished, the bar moves on."""
         raise_if_terminated()
-        if slot in videos:
+        if recorder is not None and slot in videos:
             recorder.finish(videos[slot])
         self.n_ended += 1
         self.n_successes += record.success

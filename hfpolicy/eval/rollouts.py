@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
-from hfpolicy.envs import PARK_OPTION, SUCCESS_INFO_KEY, episode_step_limit, observations_to_batch
+from hfpolicy.envs import PARK_OPTION, SUCCESS_INFO_KEY, LockstepVectorEnv, episode_step_limit, observations_to_batch
 from hfpolicy.policies.base import Policy
 
 
@@ -60,14 +60,20 @@ class StepHook(Protocol):
         """The (finite) action the policy gave in `observation`, about to be applied; returns the action to apply."""
 
     def after_step(
-        self, env: VectorEnv, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, info: dict, running
+        self,
+        env: VectorEnv,
+        reward: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        info: dict,
+        running: np.ndarray,
     ) -> None:
         """What the step gave, for the slots that took it."""
 
 
 def rollout(
     policy: Policy,
-    env: VectorEnv,
+    env: LockstepVectorEnv,
     seeds: Sequence[int],
     max_steps: int | None = None,
     *,
@@ -105,6 +111,8 @@ def rollout(
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
     if any(not 0 <= slot < n_episodes for slot in render_slots):
         raise ValueError(f"render_slots {list(render_slots)} must be among the {n_episodes} slots that get a seed")
+    if render_slots and on_frame is None:
+        raise ValueError("render_slots needs an on_frame to receive their frames")
     device = policy_device(policy)
     input_keys = set(policy.config.input_features)
 
@@ -117,10 +125,10 @@ def rollout(
     n_outside = np.zeros(n_envs, dtype=np.int64)
     step_rewards: list[list[float]] = [[] for _ in range(n_envs)]
     low, high = action_bounds(env)
-    records: list[EpisodeRecord | None] = [None] * n_episodes
+    records: dict[int, EpisodeRecord] = {}  # slot -> its episode's record, as episodes end
 
     def end_episode(slot: int) -> None:
-        records[slot] = EpisodeRecord(
+        records[slot] = record = EpisodeRecord(
             index=indices[slot],
             seed=int(seeds[slot]),
             sum_reward=float(sum_reward[slot]),
@@ -131,13 +139,15 @@ def rollout(
             rewards=step_rewards[slot],
         )
         if on_episode_end is not None:
-            on_episode_end(slot, records[slot])
+            on_episode_end(slot, record)
 
     def emit_frames() -> None:
         frames = env.render()
+        if frames is None:
+            raise ValueError("the envs render nothing (render_mode None): make them with render_mode='rgb_array'")
         for slot in render_slots:
-            if running[slot]:
-                on_frame(slot, frames[slot])
+            if running[slot] and on_frame is not None:
+                on_frame(slot, np.asarray(frames[slot]))  # an rgb_array frame (gymnasium types any RenderFrame)
 
     # Each slot's sampling noise comes from a generator seeded with its episode's seed (unused slots: seed 0, ignored).
     policy.reset(seeds=[int(s) for s in seeds] + [0] * (n_envs - n_episodes))
@@ -155,10 +165,10 @@ def rollout(
             action = policy.select_action(observations_to_batch(observation, device, input_keys)).cpu().numpy()
             finite = np.isfinite(action).reshape(n_envs, -1).all(axis=1)
             if not finite[running].all():
-                slot = int(np.flatnonzero(running & ~finite)[0])
+                bad = int(np.flatnonzero(running & ~finite)[0])
                 raise InvalidActionError(
-                    f"the policy returned a non-finite action {action[slot].tolist()} in episode {indices[slot]} "
-                    f"(seed {int(seeds[slot])}) at step {int(length[slot]) + 1}: its weights or inputs hold NaN/inf, "
+                    f"the policy returned a non-finite action {action[bad].tolist()} in episode {indices[bad]} "
+                    f"(seed {int(seeds[bad])}) at step {int(length[bad]) + 1}: its weights or inputs hold NaN/inf, "
                     "or its normalization stats are degenerate; check the checkpoint and the dataset stats"
                 )
             if low is not None:
@@ -193,7 +203,7 @@ def rollout(
 
     for slot in np.flatnonzero(running):  # reached max_steps without ending
         end_episode(int(slot))
-    return records
+    return [records[slot] for slot in range(n_episodes)]
 
 
 def action_bounds(env: VectorEnv) -> tuple[np.ndarray | None, np.ndarray | None]:

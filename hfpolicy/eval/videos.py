@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hfpolicy.io.video import Mp4Writer, VideoWriteError, episode_index_of, episode_video_path  # noqa: F401 (re-exported)
+from hfpolicy.io.video import Mp4Writer, VideoWriteError
 
 _STOP = object()
 

@@ -14,8 +14,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hfpolicy.io.atomic import Staging, output_path_problem
+from hfpolicy.cli.commands import run_command
+from hfpolicy.io.atomic import output_path_problem
 from hfpolicy.io.paths import check_apart
+from hfpolicy.io.staging import Staging
 from hfpolicy.policies.base import Policy
 from hfpolicy.policies.card import make_model_card
 from hfpolicy.policies.lerobot_format import LEROBOT_VERSION, write_lerobot_checkpoint
@@ -122,8 +124,6 @@ def export_command(config: ExportConfig) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hfpolicy.cli.commands import run_command
-
     return run_command("export", argv)
 
 

@@ -10,27 +10,29 @@ evaluation (eval_info.json, videos and its `hfpolicy view` page), the training c
 after hours of training.
 """
 
-import contextlib
-import os
+import json
 import re
-import shlex
-import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from huggingface_hub import HfApi
+from huggingface_hub.errors import HFValidationError, LocalTokenNotFoundError
+from huggingface_hub.utils import validate_repo_id
+
+from hfpolicy.cli.commands import run_command
 from hfpolicy.constants import EVAL_INFO_FILE, TRAIN_CONFIG_FILE
+from hfpolicy.datasets import push_dataset_to_hub
+from hfpolicy.datasets.writer import truncate_dataset
+from hfpolicy.eval.episode_data import ONLINE_META_PATH
+from hfpolicy.hub.push_config import PushConfig
+from hfpolicy.io.episode_videos import episode_videos
 from hfpolicy.io.hub_errors import describe_push_error
 from hfpolicy.io.paths import contained_path
 from hfpolicy.io.run_lock import RunLock, RunLockedError
-from hfpolicy.training.run_folder import PRETRAINED_DIR, RunFolder
-
-if TYPE_CHECKING:
-    import torch
-    from accelerate import Accelerator
-
-    from hfpolicy.policies.ema import EMA
-    from hfpolicy.training.config import TrainConfig
+from hfpolicy.policies.base import Policy
+from hfpolicy.policies.card import PolicyArtifacts
+from hfpolicy.runs.curve import draw_training_curve
+from hfpolicy.runs.run_folder import PRETRAINED_DIR, RunFolder
+from hfpolicy.viewer import view
 
 
 class PushError(RuntimeError):
@@ -40,10 +42,6 @@ class PushError(RuntimeError):
 def check_push_access(repo_id: str, token: str | None = None, flag: str = "--hub.repo_id") -> None:
     """Raises PushError unless a Hub token is available, valid, allowed to write, and its user (or one of its
     organizations) owns the namespace of `repo_id`. Asks the Hub once (whoami). `flag` names the repo in errors."""
-    from huggingface_hub import HfApi
-    from huggingface_hub.errors import HFValidationError, LocalTokenNotFoundError
-    from huggingface_hub.utils import validate_repo_id
-
     flag = f"{flag}={repo_id}"
     try:
         validate_repo_id(repo_id)
@@ -92,8 +90,6 @@ def push_run(
     `online_data_repo_id` also publishes the run's online data (online_data/, a LeRobot v3.0 dataset) as a dataset
     repo, linked from the model card.
     Hub and network failures raise PushError naming the cause and the way to retry."""
-    import json
-
     run_dir = Path(run_dir)
     run = RunFolder(run_dir)
     config_path = run.config_file
@@ -109,8 +105,6 @@ def push_run(
         checkpoint = run.latest_checkpoint()
         if checkpoint is None:
             raise PushError(f"{run_dir} holds no checkpoint to push (the run stopped before its first one)")
-        from hfpolicy.policies import Policy
-
         policy = Policy.from_pretrained(checkpoint / PRETRAINED_DIR)
     artifacts = run_artifacts(run, train_config, up_to_step, train_command)
     artifacts.online_episodes = online_episode_count(run.root)
@@ -118,7 +112,9 @@ def push_run(
     hub = train_config.get("hub") or {}
     try:
         if online_data_repo_id:
-            push_online_data(run_dir, online_data_repo_id, private=hub.get("private") if private is None else private)
+            push_online_data(
+                run_dir, online_data_repo_id, private=bool(hub.get("private")) if private is None else private
+            )
         return policy.push_to_hub(
             repo_id,
             artifacts=artifacts,
@@ -136,16 +132,13 @@ def push_run(
 def run_artifacts(run: RunFolder, train_config: dict, up_to_step: int | None, train_command: str | None):
     """What goes with the policy: the latest evaluation (at or before `up_to_step`) and its videos, the training
     curve drawn now, train_config.json, and the command that reproduces the run."""
-    from hfpolicy.io.video import episode_index_of
-    from hfpolicy.policies.card import PolicyArtifacts
-    from hfpolicy.training.curve import draw_training_curve
-
     eval_dir = run.latest_eval_dir(up_to_step)
+    videos: list[Path] = []
     if eval_dir is not None:  # what is uploaded is checked to lie inside the run folder (no link to elsewhere)
         eval_dir = contained_path(run.root, eval_dir.relative_to(run.root), what="the run's evaluation")
         contained_path(eval_dir, EVAL_INFO_FILE, what=f"the evaluation's {EVAL_INFO_FILE}")
-    videos = sorted((eval_dir / "videos").glob("*.mp4"), key=episode_index_of) if eval_dir is not None else []
-    videos = [contained_path(eval_dir, v.relative_to(eval_dir), what=f"the eval video {v.name}") for v in videos]
+        for video in episode_videos((eval_dir / "videos").glob("*.mp4")):
+            videos.append(contained_path(eval_dir, video.relative_to(eval_dir), what=f"the eval video {video.name}"))
     dataset = train_config.get("dataset") or {}
     return PolicyArtifacts(
         eval_info=eval_dir / EVAL_INFO_FILE if eval_dir is not None else None,
@@ -161,8 +154,6 @@ def run_artifacts(run: RunFolder, train_config: dict, up_to_step: int | None, tr
 
 def eval_page_for_hub(eval_dir: Path) -> Path:
     """The evaluation's page with its videos inside (one file that works once downloaded): eval_dir/view.html."""
-    from hfpolicy.viewer import view
-
     return view(eval_dir, embed_videos=True)
 
 
@@ -184,10 +175,6 @@ def hold_finished_run(run_dir: Path) -> RunLock | None:
 
 def online_episode_count(run_dir: Path) -> int | None:
     """Online episodes in the run's online data (None for an offline run)."""
-    import json
-
-    from hfpolicy.eval.episode_data import ONLINE_META_PATH
-
     meta = run_dir / "online_data" / ONLINE_META_PATH
     if not meta.is_file():
         return None
@@ -196,9 +183,6 @@ def online_episode_count(run_dir: Path) -> int | None:
 
 def push_online_data(run_dir: Path, repo_id: str, private: bool = False) -> str:
     """Publishes the run's online_data/ as a Hub dataset repo (PushError when the run has none)."""
-    from hfpolicy.datasets import push_dataset_to_hub
-    from hfpolicy.datasets.writer import truncate_dataset
-
     root = run_dir / "online_data"
     if not (root / "meta" / "info.json").is_file():
         raise PushError(
@@ -210,17 +194,6 @@ def push_online_data(run_dir: Path, repo_id: str, private: bool = False) -> str:
         description=f"The online training data of the hfpolicy run {run_dir.name}: the policy's own rollouts, "
         "as meta/hfpolicy_online.json describes (rounds, seeds, labels).",
     )  # fmt: skip
-
-
-@dataclass
-class PushConfig:
-    """`hfpolicy push`: upload a training run's policy, evaluation, curve and card to the Hub."""
-
-    run: str | None = None  # the run folder (the --output_dir of `hfpolicy train`)
-    repo_id: str | None = None  # the Hub repo (default: the run's --hub.repo_id)
-    private: bool | None = None  # create the repo as private (default: the run's --hub.private)
-    branch: str | None = None  # push to this branch (default: the run's --hub.branch, else main)
-    online_data_repo_id: str | None = None  # also publish the run's online_data/ as this Hub dataset repo
 
 
 def push_command(cfg: PushConfig) -> str:
@@ -239,41 +212,4 @@ def push_command(cfg: PushConfig) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hfpolicy.cli.commands import run_command
-
     return run_command("push", argv)
-
-
-def push_trained_policy(
-    accelerator: "Accelerator",
-    policy: "torch.nn.Module",
-    ema: "EMA | None",
-    cfg: "TrainConfig",
-    output_dir: Path,
-    step: int,
-) -> str:
-    """Pushes the run (hfpolicy.hub.push) with the policy's EMA weights, its evaluation up to `step` and this command."""
-    model = accelerator.unwrap_model(policy)
-    with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
-        return push_run(
-            output_dir,
-            cfg.hub.repo_id,
-            policy=model,
-            private=cfg.hub.private,
-            branch=cfg.hub.branch,
-            train_command=reproduce_command(),
-            up_to_step=step,
-            check_access=False,  # checked before step 1
-            online_data_repo_id=cfg.hub.online_data_repo_id,
-        )
-
-
-def reproduce_command() -> str:
-    """The command line of this run, as `accelerate launch ...` when launched by accelerate."""
-    argv = [shlex.quote(a) for a in sys.argv]
-    script = argv[0]
-    if os.environ.get("ACCELERATE_MIXED_PRECISION") is not None or int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        return " ".join(["accelerate", "launch", script, *argv[1:]])
-    if script.endswith(".py"):
-        return " ".join(["python", script, *argv[1:]])
-    return " ".join(["hfpolicy", "train", *argv[1:]])

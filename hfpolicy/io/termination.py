@@ -24,15 +24,18 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-SIGNAL_NAMES = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}  # the stop signals, as said to users
+# the stop signals, as said to users
+SIGNAL_NAMES: dict[int, str] = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
 
 
 class Terminated(SystemExit):
     """The process received a stop signal (SIGINT: Ctrl-C, or SIGTERM); the exit code is 128 + its number."""
 
+    code: int  # 128 + the signal number (SystemExit's code may be any object)
+
     @property
     def signum(self) -> int:
-        return int(self.code) - 128
+        return self.code - 128
 
 
 _requested: list[int] = []  # the signal number once a stop signal arrived inside a `stop_on_signals` block
@@ -129,8 +132,8 @@ def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> None:
     """In a child right after its fork (a ProcessPoolExecutor's `initializer`, a Popen's `preexec_fn`, which carries
     over the exec): the child gets `signum` when its parent dies, however that dies (kill -9 included), instead of
     living on under init; a parent already gone (it died between the fork and this call) signals it at once.
-    SIGKILL for a helper that holds nothing to clean up (decode_process.py), SIGTERM for one that stops cleanly
-    (`accelerate launch`, whose trainers then stop as `stop_when_launcher_dies` says). The kernel sends it when the
+    SIGKILL for a helper that holds nothing to clean up, SIGTERM for one that stops cleanly (`accelerate launch`,
+    whose trainers then stop as `stop_when_launcher_dies` says). The kernel sends it when the
     *thread* that forked the child ends: fork from a thread that lives as long as the process (the main thread)."""
     _request_signal_at_parent_death(signum)
     if os.getppid() != parent_pid:  # the parent died before the request: nothing will signal us

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Final
 
 import av
 import numpy as np
@@ -20,8 +20,7 @@ from av.video.reformatter import VideoReformatter
 
 from hfpolicy.io.atomic import temporary_path
 
-EPISODE_VIDEO_PREFIX = "eval_episode_"  # evaluation films episode i as eval_episode_<i>.mp4
-VIDEO_CODEC = "libx264"  # the encoder; files are read back by FFmpeg's native "h264" decoder
+VIDEO_CODEC: Final = "libx264"  # the encoder; files are read back by FFmpeg's native "h264" decoder
 VIDEO_PIX_FMT = "yuv420p"
 
 
@@ -51,8 +50,8 @@ class Mp4Writer:
         self.preset = preset  # x264 speed/size trade-off: "fast" is ~2x faster than "medium" at small sizes
         self.n_frames = 0
         self._tmp_path = temporary_path(self.path, ".mp4")  # PyAV picks the container by the extension
-        self._container = None
-        self._stream = None
+        self._container: av.container.OutputContainer | None = None
+        self._stream: av.VideoStream | None = None
 
     def _open(self, height: int, width: int) -> None:
         if height % 2 or width % 2:
@@ -69,7 +68,7 @@ class Mp4Writer:
         stream = self._container.add_stream(VIDEO_CODEC, rate=rate)
         stream.width, stream.height, stream.pix_fmt = width, height, VIDEO_PIX_FMT
         stream.time_base = 1 / rate
-        options = {"crf": str(self.crf), "preset": self.preset}
+        options: dict[str, object] = {"crf": str(self.crf), "preset": self.preset}
         if self.gop is not None:
             options["g"] = str(self.gop)
             options["keyint_min"] = str(self.gop)
@@ -79,23 +78,25 @@ class Mp4Writer:
     def add_frame(self, frame: np.ndarray) -> None:
         if frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
             raise ValueError(f"frames must be HxWx3 uint8 RGB arrays, got shape {frame.shape} dtype {frame.dtype}")
-        if self._container is None:
+        if self._container is None or self._stream is None:
             self._open(frame.shape[0], frame.shape[1])
         elif (frame.shape[0], frame.shape[1]) != (self._stream.height, self._stream.width):
             raise ValueError(
                 f"frame {self.n_frames} is {frame.shape[1]}x{frame.shape[0]}, "
                 f"earlier frames were {self._stream.width}x{self._stream.height}"
             )
+        container, stream = self._container, self._stream
+        assert container is not None and stream is not None  # opened above
         video_frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
         video_frame.pts = self.n_frames
         try:
-            self._container.mux(self._stream.encode(video_frame))
+            container.mux(stream.encode(video_frame))
         except (OSError, av.error.FFmpegError) as e:  # a full disk, mostly
             raise _write_error(self.path, e) from e
         self.n_frames += 1
 
     def close(self) -> Path:
-        if self._container is None:
+        if self._container is None or self._stream is None:
             raise ValueError(f"no frames were given for {self.path}: an mp4 needs at least one")
         try:
             self._container.mux(self._stream.encode(None))  # flush the encoder
@@ -177,7 +178,7 @@ class _OpenVideo(threading.local):
     """The last video file this thread decoded from a path, still open (a thread's own: a container is not shared)."""
 
     key: tuple | None = None
-    container = None
+    container: av.container.InputContainer | None = None
     pid: int = -1
 
 
@@ -195,8 +196,8 @@ def _container(source: str | BinaryIO):
     with threads deadlocks when it frees it (FFmpeg joins threads the fork did not copy), so the worker never frees
     the one it inherits (_INHERITED_CONTAINERS) and large frames, decoded with threads, are opened each time."""
     if not isinstance(source, str):
-        with av.open(source, buffer_size=AV_IO_BUFFER_BYTES) as container:
-            yield container, True
+        with av.open(source, mode="r", buffer_size=AV_IO_BUFFER_BYTES) as read_once:
+            yield read_once, True
         return
     cached = _open_video
     if cached.pid != os.getpid():  # a forked worker: the parent's container shares its file offset, leave it
@@ -212,6 +213,7 @@ def _container(source: str | BinaryIO):
         cached.container = av.open(source, buffer_size=AV_IO_BUFFER_BYTES)
         cached.key = key
     container = cached.container
+    assert container is not None  # opened above, or kept with its key
     try:
         yield container, fresh
     except GeneratorExit:  # a caller that stopped reading: the next one seeks anyway
@@ -247,7 +249,7 @@ def decode_frames(path: str | Path | BinaryIO, start_s: float = 0.0, end_s: floa
     cost more than they save on small ones). Raises NoVideoStreamError, or av's FFmpegError for a file that is no
     decodable video. `path` may also be a binary file object with read/seek/tell (a file read by byte ranges): PyAV
     reads it through an I/O buffer of AV_IO_BUFFER_BYTES."""
-    source = path if hasattr(path, "read") else str(path)
+    source = str(path) if isinstance(path, str | Path) else path
     with _container(source) as (container, fresh):
         if not container.streams.video:
             raise NoVideoStreamError(f"{video_name(path)} holds no video stream")
@@ -323,23 +325,14 @@ def probe_video(path: str | Path) -> VideoProbe:
             raise NoVideoStreamError(f"{path} holds no video stream")
         stream = container.streams.video[0]
         context = stream.codec_context
+        rate = stream.average_rate or stream.guessed_rate
+        if rate is None:
+            raise UnreadableVideoError(f"{path}'s video stream states no frame rate: write it again, or remove it")
         return VideoProbe(
-            fps=float(stream.average_rate or stream.guessed_rate),
+            fps=float(rate),
             width=context.width,
             height=context.height,
             codec=context.name,
             pix_fmt=context.pix_fmt,
             has_audio=len(container.streams.audio) > 0,
         )
-
-
-def episode_video_path(videos_dir: str | Path, index: int) -> Path:
-    """Where evaluation writes the video of episode `index`: videos_dir/eval_episode_<index>.mp4."""
-    return Path(videos_dir) / f"{EPISODE_VIDEO_PREFIX}{index}.mp4"
-
-
-def episode_index_of(video: str | Path) -> int | None:
-    """The episode index in an eval video's file name (None for other names)."""
-    stem = Path(video).stem
-    digits = stem.removeprefix(EPISODE_VIDEO_PREFIX)
-    return int(digits) if stem.startswith(EPISODE_VIDEO_PREFIX) and digits.isdigit() else None

@@ -8,16 +8,14 @@ import importlib
 from hfpolicy.policies.act.configuration import ACTConfig
 from hfpolicy.policies.config import FeatureType, NormMode, PolicyConfig, PolicyFeature, known_policy_types
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
+from hfpolicy.policies.errors import MissingStatsError, PolicyLoadError, PolicyPushError
 from hfpolicy.policies.tdmpc.configuration import TDMPCConfig
 
 # name -> module that defines it, imported on first access (PEP 562)
 _LAZY = {
     "Policy": "hfpolicy.policies.base",
-    "PolicyLoadError": "hfpolicy.policies.registry",
     "get_policy_class": "hfpolicy.policies.registry",
     "make_policy": "hfpolicy.policies.registry",
-    "PolicyPushError": "hfpolicy.policies.registry",
-    "MissingStatsError": "hfpolicy.policies.normalization",
 }
 
 __all__ = [

@@ -107,8 +107,10 @@ class TemporalEnsembler:
         self.coeff = coeff
         self.steps_per_chunk = chunk_size
         self._weighted_sums: Tensor | None = None  # (batch, chunk_size, action_dim): sum of w_i * prediction_i
-        self._weight_totals: Tensor | None = None  # (chunk_size, 1): sum of the w_i of the predictions so far
-        self._counts: Tensor | None = None  # (chunk_size, 1): predictions so far for each coming step
+        # (chunk_size, 1) each, made anew on the chunks' device at the first push: for each coming step, the sum of
+        # the w_i of the predictions so far, and the number of those predictions
+        self._weight_totals = torch.zeros(chunk_size, 1, dtype=torch.float64)
+        self._counts = torch.zeros(chunk_size, 1, dtype=torch.float64)
         self._dtype = torch.float32  # the dtype of the chunks, which pop returns
 
     def needs_chunk(self) -> bool:

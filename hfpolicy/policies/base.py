@@ -1,37 +1,33 @@
 """The policy contract and acting: the base class, an nn.Module that normalizes its own inputs and outputs and
 turns chunk-predicting networks into a step-by-step controller with an observation history and an action queue.
+
+Saving, loading, pushing and the model card are PyTorchModelHubMixin's methods here, each a few lines handing the
+policy (or its class) to the hub-I/O modules below it: checkpoint_files (config.json and model.safetensors), loading
+(local, Hub, LeRobot checkpoints through lerobot_format) and card (the card, the staged repository, the upload).
+Those never import this module: they get the policy or the class they work on.
 """
 
 import functools
 import inspect
-import json
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import Tensor, nn
 
-from hfpolicy.constants import ACTION, CONFIG_FILE, REWARD, WEIGHTS_FILE
-from hfpolicy.io.atomic import save_safetensors_atomically, write_json_atomically
+from hfpolicy.constants import ACTION, REWARD
+from hfpolicy.policies import card
 from hfpolicy.policies.action_selection import PER_EPISODE_ROW_BLOCK, ActionBuffer, ActionQueue, predict_per_episode
+from hfpolicy.policies.checkpoint_files import save_policy_files
 from hfpolicy.policies.config import PolicyConfig
+from hfpolicy.policies.errors import PolicyLoadError
+from hfpolicy.policies.loading import load_policy
 from hfpolicy.policies.normalization import Normalizer
-from hfpolicy.policies.registry import (  # noqa: F401 (get_policy_class, make_policy: re-exported)
-    PolicyLoadError,
-    PolicyPushError,
-    get_policy_class,
-    make_policy,
-    register_policy_class,
-)
+from hfpolicy.policies.registry import register_policy_class
 
-if TYPE_CHECKING:
-    from hfpolicy.policies.card import PolicyArtifacts
-
-
-WEIGHTS_CONFIG_METADATA = "hfpolicy_config"  # model.safetensors metadata: the config the weights were trained as
 NoiseSource = torch.Generator | list[torch.Generator] | None  # one generator for the batch, or one per batch row
 
 
@@ -245,15 +241,7 @@ class Policy(
 
     def _save_pretrained(self, save_directory: Path) -> None:
         """config.json (with `type`) and model.safetensors (weights and normalization stats), each written atomically."""
-        save_directory = Path(save_directory)
-        write_json_atomically(save_directory / CONFIG_FILE, self.config.to_dict())
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        metadata = {
-            "format": "pt",
-            "policy_type": self.config.type,
-            WEIGHTS_CONFIG_METADATA: json.dumps(self.config.to_dict()),  # what the weights were trained as
-        }
-        save_safetensors_atomically(state, save_directory / WEIGHTS_FILE, metadata=metadata)  # honours the umask
+        save_policy_files(self, save_directory)
 
     @classmethod
     def from_pretrained(
@@ -276,8 +264,6 @@ class Policy(
         A checkpoint saved by LeRobot (its config.json, model.safetensors and processor files) is recognised and
         returned as hfpolicy's policy of that type, with the same weights and normalization (see `lerobot_format`).
         """
-        from hfpolicy.policies.loading import load_policy
-
         return load_policy(
             cls,
             pretrained_name_or_path,
@@ -294,7 +280,7 @@ class Policy(
         self,
         repo_id: str,
         *,
-        artifacts: "PolicyArtifacts | None" = None,
+        artifacts: card.PolicyArtifacts | None = None,
         private: bool | None = None,
         token: str | None = None,
         branch: str | None = None,
@@ -312,21 +298,17 @@ class Policy(
         (`config` and `model_card_kwargs` are accepted for PyTorchModelHubMixin compatibility and ignored: the
         config is always the policy's own.)
         """
-        from hfpolicy.policies.card import PolicyArtifacts, upload_policy_repo
-
         del config, model_card_kwargs
         if artifacts is not None and artifact_fields:
             raise TypeError(f"pass either artifacts= or its fields ({', '.join(artifact_fields)}), not both")
-        artifacts = artifacts if artifacts is not None else PolicyArtifacts(**artifact_fields)
-        return upload_policy_repo(
+        artifacts = artifacts if artifacts is not None else card.PolicyArtifacts(**artifact_fields)
+        return card.upload_policy_repo(
             self, repo_id, artifacts, private=private, token=token, branch=branch, commit_message=commit_message
         )
 
     def generate_model_card(self, *args, **kwargs) -> Any:
         """The card `save_pretrained` writes: hfpolicy's own (without eval results; `push_to_hub` adds them)."""
-        from hfpolicy.policies.card import make_model_card
-
-        return make_model_card(kwargs.get("repo_id") or f"hfpolicy {self.config.type} policy", self)
+        return card.make_model_card(kwargs.get("repo_id") or f"hfpolicy {self.config.type} policy", self)
 
     def load_strict(self, state_dict: dict[str, Tensor], source: str = "state dict") -> None:
         """load_state_dict that names every missing key, unexpected key and shape mismatch in one error."""

@@ -1,8 +1,9 @@
 """A policy's model card and the files that go with it to the Hub (`PolicyArtifacts`), staged in one folder.
 
 This is the policies' side of publishing: it needs a policy and huggingface_hub's ModelCard, nothing of training,
-evaluation or the run folder (those build a `PolicyArtifacts` and hand it to `Policy.push_to_hub`). A pushed policy
-repository holds:
+evaluation or the run folder (those build a `PolicyArtifacts` and hand it to `Policy.push_to_hub`). It takes the
+policy it is given (a `Policy`, whose `push_to_hub` and `save_pretrained` call it) and never imports the base class,
+which imports it. A pushed policy repository holds:
 
     config.json, model.safetensors   the policy (Policy.from_pretrained reads only these two)
     README.md                        model card: YAML (library, tags, dataset, model-index eval results) + metrics,
@@ -17,19 +18,20 @@ repository holds:
 
 import json
 import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from huggingface_hub import EvalResult, ModelCard, ModelCardData, constants
+from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, constants
 
 from hfpolicy.constants import EVAL_INFO_FILE, REPLAY_VIDEO_FILE, TRAIN_CONFIG_FILE, TRAINING_CURVE_FILE
+from hfpolicy.io.episode_videos import episode_index_of
+from hfpolicy.io.hub_errors import describe_push_error
+from hfpolicy.policies.errors import PolicyPushError
 
 LEROBOT_VERSION = "0.6.1"  # the LeRobot release whose loading code a LeRobot-layout card shows (lerobot_format's)
-
-if TYPE_CHECKING:
-    from hfpolicy.policies.base import Policy
 
 
 @dataclass
@@ -152,7 +154,7 @@ The command that trained it:
 
 def make_model_card(
     repo_id: str,
-    policy: "Policy",
+    policy: Any,
     artifacts: PolicyArtifacts | None = None,
     *,
     license: str = "apache-2.0",
@@ -303,13 +305,9 @@ def _metrics_table(summary: dict[str, Any]) -> str:
     return "\n".join(["| Metric | Value |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows)])
 
 
-def stage_policy_repo(
-    policy: "Policy", folder: str | Path, repo_id: str, artifacts: PolicyArtifacts | None = None
-) -> Path:
+def stage_policy_repo(policy: Any, folder: str | Path, repo_id: str, artifacts: PolicyArtifacts | None = None) -> Path:
     """Writes the whole repository (see the module docstring) into `folder`, the model card once; returns it.
     Missing videos or a malformed eval_info fail here, before anything is uploaded."""
-    from hfpolicy.io.video import episode_index_of
-
     folder, artifacts = Path(folder), artifacts or PolicyArtifacts()
     videos = [Path(video) for video in artifacts.videos]
     missing = [str(video) for video in videos if not video.is_file()]
@@ -337,7 +335,7 @@ def stage_policy_repo(
 
 
 def upload_policy_repo(
-    policy: "Policy",
+    policy: Any,
     repo_id: str,
     artifacts: PolicyArtifacts,
     *,
@@ -348,10 +346,6 @@ def upload_policy_repo(
 ) -> str:
     """Stages the policy's repository (`stage_policy_repo`: a missing video fails before anything is created), then
     creates the repo (and branch) and uploads it in one commit; returns the commit URL."""
-    import tempfile
-
-    from huggingface_hub import HfApi
-
     api = HfApi(token=token)
     with tempfile.TemporaryDirectory(prefix="hfpolicy-push-") as tmp:
         folder = stage_policy_repo(policy, Path(tmp), repo_id, artifacts)
@@ -363,9 +357,6 @@ def upload_policy_repo(
                 repo_id=repo_id, folder_path=folder, revision=branch, commit_message=commit_message, repo_type="model"
             )
         except Exception as e:
-            from hfpolicy.io.hub_errors import describe_push_error
-            from hfpolicy.policies.registry import PolicyPushError
-
             cause = describe_push_error(e, repo_id)  # None: not a Hub or network failure (a bug), shown as it is
             if cause is None:
                 raise

@@ -54,15 +54,16 @@ from typing import Any
 import safetensors
 import safetensors.torch
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from hfpolicy.constants import ACTION, CONFIG_FILE, OBS_ENV_STATE, OBS_STATE, WEIGHTS_FILE
 from hfpolicy.io.atomic import save_safetensors_atomically, write_json_atomically
-from hfpolicy.policies.base import Policy, PolicyLoadError, get_policy_class
 from hfpolicy.policies.card import LEROBOT_VERSION as CARD_LEROBOT_VERSION
+from hfpolicy.policies.checkpoint_files import check_weights_finite
 from hfpolicy.policies.config import FeatureType, NormMode, PolicyConfig, PolicyFeature, feature_norm_mode
-from hfpolicy.policies.loading import check_weights_finite
+from hfpolicy.policies.errors import LeRobotConversionError, PolicyLoadError
 from hfpolicy.policies.normalization import EPS, STAT_NAMES
+from hfpolicy.policies.registry import get_policy_class
 
 PREPROCESSOR_FILE = "policy_preprocessor.json"
 POSTPROCESSOR_FILE = "policy_postprocessor.json"
@@ -84,10 +85,6 @@ NORM_MODES_FROM_LEROBOT = {"MEAN_STD": NormMode.MEAN_STD, "MIN_MAX": NormMode.MI
 NORM_MODES_TO_LEROBOT = {mode: name for name, mode in NORM_MODES_FROM_LEROBOT.items()}
 HFPOLICY_TYPE_OF_LEROBOT_TYPE = {"VISUAL": "image", "STATE": "state", "ACTION": "action"}  # ENV: per feature key
 LEROBOT_VERSION = CARD_LEROBOT_VERSION  # the LeRobot release whose layout export writes (and that tests check against)
-
-
-class LeRobotConversionError(PolicyLoadError):
-    """A LeRobot checkpoint (or an hfpolicy policy to export) uses something the other library cannot reproduce."""
 
 
 class LeRobotConversionWarning(UserWarning):
@@ -150,14 +147,15 @@ def load_lerobot_policy(
     resolve: Callable[[str], Path],
     source: str,
     *,
-    expected_class: type[Policy] = Policy,
+    expected_class: type[nn.Module] | None = None,
     config_overrides: Mapping[str, Any] | None = None,
-) -> Policy:
+) -> Any:
     """hfpolicy's policy (in eval mode, on the CPU) from a LeRobot checkpoint.
 
     `config_data` is its parsed config.json; `resolve(filename)` returns the local path of one of its files (raising
     `PolicyLoadError` when it is absent); `source` (a directory or repo id) is recorded as `config.converted_from`.
     `config_overrides` are hfpolicy config fields to replace after conversion (e.g. {"n_action_steps": 4}).
+    `expected_class`: the Policy class the caller asked for (PolicyLoadError for a policy of another; None: any).
     """
     lerobot_type = config_data.get("type")
     if not isinstance(lerobot_type, str):
@@ -189,7 +187,7 @@ def load_lerobot_policy(
             raise PolicyLoadError(f"{source}: config_overrides {dict(config_overrides)}: {e}") from e
 
     policy_class = get_policy_class(config.type)
-    if not issubclass(policy_class, expected_class):
+    if expected_class is not None and not issubclass(policy_class, expected_class):
         raise PolicyLoadError(f"{source} holds a {config.type!r} policy, not a {expected_class.__name__}")
     try:
         policy = policy_class(config, dataset_stats=stats)
@@ -457,8 +455,8 @@ def _processor_pipeline(name: str, steps: list[dict[str, Any]]) -> dict[str, Any
     return {"name": name, "steps": steps}
 
 
-def write_lerobot_checkpoint(policy: Policy, folder: str | Path) -> list[Path]:
-    """Writes `policy` in LeRobot's layout (config.json, model.safetensors and the two processor pipelines with their
+def write_lerobot_checkpoint(policy: nn.Module, folder: str | Path) -> list[Path]:
+    """Writes `policy` (a Policy) in LeRobot's layout (config.json, model.safetensors and the two processor pipelines with their
     stats, as LeRobot's save_pretrained would) into the existing directory `folder`; returns the files written.
 
     Raises `LeRobotConversionError` before writing anything when LeRobot cannot express the policy."""

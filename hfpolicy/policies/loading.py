@@ -1,45 +1,48 @@
-"""Loading a saved policy: a local directory or a Hub repo id resolved to its files, config.json and
-model.safetensors read and checked (valid JSON, a readable safetensors file, a config that agrees with what the
-weights were trained as, finite weights), and the dispatch between hfpolicy's own layout and a LeRobot checkpoint.
-Only JSON and safetensors are ever read. `Policy.from_pretrained` calls `load_policy`."""
+"""Loading a saved policy: a local directory (or a training run's folder) or a Hub repo id resolved to its files,
+which hfpolicy.policies.checkpoint_files reads and checks, and the dispatch between hfpolicy's own layout and a LeRobot
+checkpoint (hfpolicy.policies.lerobot_format). `Policy.from_pretrained` calls `load_policy` with its class."""
 
 import functools
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-import safetensors
-import safetensors.torch
 import torch
 from huggingface_hub import hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, HFValidationError
 from huggingface_hub.utils import validate_repo_id
-from torch import Tensor
+from torch import nn
 
-from hfpolicy.constants import CONFIG_FILE, WEIGHTS_FILE
+from hfpolicy.constants import CONFIG_FILE, TRAIN_CONFIG_FILE, WEIGHTS_FILE
 from hfpolicy.io.hub_errors import describe_hub_error, is_missing_file
-from hfpolicy.policies.base import WEIGHTS_CONFIG_METADATA, Policy
+from hfpolicy.policies import lerobot_format
+from hfpolicy.policies.checkpoint_files import (
+    check_config_matches_weights,
+    check_weights_finite,
+    read_config_json,
+    read_weights,
+)
 from hfpolicy.policies.config import PolicyConfig
-from hfpolicy.policies.registry import PolicyLoadError, get_policy_class
+from hfpolicy.policies.errors import PolicyLoadError
+from hfpolicy.policies.registry import get_policy_class
+from hfpolicy.runs.run_folder import CHECKPOINTS_DIR, LAST_LINK, PRETRAINED_DIR
 
 
 def load_policy(
-    cls: type[Policy],
+    cls: type[nn.Module],
     source: str | Path,
     *,
     map_location: str | torch.device = "cpu",
     config_overrides: dict[str, Any] | None = None,
     **hub_options: Any,
-) -> Policy:
-    """The policy saved at `source` (see `Policy.from_pretrained`), of class `cls` or a subclass; `hub_options`
-    (revision, force_download, token, cache_dir, local_files_only) go to hf_hub_download."""
+) -> Any:
+    """The policy saved at `source` (see `Policy.from_pretrained`), of class `cls` (Policy or a subclass) or a
+    subclass of it; `hub_options` (revision, force_download, token, cache_dir, local_files_only) go to
+    hf_hub_download."""
     source = saved_policy_folder(source)
     resolve = functools.partial(resolve_file, source, **hub_options)
     config_path = resolve(CONFIG_FILE)
     config_data = read_config_json(config_path)
-    from hfpolicy.policies import lerobot_format  # imports the base class: imported when a policy is loaded
-
     if lerobot_format.is_lerobot_config(config_data):  # saved by LeRobot: converted to hfpolicy's own class
         policy = lerobot_format.load_lerobot_policy(
             config_data, resolve, str(source), expected_class=cls, config_overrides=config_overrides
@@ -66,8 +69,8 @@ def load_policy(
     return policy.to(map_location).eval()
 
 
-# A training run's folder (hfpolicy.training.run_folder): <run>/checkpoints/last -> step_N/pretrained_model/.
-RUN_CHECKPOINT_POLICY = ("checkpoints", "last", "pretrained_model")
+# A training run's folder (hfpolicy.runs.run_folder): <run>/checkpoints/last -> step_N/pretrained_model/.
+RUN_CHECKPOINT_POLICY = (CHECKPOINTS_DIR, LAST_LINK, PRETRAINED_DIR)
 
 
 def saved_policy_folder(source: str | Path, say: bool = True) -> str | Path:
@@ -79,15 +82,15 @@ def saved_policy_folder(source: str | Path, say: bool = True) -> str | Path:
         return source
     candidates = [
         local.joinpath(*RUN_CHECKPOINT_POLICY),
-        local / "last" / "pretrained_model",
-        local / "pretrained_model",
+        local / LAST_LINK / PRETRAINED_DIR,
+        local / PRETRAINED_DIR,
     ]
     found = next((path for path in candidates if (path / CONFIG_FILE).is_file()), None)
     if found is not None and say:
         print(f"{source} is a training run's folder: loading its last checkpoint's policy, {found}", file=sys.stderr)
     if found is not None:
         return found
-    if (local / "train_config.json").is_file() or (local / "checkpoints").is_dir():
+    if (local / TRAIN_CONFIG_FILE).is_file() or (local / CHECKPOINTS_DIR).is_dir():
         raise PolicyLoadError(
             f"{source} is a training run's folder without a checkpoint yet (a saved policy is in "
             f"{local.joinpath(*RUN_CHECKPOINT_POLICY)} once the run saves one): let it reach --save_freq, or resume it"
@@ -149,76 +152,4 @@ def check_file_name(filename: Any, source: str | Path) -> None:
         raise PolicyLoadError(
             f"{source}: the file name {filename!r} points outside the checkpoint folder; a checkpoint's files are "
             "plain names in its own folder: fix the JSON that names it"
-        )
-
-
-def read_config_json(config_path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(config_path.read_text())
-    except json.JSONDecodeError as e:
-        raise PolicyLoadError(f"{config_path} is not valid JSON ({e}); re-save or re-download the policy") from e
-
-
-def read_weights(weights_path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
-    """(the tensors, the file's metadata) of a safetensors file; PolicyLoadError for a damaged one."""
-    try:
-        state_dict = safetensors.torch.load_file(str(weights_path), device="cpu")
-        with safetensors.safe_open(str(weights_path), framework="pt") as weights_file:
-            return state_dict, weights_file.metadata() or {}
-    except (safetensors.SafetensorError, OSError, ValueError) as e:
-        raise PolicyLoadError(
-            f"{weights_path} is not a readable safetensors file ({e}); it may be truncated or corrupt: "
-            "download it again (delete it from the Hub cache; in Python, force_download=True) or re-save the policy"
-        ) from e
-
-
-def check_config_matches_weights(
-    config: PolicyConfig, weights_metadata: dict[str, str], config_path: Path, weights_path: Path
-) -> None:
-    """Refuses a config.json (or config_overrides) that contradicts what the weights were trained as.
-
-    `save_pretrained` records the config in model.safetensors' metadata. Fields that only steer acting or training
-    (`config.acting_fields`: n_action_steps, the sampler, the optimizer presets, ...) may differ; any other field
-    that differs (horizon, crop_shape, n_obs_steps, features, ...) would give the weights another meaning. Weights
-    saved without that record (older files, other tools) are not checked."""
-    saved_json = weights_metadata.get(WEIGHTS_CONFIG_METADATA)
-    if saved_json is None:
-        return
-    try:
-        saved = json.loads(saved_json)
-    except json.JSONDecodeError as e:
-        raise PolicyLoadError(f"{weights_path}: its config metadata is not valid JSON ({e}); re-save the policy") from e
-    current = config.to_dict()
-    differing = [
-        name
-        for name in sorted(set(saved) | set(current))
-        if name not in config.acting_fields | config.retired_fields and saved.get(name) != current.get(name)
-    ]
-    if differing:
-        changes = "; ".join(f"{name}: {current.get(name)!r} (trained with {saved.get(name)!r})" for name in differing)
-        raise PolicyLoadError(
-            f"{config_path} contradicts the weights in {weights_path}, which were trained with other settings: "
-            f"{changes}. These fields decide what the weights mean; restore them in config.json (only "
-            f"{', '.join(sorted(config.acting_fields))} may be changed after training)"
-        )
-
-
-def check_weights_finite(state_dict: dict[str, Tensor], weights_path: Path) -> None:
-    """Refuses weights holding NaN or inf (a corrupted but readable file, or a diverged training), naming them.
-
-    All-NaN normalization buffers are the normalizer's "no stats yet" marker (using them raises MissingStatsError),
-    not damage, and are let through."""
-    bad = {
-        name: int((~torch.isfinite(tensor)).sum())
-        for name, tensor in state_dict.items()
-        if tensor.is_floating_point()
-        and not torch.isfinite(tensor).all()
-        and not (name.startswith("normalizer.") and torch.isnan(tensor).all())
-    }
-    if bad:
-        listed = ", ".join(f"{name} ({count} values)" for name, count in list(bad.items())[:5])
-        more = f" and {len(bad) - 5} more tensors" if len(bad) > 5 else ""
-        raise PolicyLoadError(
-            f"{weights_path} holds NaN or inf in {listed}{more}: the file is corrupt or the training diverged; "
-            "download it again (delete it from the Hub cache; in Python, force_download=True) or load an earlier checkpoint"
         )

@@ -4,20 +4,18 @@ A policy built without stats holds NaN buffers; normalizing with them raises `Mi
 passing data through unchanged or producing inf.
 """
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from typing import cast
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from hfpolicy.policies.config import FeatureType, NormMode, PolicyFeature, feature_norm_mode
+from hfpolicy.policies.errors import MissingStatsError
 
 STAT_NAMES = {NormMode.MEAN_STD: ("mean", "std"), NormMode.MIN_MAX: ("min", "max")}
 EPS = 1e-8
-
-
-class MissingStatsError(RuntimeError):
-    """A policy was used for training or acting before it received dataset statistics."""
 
 
 def stats_shape(feature: PolicyFeature) -> tuple[int, ...]:
@@ -29,6 +27,11 @@ def stats_shape(feature: PolicyFeature) -> tuple[int, ...]:
 
 class FeatureStats(nn.Module):
     """The two statistics one feature's normalization mode needs, as buffers (NaN until set)."""
+
+    mean: Tensor  # the buffers of STAT_NAMES[mode] (two of the four)
+    std: Tensor
+    min: Tensor
+    max: Tensor
 
     def __init__(self, key: str, feature: PolicyFeature, mode: NormMode):
         super().__init__()
@@ -87,7 +90,7 @@ class Normalizer(nn.Module):
 
     def set_stats(self, dataset_stats: Mapping[str, Mapping[str, object]]) -> None:
         """Copies dataset stats ({key: {"mean": ..., "std": ..., "min": ..., "max": ...}}) into the buffers."""
-        for module in self.stats.values():
+        for module in self._feature_stats():
             if module.key not in dataset_stats:
                 raise KeyError(
                     f"dataset stats have no entry for feature {module.key!r}; stats cover {list(dataset_stats)}"
@@ -98,7 +101,7 @@ class Normalizer(nn.Module):
     def check(self) -> None:
         if self._stats_checked:
             return
-        for module in self.stats.values():
+        for module in self._feature_stats():
             module.check()
         self._stats_checked = True
 
@@ -106,7 +109,7 @@ class Normalizer(nn.Module):
         """A new dict with the configured features normalized; other entries (padding masks, indices) are kept."""
         self.check()
         out = dict(batch)
-        for module in self.stats.values():
+        for module in self._feature_stats():
             if module.key in out:
                 out[module.key] = module.normalize(out[module.key])
         return out
@@ -116,7 +119,11 @@ class Normalizer(nn.Module):
         if name not in self.stats:
             return x
         self.check()
-        return self.stats[name].unnormalize(x)
+        return cast(FeatureStats, self.stats[name]).unnormalize(x)
+
+    def _feature_stats(self) -> Iterator[FeatureStats]:
+        """The modules of `self.stats` (a ModuleDict, typed as holding any Module)."""
+        return (cast(FeatureStats, module) for module in self.stats.values())
 
     def _load_from_state_dict(self, *args, **kwargs):
         self._stats_checked = False

@@ -2,17 +2,19 @@
 
     loop.py         `train(cfg)` and the loop itself, top to bottom
     setup.py        `build_training`: accelerator, data, policy, optimizer, resume (bad input fails here)
-    streaming_data.py  the data of `--dataset.streaming=true`: a streamed Hub dataset in a shuffle-buffer order
+    data.py         `load_training_data`: the run's datasets (one or several, in memory or streamed) as one, its
+                    sampler and DataLoader
     progress.py     running means, the NaN/inf guard, the time-left clock, log entries
     config.py       TrainConfig and its parts, validation, train_config.json
     checkpoints.py  atomic, pickle-free checkpoints and exact resume
-    run_folder.py   RunFolder: the run folder's layout and its lock
     stopping.py     Ctrl-C / SIGTERM: a checkpoint of the current step; the --save_every_minutes timer
     resume_flags.py which flags a resume may change (refused or recorded in resume_history.json)
     launch.py       `--num_processes=N` of examples/train_pusht.py: flags checked, then accelerate launch
     recipes.py      typed presets of `hfpolicy train` flags and the run of examples/train_pusht.py, train_aloha.py
-    metrics_log.py  metrics.jsonl;  curve.py: the training curve PNG
     cli.py          `hfpolicy train`
+
+The run folder's layout and lock, its metrics.jsonl and the training curve are hfpolicy.runs (hub and the viewer
+read runs too).
 
 The names below are imported on first use, so `hfpolicy train --help` does not import torch.
 """
@@ -25,11 +27,10 @@ _EXPORTS = {
     "main": "cli",
     "build_training": "setup",
     "make_optimizer": "setup",
-    "record_scripted_dataset": "setup",
+    "record_scripted_dataset": "data",
     "TrainingClock": "progress",
     "TrainingDivergedError": "progress",
     "format_duration": "progress",
-    "RunFolder": "run_folder",
     "TrainConfig": "config",
     "TrainConfigError": "config",
     "DatasetConfig": "config",

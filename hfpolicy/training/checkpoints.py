@@ -32,22 +32,17 @@ from accelerate import Accelerator
 from safetensors import SafetensorError
 
 from hfpolicy.constants import TRAIN_CONFIG_FILE
-from hfpolicy.io.atomic import (
-    is_disk_full,
-    shared_staging_destination,
-    shared_staging_path,
-    shared_staging_pattern,
-    write_json_atomically,
-)
+from hfpolicy.io.atomic import is_disk_full, write_json_atomically
+from hfpolicy.io.staging import shared_staging_destination, shared_staging_path, shared_staging_pattern
 from hfpolicy.io.tensor_tree import load_tree, save_tree
 from hfpolicy.policies.ema import EMA
-from hfpolicy.training.config import TrainConfig, train_config_to_dict
-from hfpolicy.training.run_folder import (  # noqa: F401 (CHECKPOINTS_DIR, list_checkpoints: re-exported)
+from hfpolicy.runs.run_folder import (  # noqa: F401 (CHECKPOINTS_DIR, list_checkpoints: re-exported)
     CHECKPOINTS_DIR,
     PRETRAINED_DIR,
     RunFolder,
     list_checkpoints,
 )
+from hfpolicy.training.config import TrainConfig, train_config_to_dict
 
 TRAINING_STATE_DIR = "training_state"
 STEP_FILE = "step.json"
@@ -68,8 +63,8 @@ def rng_state_name(rank: int) -> str:
     return f"rng_state_{rank}"
 
 
-STAGING_TAG = "saving"  # a checkpoint being written: .step_000500.saving/ (io.atomic.shared_staging_path)
-_LEGACY_STAGING = ".tmp_step_*"  # the staging name before io.atomic's: a run killed then, resumed now, may have one
+STAGING_TAG = "saving"  # a checkpoint being written: .step_000500.saving/ (io.staging.shared_staging_path)
+_LEGACY_STAGING = ".tmp_step_*"  # the staging name before io.staging's: a run killed then, resumed now, may have one
 
 
 def save_checkpoint(

@@ -3,6 +3,7 @@
 from collections.abc import Callable
 
 from hfpolicy.cli.commands import run_command
+from hfpolicy.runs.run_folder import PRETRAINED_DIR
 from hfpolicy.training.config import TrainConfig
 
 
@@ -10,15 +11,14 @@ def run(cfg: TrainConfig) -> str | None:
     """Trains; the last line the main process prints (None on the other processes)."""
     from accelerate import PartialState
 
-    from hfpolicy.training.loop import train
-    from hfpolicy.training.run_folder import PRETRAINED_DIR
+    from hfpolicy.training.loop import train  # lazy: torch, not imported by --help (examples/train_pusht.py --help)
 
     result = train(cfg)
     if not PartialState().is_main_process:
         return None
-    summary = result.eval_summary
+    summary, checkpoint = result.eval_summary, result.last_checkpoint
     return (
-        f"done: {result.last_checkpoint / PRETRAINED_DIR}"
+        f"done: {checkpoint / PRETRAINED_DIR if checkpoint is not None else f'no checkpoint in {result.output_dir}'}"
         + (f"; final eval success {summary['pc_success']:.1f}%" if summary else "")
         + (f"; on the Hub: {result.hub_commit}" if result.hub_commit else "")
     )
@@ -34,7 +34,7 @@ def main(
     `announce(cfg)` is the first line the main process prints (examples/train_pusht.py: the recipe and the data)."""
 
     def before_run(cfg: TrainConfig) -> None:
-        from hfpolicy.training.setup import is_launch_main_process
+        from hfpolicy.training.setup import is_launch_main_process  # lazy: torch, not imported by --help
 
         if announce is not None and is_launch_main_process():
             print(announce(cfg), flush=True)

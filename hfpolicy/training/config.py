@@ -8,9 +8,10 @@ back on `--resume`.
     --steps=4000 --batch_size=64 --output_dir=DIR ...         TrainConfig
 """
 
+import contextlib
 import io
 import json
-import math
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,8 @@ from hfpolicy.eval.config import TrainEvalConfig
 from hfpolicy.io.paths import OutputOverlapsSourceError, check_apart
 from hfpolicy.policies.config import PolicyConfig
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
+from hfpolicy.record.scripted_cache import scripted_dataset_root, scripted_task_label
+from hfpolicy.training.policy_path import split_policy_path
 from hfpolicy.words import counted
 
 TRACKERS = ("tensorboard", "wandb", "none")
@@ -45,8 +48,9 @@ class DatasetConfig:
     weights: list[float] | None = None  # several datasets: each one's share of the samples (default: its frames')
     rename_features: list[str] | None = None  # several datasets: [OLD=NEW,...] renames a feature wherever it exists
     scripted_episodes: int = 0  # > 0: train on this many demos of --env's scripted expert (state-only: PushT agent +
-    # block keypoints, ALOHA joints + object poses), recorded once into `root` (default: <cache>/datasets/
-    # pusht_scripted_<n>, aloha_transfer_cube_scripted_<n>, ...) and reused by later runs; no network
+    # block keypoints, ALOHA joints + object poses, xArm end effector + cube pose), recorded once into `root` (default:
+    # <cache>/datasets/pusht_scripted_<n>, aloha_transfer_cube_scripted_<n>, xarm_lift_scripted_<n>, ...) and reused by
+    # later runs; no network
     revision: str | None = None  # Hub branch, tag or commit of the dataset
     episodes: list[int] | None = None  # train on these episodes only (default: all)
     input_features: list[str] | None = None  # features the policy reads (default: every image and observation.* vector)
@@ -65,10 +69,6 @@ class DatasetConfig:
     stream_ram_gb: float = 2.0  # streaming: decoded frames kept in memory per process, over its --num_workers workers
     stream_disk_gb: float = 10.0  # streaming: fetched files kept on disk per process, over its --num_workers workers
     stream_retries: int = 4  # streaming: attempts per file (exponential backoff) before the run stops, naming it
-    stream_read_ahead: int | None = None  # streaming: each process decodes ahead the episodes of its next this many
-    # batches (with --num_workers=0 in a decoding process of its own, else in a thread of each worker), while the
-    # budget keeps room for the open episodes; 0: each when it is drawn. Default: 16 when training on a GPU (the main
-    # thread waits on it), 0 on a CPU (the training step takes every core)
 
 
 ONLINE_LABELS = ("expert", "recovery", "policy")
@@ -159,7 +159,7 @@ def validate_train_config(cfg: TrainConfig) -> None:
             )  # fmt: skip
         except OutputOverlapsSourceError as e:
             problems.append(str(e))
-    from hfpolicy.policies.device import accelerator_device_options  # imports torch: not at `--help` time
+    from hfpolicy.policies.device import accelerator_device_options  # lazy: torch, not imported by --help
 
     try:
         accelerator_device_options(cfg.policy.device)
@@ -207,8 +207,6 @@ def describe_dataset(dataset: DatasetConfig, env: EnvConfig | None = None) -> st
     """One phrase for the first line a run prints: where its data comes from (a scripted recording: of `env`'s
     task, default PushT)."""
     if dataset.scripted_episodes > 0:
-        from hfpolicy.record import scripted_dataset_root, scripted_task_label
-
         root = dataset.root or scripted_dataset_root(dataset.scripted_episodes, env)
         state = "reused" if Path(root).exists() else "recorded now, reused by later runs"
         label = scripted_task_label(env)
@@ -253,25 +251,45 @@ def parse_train_config(
     """Flags → config (FlagError for a bad flag). With --resume=true and an --output_dir holding a run, its
     train_config.json is the base and the flags override it (e.g. --steps to train longer); with --policy.path
     (hfpolicy.training.finetune) the saved policy's config is the base of the --policy.* flags."""
-    from hfpolicy.training.finetune import parse_with_pretrained_policy, split_policy_path
-
     pretrained, argv = split_policy_path(argv)  # --policy.path=SOURCE: fine-tune the saved policy (its config first)
     if pretrained is None:
         cfg = parse_flags(config_class, argv, prog)
     else:
+        from hfpolicy.training.finetune import parse_with_pretrained_policy  # lazy: torch, only with --policy.path
+
         cfg = parse_with_pretrained_policy(
             lambda flags, base: parse_flags(config_class, flags, prog, config_path=base), pretrained, argv
         )
     if cfg.resume and cfg.output_dir and (Path(cfg.output_dir) / TRAIN_CONFIG_FILE).is_file():
         saved = Path(cfg.output_dir) / TRAIN_CONFIG_FILE
         check_resumed_policy_type(argv, cfg.policy.type, saved)
-        with draccus.config_type("json"):
-            cfg = parse_flags(config_class, argv, prog, config_path=saved)
+        with draccus.config_type("json"), without_retired_fields(saved) as current:
+            cfg = parse_flags(config_class, argv, prog, config_path=current)
     for name in ("repo_id", "root"):  # a list of one dataset ('[dir]') is that dataset
         names = parse_dataset_list(getattr(cfg.dataset, name))
         if names is not None and len(names) == 1:
             setattr(cfg.dataset, name, names[0])
     return cfg
+
+
+# Fields a saved train_config.json may hold that no longer exist; they changed how, not what, a run trains.
+RETIRED_FIELDS = {"dataset": ("stream_read_ahead",)}  # read-ahead, retired in favour of DataLoader workers
+
+
+@contextlib.contextmanager
+def without_retired_fields(saved: Path):
+    """`saved`, or a copy of it without RETIRED_FIELDS, for parsing into today's TrainConfig."""
+    data = json.loads(saved.read_text())
+    retired = [(part, name) for part, names in RETIRED_FIELDS.items() for name in names if name in data.get(part, {})]
+    if not retired:
+        yield saved
+        return
+    for part, name in retired:
+        del data[part][name]
+    with tempfile.TemporaryDirectory(prefix="hfpolicy-resume-") as folder:
+        current = Path(folder) / TRAIN_CONFIG_FILE
+        current.write_text(json.dumps(data))
+        yield current
 
 
 def check_resumed_policy_type(argv: list[str], policy_type: str, saved: Path) -> None:
@@ -285,17 +303,3 @@ def check_resumed_policy_type(argv: list[str], policy_type: str, saved: Path) ->
             f"{policy_type} (the run has {run_type}) would change it: drop --policy.type to resume, or train the "
             f"{policy_type} policy as a new run in another --output_dir"
         )
-
-
-def flat_hparams(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested config → flat {"a.b": scalar} for trackers (lists and None as strings)."""
-    flat = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flat_hparams(value, prefix=f"{name}."))
-        elif isinstance(value, bool | int | float | str) and not (isinstance(value, float) and math.isnan(value)):
-            flat[name] = value
-        else:
-            flat[name] = str(value)
-    return flat

@@ -20,31 +20,14 @@ contradicts it is refused, naming both.
 import json
 import re
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # torch is imported when a policy is loaded, not for `hfpolicy train --help`
-    from hfpolicy.policies import Policy
-
-PATH_FLAG = "--policy.path"
-
-
-def split_policy_path(argv: list[str]) -> tuple[str | None, list[str]]:
-    """(the value of --policy.path, the other flags); `--policy.path=X` and `--policy.path X` are both accepted."""
-    path, rest, args = None, [], iter(argv)
-    for arg in args:
-        if arg == PATH_FLAG:
-            path = next(args, None)
-        elif arg.startswith(f"{PATH_FLAG}="):
-            path = arg.split("=", 1)[1]
-        else:
-            rest.append(arg)
-    if path is not None and not path:
-        from hfpolicy.policies.registry import PolicyLoadError
-
-        raise PolicyLoadError(f"{PATH_FLAG} needs a value: a saved policy's directory or Hub repo id")
-    return path, rest
-
+from hfpolicy.io.run_lock import RunLock, RunLockedError
+from hfpolicy.policies.base import Policy
+from hfpolicy.policies.errors import PolicyLoadError
+from hfpolicy.policies.loading import saved_policy_folder
+from hfpolicy.training.policy_path import PATH_FLAG
 
 _STEP_FOLDER = re.compile(r"step_(\d+)")
 
@@ -53,11 +36,6 @@ def pretrained_checkpoint(source: str) -> str:
     """`source`, or, for a training run's folder or a path through its `last` link, the checkpoint's policy folder
     it means now (`<run>/checkpoints/step_N/pretrained_model`, the link resolved); PolicyLoadError for such a moving
     target while a live run holds that run folder. A checkpoint named by its step is taken as it is."""
-    # imported here, as the policy loading that follows: `hfpolicy train --help` imports no torch
-    from hfpolicy.io.run_lock import RunLock, RunLockedError
-    from hfpolicy.policies.loading import saved_policy_folder
-    from hfpolicy.policies.registry import PolicyLoadError
-
     given = Path(source)
     if not given.is_dir():
         return source  # a Hub repo id (or a missing path: the loader says so)
@@ -86,8 +64,6 @@ def describe_pretrained(source: str) -> str:
 
 def check_policy_type(source: str, saved_type: str, argv: list[str]) -> None:
     """PolicyLoadError when the user's `--policy.type` contradicts the saved policy's type."""
-    from hfpolicy.policies.registry import PolicyLoadError
-
     typed = [arg.split("=", 1)[1] for arg in argv if arg.startswith("--policy.type=")]
     if typed and typed[-1] != saved_type:
         raise PolicyLoadError(
@@ -97,12 +73,10 @@ def check_policy_type(source: str, saved_type: str, argv: list[str]) -> None:
         )
 
 
-def pretrained_config_file(source: str, folder: Path, argv: list[str] = ()) -> Path:
+def pretrained_config_file(source: str, folder: Path, argv: Sequence[str] = ()) -> Path:
     """A train config file in `folder` whose `policy` is the saved policy's config, with `pretrained_path=source`:
     the base that the flags `argv` override. Loading the policy here checks `source` (and that a `--policy.type`
     in `argv` agrees with it) before the run starts."""
-    from hfpolicy.policies import Policy
-
     policy = Policy.from_pretrained(source)
     check_policy_type(source, policy.config.type, list(argv))
     config = policy.config.to_dict()
@@ -120,11 +94,9 @@ def parse_with_pretrained_policy(parse, source: str, argv: list[str]):
         return parse(argv, pretrained_config_file(source, Path(folder), argv))
 
 
-def load_pretrained_weights(policy: "Policy", source: str) -> None:
+def load_pretrained_weights(policy: Policy, source: str) -> None:
     """Loads the weights and normalization stats of the policy saved at `source` into `policy` (built from the run's
     config), strictly; PolicyLoadError naming --policy.path and the mismatch otherwise."""
-    from hfpolicy.policies import Policy, PolicyLoadError
-
     pretrained = Policy.from_pretrained(source)
     if type(pretrained) is not type(policy):
         raise PolicyLoadError(

@@ -21,7 +21,11 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from hfpolicy.constants import TRAIN_CONFIG_FILE
 from hfpolicy.io.termination import die_with_parent
+from hfpolicy.runs.run_folder import RunFolder
+from hfpolicy.training.config import parse_train_config, validate_train_config
+from hfpolicy.training.resume_flags import check_resume_flags
 
 RESULT_ENV = "HFPOLICY_LAUNCH_RESULT"
 
@@ -30,7 +34,8 @@ class _LastLine:
     """A stderr that remembers the last line starting with one of `starts` (the error or stop line)."""
 
     def __init__(self, stream, starts: tuple[str, ...]):
-        self.stream, self.starts, self.line = stream, starts, None
+        self.stream, self.starts = stream, starts
+        self.line: str | None = None
 
     def write(self, text: str) -> int:
         for line in text.splitlines():
@@ -64,11 +69,6 @@ def report_result(prog: str, run: Callable[[], int]) -> int:
 def check_before_launch(argv: list[str], prog: str) -> str | None:
     """The one-line error for flags (or a run folder) that would fail in every launched process, or None: the
     checks `hfpolicy train` makes before its set-up, made once here, before anything is launched."""
-    from hfpolicy.constants import TRAIN_CONFIG_FILE
-    from hfpolicy.training.config import parse_train_config, validate_train_config
-    from hfpolicy.training.resume_flags import check_resume_flags
-    from hfpolicy.training.run_folder import RunFolder
-
     try:
         cfg = parse_train_config(argv, prog=prog)
         validate_train_config(cfg)

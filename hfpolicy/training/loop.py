@@ -3,7 +3,7 @@
     accelerate launch examples/train_pusht.py --steps=1000 --output_dir=outputs/train/pusht
     hfpolicy train --policy.type=diffusion --dataset.repo_id=lerobot/pusht --steps=200000
 
-`train(config)` reads top to bottom: it locks the run folder (hfpolicy.training.run_folder), sets the run up
+`train(config)` reads top to bottom: it locks the run folder (hfpolicy.runs.run_folder), sets the run up
 (hfpolicy.training.setup: errors for bad input come first), then `run_loop`: one optimizer step (with gradient
 accumulation and clipping), the policy's own update after it (`after_optimizer_step`: TD-MPC's target network), the
 EMA update, and every N steps logging, evaluation, a checkpoint and a Hub push.
@@ -18,22 +18,29 @@ recorded (hfpolicy.training.resume_flags). A NaN or inf loss stops the run befor
 (hfpolicy.training.progress).
 """
 
+import contextlib
 import dataclasses
+import os
+import shlex
 import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import torch
+from accelerate import Accelerator
 from tqdm.auto import tqdm
 
 from hfpolicy.eval.distributed import evaluate_on_all_processes
-from hfpolicy.hub.push import PushError, check_push_access, push_trained_policy
+from hfpolicy.hub.push import PushError, check_push_access, push_run
 from hfpolicy.policies import Policy
-from hfpolicy.record import scripted_dataset_root
+from hfpolicy.policies.ema import EMA
+from hfpolicy.record.scripted_cache import scripted_dataset_root
+from hfpolicy.runs.curve import draw_training_curve
+from hfpolicy.runs.run_folder import PRETRAINED_DIR, RunFolder
 from hfpolicy.training.checkpoints import save_checkpoint, save_shareable_policy
 from hfpolicy.training.config import TrainConfig, TrainConfigError, validate_train_config
-from hfpolicy.training.curve import draw_training_curve
 from hfpolicy.training.progress import (
     NonFiniteLossGuard,
     RunningMeans,
@@ -44,7 +51,6 @@ from hfpolicy.training.progress import (
     without_torchs_cuda_home_note,
 )
 from hfpolicy.training.resume_flags import check_resume_flags, record_resume
-from hfpolicy.training.run_folder import PRETRAINED_DIR, RunFolder
 from hfpolicy.training.setup import (
     Training,
     build_training,
@@ -62,7 +68,7 @@ class TrainResult:
 
     policy: Policy  # the trained policy (raw weights, unwrapped; EMA weights are in the checkpoint)
     output_dir: Path  # the run folder
-    last_checkpoint: Path  # checkpoints/step_<steps>
+    last_checkpoint: Path | None  # checkpoints/step_<steps>; None where the run folder is out of sight (another node)
     eval_summary: dict[str, Any] | None  # aggregates of the last evaluation, if any
     hub_commit: str | None  # URL of the Hub commit, if pushed
 
@@ -194,7 +200,7 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
             t.ema.step(policy)
         if t.online is not None and t.online.is_due(step) and step < cfg.steps:
             online_round(t, step, bar)  # the policy's rollouts join its data (before this step's checkpoint)
-        loss_guard.add(step, loss_sum)
+        loss_guard.add(step, torch.as_tensor(loss_sum))  # (a tensor: the sum of the passes' losses)
         step_s = time.perf_counter() - step_start
         window.add(loss=loss_sum / cfg.gradient_accumulation_steps, grad_norm=grad_norm, step_s=step_s, data_s=data_s)
         clock.add_step(step_s)
@@ -221,7 +227,7 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
             save_training_checkpoint(t, step)
             stops.saved()
 
-        if evaluated:
+        if evaluated and t.env_cfg is not None:
             eval_start = time.perf_counter()
             try:
                 with stops.interruptible():  # nothing is lost by ending an evaluation at once
@@ -315,3 +321,38 @@ def stopped_during_evaluation(
     policy_dir = t.run.checkpoint_dir(step) / PRETRAINED_DIR
     final = f" (its final evaluation was stopped: `hfpolicy eval --policy.path={policy_dir}` runs it)"
     return stopped_after(t, stops, step, final if step == t.cfg.steps else "")
+
+
+def push_trained_policy(
+    accelerator: Accelerator,
+    policy: torch.nn.Module,
+    ema: EMA | None,
+    cfg: TrainConfig,
+    output_dir: Path,
+    step: int,
+) -> str:
+    """Pushes the run (hfpolicy.hub.push) with the policy's EMA weights, its evaluation up to `step` and this command."""
+    model = accelerator.unwrap_model(policy)
+    with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
+        return push_run(
+            output_dir,
+            cfg.hub.repo_id,
+            policy=model,
+            private=cfg.hub.private,
+            branch=cfg.hub.branch,
+            train_command=reproduce_command(),
+            up_to_step=step,
+            check_access=False,  # checked before step 1
+            online_data_repo_id=cfg.hub.online_data_repo_id,
+        )
+
+
+def reproduce_command() -> str:
+    """The command line of this run, as `accelerate launch ...` when launched by accelerate."""
+    argv = [shlex.quote(a) for a in sys.argv]
+    script = argv[0]
+    if os.environ.get("ACCELERATE_MIXED_PRECISION") is not None or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return " ".join(["accelerate", "launch", script, *argv[1:]])
+    if script.endswith(".py"):
+        return " ".join(["python", script, *argv[1:]])
+    return " ".join(["hfpolicy", "train", *argv[1:]])

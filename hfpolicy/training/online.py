@@ -52,6 +52,8 @@ from hfpolicy.datasets.format import INFO_PATH
 from hfpolicy.datasets.mixture import DATASET_INDEX, MixtureDataset
 from hfpolicy.datasets.writer import truncate_dataset
 from hfpolicy.envs import EnvConfig
+from hfpolicy.envs.observations import OBSERVATION_KEYS
+from hfpolicy.envs.pusht_scorer import PushTScorer
 from hfpolicy.eval.episode_data import (
     ONLINE_META_PATH,
     STEP_FEATURES,
@@ -60,9 +62,10 @@ from hfpolicy.eval.episode_data import (
     write_episodes_dataset,
 )
 from hfpolicy.eval.rollouts import rollout
+from hfpolicy.experts import PushTExpert
 from hfpolicy.io.atomic import free_bytes, is_disk_full, temporary_path, write_json_atomically
+from hfpolicy.runs.run_folder import RunFolder
 from hfpolicy.training.config import OnlineConfig, TrainConfigError
-from hfpolicy.training.run_folder import RunFolder
 
 ONLINE_DATA_DIR = "online_data"
 ONLINE_STATE_KEY = "online_episodes"  # in a checkpoint's step.json: online episodes the run had seen
@@ -207,7 +210,7 @@ class OnlineTraining:
 
     def _append(self, episodes: list[RolloutEpisode]) -> None:
         """Writes the first round's episodes as the dataset, appends each later round's."""
-        from hfpolicy.datasets.pusht_zarr import PUSHT_TASK  # the task string of PushT data (imports gym-pusht)
+        from hfpolicy.datasets.pusht_zarr import PUSHT_TASK  # lazy: optional heavy dependency (zarr, gym-pusht)
 
         try:
             write_episodes_dataset(
@@ -283,9 +286,6 @@ def collect_episodes(
 def expert_recovery(env_cfg: EnvConfig, failed: RolloutEpisode, features: dict[str, Any]) -> RolloutEpisode | None:
     """The scripted expert's episode from the state a failed policy episode ended in (gym-pusht's reset_to_state),
     recorded frame by frame as `EpisodeCollector` records; None if the expert fails from there too."""
-    from hfpolicy.envs.observations import OBSERVATION_KEYS
-    from hfpolicy.policies.scripted import PushTExpert
-
     env = env_cfg.make_single()
     try:
         observation, _ = env.reset(seed=failed.seed, options={"reset_to_state": reset_argument(failed.final_state)})
@@ -318,8 +318,6 @@ def reset_argument(state: np.ndarray) -> np.ndarray:
     """gym-pusht's reset_to_state argument for a pose read from the env (it sets the angle after the position)."""
     global _GEOMETRY
     if _GEOMETRY is None:
-        from hfpolicy.envs.pusht_scorer import PushTScorer
-
         _GEOMETRY = PushTScorer()
     return _GEOMETRY.reset_state(state)
 
@@ -330,8 +328,6 @@ def policy_rollouts(
     """The policy's episodes on `seeds` (expert-labelled with --online.labels=expert)."""
     labeller = None
     if cfg.labels == "expert":
-        from hfpolicy.policies.scripted import PushTExpert
-
         labeller = PushTExpert
     collector = EpisodeCollector(features, labeller=labeller, expert_drive_prob=cfg.expert_drive_prob)
     env = env_cfg.make(len(seeds), parallel=False)

@@ -15,9 +15,10 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 
+from hfpolicy.runs.metrics_log import append_metrics
+from hfpolicy.runs.run_folder import RunFolder
+from hfpolicy.training.checkpoints import latest_good_checkpoint
 from hfpolicy.training.config import TrainConfig
-from hfpolicy.training.metrics_log import append_metrics
-from hfpolicy.training.run_folder import RunFolder
 from hfpolicy.words import counted
 
 
@@ -73,8 +74,6 @@ class NonFiniteLossGuard:
         bad = steps[steps > 0]
         if bad.numel() == 0:
             return
-        from hfpolicy.training.checkpoints import latest_good_checkpoint
-
         checkpoint = latest_good_checkpoint(run.root)  # its weights read back finite
         kept = (
             f"the last good checkpoint is {checkpoint}: resume from it with --resume=true"

@@ -22,7 +22,9 @@ from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
 from hfpolicy.envs.configs import EnvConfig
 from hfpolicy.field_errors import value_words
 from hfpolicy.policies.config import PolicyConfig
-from hfpolicy.training.config import TrainConfig
+from hfpolicy.training.cli import main
+from hfpolicy.training.config import TrainConfig, describe_dataset
+from hfpolicy.training.launch import check_before_launch, launch, report_result
 
 RECIPE_CHOICES = ("auto", "paper", "cpu")
 
@@ -168,10 +170,6 @@ def run_recipe(
     `accelerate launch` of `script` with `argv` (the flags checked here first; it ends with the training's line and
     status). `--help` first prints the recipe, `help_lines` (the script's own) and the recipe's flags. An error ends
     the output as one line starting with `prog`, with the training's exit status (2: bad input)."""
-    from hfpolicy.training.cli import main
-    from hfpolicy.training.config import describe_dataset
-    from hfpolicy.training.launch import check_before_launch, launch, report_result
-
     if "--help" in flags or "-h" in flags:
         print("--num_processes N: train on N processes (accelerate launch; default 1: this process, no launcher)")
         print(

@@ -36,7 +36,6 @@ MAY_CHANGE = (
     "dataset.stream_disk_gb",
     "dataset.stream_retries",
     "dataset.stream_video",  # streaming: how the video bytes are read, not which frames
-    "dataset.stream_read_ahead",  # streaming: when frames are decoded, not which
     "eval.",  # how the policy is measured, not how it is trained
     "hub.",
     "policy.device",

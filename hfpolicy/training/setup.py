@@ -2,7 +2,6 @@
 folder, its dataset (local, recorded or downloaded), the policy's features checked against the data, the optimizer,
 the eval env, and the endless stream of batches that an exact resume continues."""
 
-import contextlib
 import dataclasses
 import os
 from collections.abc import Iterator
@@ -15,36 +14,21 @@ from accelerate import Accelerator
 from accelerate.utils import ProjectConfiguration, set_seed
 from diffusers.optimization import get_scheduler
 
-from hfpolicy.cli.flags import error_in_flags
-from hfpolicy.constants import REWARD
-from hfpolicy.datasets import (
-    DatasetMeta,
-    EpisodeAwareSampler,
-    EpochBatchSampler,
-    PolicyDataset,
-    dataset_to_policy_features,
-)
 from hfpolicy.datasets.batch_images import frames_to_float
-from hfpolicy.datasets.format import INFO_PATH
-from hfpolicy.datasets.worker_batch import as_fetched
+from hfpolicy.datasets.mixture import MixtureDataset
 from hfpolicy.envs import EnvConfig
 from hfpolicy.io.atomic import write_json_atomically
-from hfpolicy.io.termination import ignore_sigterm
 from hfpolicy.policies import Policy, PolicyConfig, make_policy
 from hfpolicy.policies.device import accelerator_device_options
 from hfpolicy.policies.ema import EMA
+from hfpolicy.runs.hparams import flat_hparams
+from hfpolicy.runs.run_folder import RunFolder
 from hfpolicy.training.checkpoints import checkpoint_extra_state, load_checkpoint
-from hfpolicy.training.config import (
-    DatasetConfig,
-    TrainConfig,
-    TrainConfigError,
-    dataset_label,
-    flat_hparams,
-    train_config_to_dict,
-)
+from hfpolicy.training.config import TrainConfig, TrainConfigError, train_config_to_dict
+from hfpolicy.training.data import TrainingData, endless_batches, load_training_data
 from hfpolicy.training.finetune import describe_pretrained, load_pretrained_weights
+from hfpolicy.training.online import OnlineTraining, online_features
 from hfpolicy.training.progress import planned_evaluations
-from hfpolicy.training.run_folder import RunFolder
 from hfpolicy.words import counted
 
 
@@ -63,12 +47,10 @@ def choose_cpu_threads(num_threads: int | None, num_processes: int) -> int:
     return num_threads
 
 
-def make_online_training(cfg: TrainConfig, output_dir: Path, dataset: PolicyDataset):
+def make_online_training(cfg: TrainConfig, output_dir: Path, dataset: MixtureDataset) -> OnlineTraining:
     """The run's online data (hfpolicy.training.online), for the policy's inputs, in the env the policy acts in:
-    the features of the offline `dataset` (one dataset, or a mixture's shared ones, streamed or not), and, after
-    a mixture's datasets, the next dataset_index."""
-    from hfpolicy.training.online import OnlineTraining, online_features
-
+    the features of the offline `dataset` (the shared features of its datasets, streamed or not), and, after its
+    datasets, the next dataset_index."""
     policy_cfg, fps = cfg.policy, dataset.fps
     window = max((max(d) for d in policy_cfg.delta_timestamps(fps).values()), default=0.0)
     episode_length = getattr(cfg.env, "episode_length", None)
@@ -78,11 +60,10 @@ def make_online_training(cfg: TrainConfig, output_dir: Path, dataset: PolicyData
             f"({round(window * fps) + 1} steps): online episodes could not fill a training sample; raise it"
         )
     features = online_features(dataset.features, list(policy_cfg.input_features))
-    members = getattr(dataset, "datasets", None)  # a mixture's
     return OnlineTraining(
         cfg.online, output_dir, configure_eval_env(cfg.env, policy_cfg), features, fps,
         policy_cfg.delta_timestamps(fps), policy_cfg.drop_n_last_frames, cfg.seed,
-        member_index=len(members) if members is not None else None,
+        member_index=len(dataset.datasets),
     )  # fmt: skip
 
 
@@ -91,97 +72,6 @@ def is_launch_main_process() -> bool:
     accelerate's PartialState for this would fix the distributed setup before the Accelerator could: on CPU, each
     process of `accelerate launch --num_processes 2` would then train alone.)"""
     return int(os.environ.get("RANK", "0")) == 0
-
-
-def resolve_dataset_root(
-    dataset: DatasetConfig, recipe: str | None = None, progress: bool = True, env: EnvConfig | None = None
-) -> Path:
-    """The local folder of the dataset: `--dataset.root`, the scripted recording of `env`'s task (made now if it does
-    not exist yet), or the Hub dataset downloaded into the HF cache."""
-    if dataset.scripted_episodes > 0:
-        return record_scripted_dataset(dataset, progress, env)
-    if dataset.root is not None:
-        root = Path(dataset.root)
-        if not root.is_dir():
-            raise TrainConfigError(
-                f"--dataset.root={root} is not a directory (a LeRobot v3.0 dataset: meta/, data/, videos/)"
-            )
-        if not (root / INFO_PATH).is_file():
-            nested = next(root.glob(f"*/{INFO_PATH}"), None)
-            hint = f"; its subfolder is one: --dataset.root={nested.parents[1]}" if nested is not None else ""
-            raise TrainConfigError(
-                f"--dataset.root={root} has no {INFO_PATH}, so it is not a LeRobot v3.0 dataset{hint}; or drop "
-                "--dataset.root to download --dataset.repo_id from the Hub (`hfpolicy convert` and `hfpolicy record` "
-                "write local datasets)"
-            )
-        return root
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
-
-    from hfpolicy.datasets import download_dataset
-
-    try:
-        return download_dataset(dataset.repo_id, revision=dataset.revision, episodes=dataset.episodes)
-    except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as e:
-        offline = " or --recipe=cpu, which trains offline on recorded scripted demonstrations" if recipe else ""
-        raise TrainConfigError(
-            f"could not download the dataset {dataset.repo_id!r} from the Hub ({type(e).__name__}: "
-            f"{str(e).splitlines()[0]}); check the repo id and the network, or train on a local copy with "
-            f"--dataset.root=DIR (`hfpolicy convert` and `hfpolicy record` write one){offline}"
-        ) from e
-
-
-@contextlib.contextmanager
-def dataset_errors_as_config_errors(dataset: DatasetConfig):
-    """A dataset that cannot be read or windowed as asked is bad input: one clear line, no traceback."""
-    try:
-        yield
-    except ValueError as e:
-        where = dataset.root or dataset.repo_id
-        raise TrainConfigError(f"dataset {where}: {e}") from e
-
-
-def configure_policy_features(
-    policy_cfg: PolicyConfig, dataset_features: dict[str, Any], input_keys: list[str] | None
-) -> PolicyConfig:
-    """The policy config with its input/output features taken from the dataset (unless already set), checked
-    against what the dataset holds; ValueError naming the missing feature otherwise."""
-    inputs, outputs = dataset_to_policy_features(dataset_features)
-    if input_keys is not None:
-        missing = [key for key in input_keys if key not in inputs]
-        if missing:
-            raise TrainConfigError(
-                f"--dataset.input_features asks for {missing}, which the dataset does not have as policy inputs; "
-                f"it has {sorted(inputs)}"
-            )
-        inputs = {key: inputs[key] for key in input_keys}
-    if policy_cfg.reward_delta_indices is not None and REWARD not in dataset_features:
-        raise TrainConfigError(
-            f"the {policy_cfg.type} policy trains on rewards, but the dataset has no {REWARD!r} feature; train on a "
-            "recording with rewards: `hfpolicy record` (scripted PushT; --environment_state=true adds the keypoints), "
-            "`hfpolicy convert` (the PushT zarr) or `hfpolicy eval --dataset_dir=DIR` (rollouts) write it"
-        )
-    chosen_inputs = policy_cfg.input_features or inputs
-    chosen_outputs = policy_cfg.output_features or outputs
-    for key, feature in {**chosen_inputs, **chosen_outputs}.items():
-        offered = inputs.get(key) or outputs.get(key)
-        if offered is None:
-            raise TrainConfigError(
-                f"the policy needs feature {key!r}, which the dataset does not have; its features: "
-                f"{sorted(dataset_features)}"
-            )
-        if tuple(offered.shape) != tuple(feature.shape):
-            raise TrainConfigError(
-                f"the policy expects {key!r} of shape {tuple(feature.shape)}, the dataset has {offered.shape}"
-            )
-    try:
-        configured = dataclasses.replace(
-            policy_cfg, input_features=dict(chosen_inputs), output_features=dict(chosen_outputs)
-        )
-        configured.validate_features()
-    except ValueError as e:
-        problem = error_in_flags(e, type(policy_cfg), "policy.")
-        raise TrainConfigError(f"the {policy_cfg.type} policy cannot be built from this dataset: {problem}") from e
-    return configured
 
 
 def make_optimizer(policy: Policy, device: torch.device) -> torch.optim.Optimizer:
@@ -205,18 +95,6 @@ def configure_eval_env(env_cfg: EnvConfig, policy_cfg: PolicyConfig) -> EnvConfi
         raise TrainConfigError(f"{e} (or set --eval.freq=0 to train without evaluation)") from e
 
 
-def endless_batches(dataloader, batch_sampler: EpochBatchSampler, start_batch: int, seed: int):
-    """Batches forever, epoch after epoch, starting at batch `start_batch` counted from the run's start (no data
-    is loaded for the skipped batches: the sampler starts mid-epoch). Each epoch's order and worker seeds are
-    functions of (seed, epoch) alone, so a resumed run reads exactly what the uninterrupted one would have."""
-    epoch, skip = divmod(start_batch, len(batch_sampler))
-    while True:
-        batch_sampler.set_epoch(epoch, start_batch=skip)
-        dataloader.generator.manual_seed(seed * 100_003 + epoch)  # seeds of the worker processes of this epoch
-        yield from dataloader
-        epoch, skip = epoch + 1, 0
-
-
 def move_to_device(batch: dict[str, Any], device: torch.device, image_keys=()) -> dict[str, Any]:
     """The batch's tensors on `device`; the uint8 frames of `image_keys` (how a run's batches carry them) become
     float32 in [0, 1] there (hfpolicy.datasets.batch_images)."""
@@ -225,17 +103,6 @@ def move_to_device(batch: dict[str, Any], device: torch.device, image_keys=()) -
         if key in moved and moved[key].dtype == torch.uint8:
             moved[key] = frames_to_float(moved[key])
     return moved
-
-
-def record_scripted_dataset(dataset: DatasetConfig, progress: bool, env: EnvConfig | None = None) -> Path:
-    """The scripted recording `--dataset.scripted_episodes` asks for, of `env`'s task (default PushT; hfpolicy.record
-    makes or reuses it)."""
-    from hfpolicy.record import scripted_recording
-
-    try:
-        return scripted_recording(dataset.scripted_episodes, dataset.root, progress, env)
-    except ValueError as e:
-        raise TrainConfigError(str(e)) from e
 
 
 @dataclasses.dataclass
@@ -323,78 +190,6 @@ def build_training(cfg: TrainConfig, run: RunFolder) -> Training:
     )
     announce_training(training, data)
     return training
-
-
-@dataclasses.dataclass
-class TrainingData:
-    """The dataset a run reads and how: its name, the dataset, its sampler and the DataLoader over them."""
-
-    name: str  # the Hub repo id, or the local folder: what the run really read
-    dataset: PolicyDataset  # or a MixtureDataset (several datasets)
-    sampler: EpisodeAwareSampler  # or a MixtureSampler
-    batch_sampler: EpochBatchSampler
-    dataloader: torch.utils.data.DataLoader
-
-
-def load_training_data(cfg: TrainConfig, accelerator: Accelerator) -> tuple[TrainConfig, TrainingData]:
-    """(the config with the dataset's root and the policy's features filled in, the data); the frames are decoded
-    now, once, not mid-epoch."""
-    from hfpolicy.training.mixture_data import load_mixture_data, mixture_members
-
-    if cfg.dataset.streaming:  # a Hub dataset read as it trains, within memory and disk budgets
-        from hfpolicy.training.streaming_data import load_streaming_data
-
-        return load_streaming_data(cfg, accelerator)
-    members = mixture_members(cfg.dataset)
-    if members is not None:  # several datasets: their union, sampled at --dataset.weights
-        return load_mixture_data(cfg, accelerator, members)
-    progress = accelerator.is_main_process and cfg.progress
-    with accelerator.main_process_first():  # one process downloads or records, the others then read it
-        dataset_root = resolve_dataset_root(cfg.dataset, recipe=cfg.recipe, progress=progress, env=cfg.env)
-    if cfg.dataset.scripted_episodes > 0:  # train_config.json and the card name the recording's folder
-        cfg = dataclasses.replace(cfg, dataset=dataclasses.replace(cfg.dataset, root=str(dataset_root)))
-    name = dataset_label(cfg.dataset)
-    with dataset_errors_as_config_errors(cfg.dataset):
-        meta = DatasetMeta.load(dataset_root, name)
-    policy_cfg = configure_policy_features(cfg.policy, meta.features, cfg.dataset.input_features)
-    with dataset_errors_as_config_errors(cfg.dataset):
-        policy_cfg.check_window_fits(meta.episodes["length"].tolist())  # names the flags, not delta_timestamps
-        dataset = PolicyDataset(
-            name,
-            root=dataset_root,
-            episodes=cfg.dataset.episodes,
-            delta_timestamps=policy_cfg.delta_timestamps(meta.fps),
-            download_videos=bool(policy_cfg.image_features),  # a state-only policy never decodes a frame
-        )
-        sampler = EpisodeAwareSampler(
-            dataset,
-            drop_last_frames=policy_cfg.drop_n_last_frames,
-            shuffle=True,
-            seed=cfg.seed,
-            num_replicas=accelerator.num_processes,
-            rank=accelerator.process_index,
-        )  # each process reads its own shard of one shared (seed, epoch) permutation
-        batch_sampler = EpochBatchSampler(sampler, cfg.batch_size)  # a resumed run starts mid-epoch
-    dataset.prefetch_frames(progress=progress)  # decode the videos once, up front, not mid-epoch
-    dataloader = make_dataloader(dataset, batch_sampler, cfg, accelerator)
-    return dataclasses.replace(cfg, policy=policy_cfg), TrainingData(name, dataset, sampler, batch_sampler, dataloader)
-
-
-def make_dataloader(dataset, batch_sampler: EpochBatchSampler, cfg: TrainConfig, accelerator: Accelerator):
-    """The run's DataLoader: whole batches from the dataset, in the batch sampler's order, in --num_workers workers,
-    their frames uint8 (made float on the device by move_to_device)."""
-    dataset.uint8_images = True
-    return torch.utils.data.DataLoader(
-        dataset,
-        sampler=batch_sampler,
-        batch_size=None,  # the dataset fetches whole batches (one index list per item)
-        collate_fn=as_fetched,
-        num_workers=cfg.num_workers,
-        pin_memory=accelerator.device.type == "cuda",
-        persistent_workers=cfg.num_workers > 0,
-        worker_init_fn=ignore_sigterm,
-        generator=torch.Generator(),  # its own: starting an epoch must not draw from the global RNG (exact resume)
-    )
 
 
 def announce_training(training: Training, data: TrainingData) -> None:

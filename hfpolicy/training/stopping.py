@@ -129,7 +129,7 @@ class StopControl:
         self.trained_a_step, self._raise_now = True, False
         stop = self.signum is not None
         due = self.save_every_s > 0 and time.monotonic() - self.last_save >= self.save_every_s
-        if self._one_process:
+        if self._one_process or self.accelerator is None:  # (None: one process until training starts)
             return stop, due
         if step % self.SYNC_EVERY:
             return False, False

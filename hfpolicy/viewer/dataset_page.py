@@ -87,11 +87,12 @@ def dataset_page_data(
     values_per_frame = sum(int(np.prod(meta.features[k]["shape"])) for k in keys)
     for position, episode in enumerate(dataset.episodes):
         start, end = (int(i) for i in dataset.episode_bounds[position])
-        batch = dataset.get_batch(np.arange(start, end))
-        tasks = meta.episodes.at[episode, EP_TASKS] if EP_TASKS in meta.episodes else None
+        batch = dataset.get_batch(range(start, end))
+        row = meta.episode_row(episode)
+        tasks = row.get(EP_TASKS)
         record = {
             "index": episode,
-            "length": int(meta.episodes.at[episode, EP_LENGTH]),
+            "length": int(row[EP_LENGTH]),
             "task": " / ".join(tasks) if tasks is not None and len(tasks) else sorted(set(batch["task"]))[0],
             "success": bool(batch[SUCCESS].any()) if SUCCESS in batch else None,
             "max_reward": rounded(float(batch[REWARD].max())) if REWARD in batch else None,

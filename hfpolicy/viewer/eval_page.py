@@ -17,8 +17,9 @@ from hfpolicy.constants import EVAL_INFO_FILE
 from hfpolicy.eval.cli import EPISODES_FILE
 from hfpolicy.eval.evaluation import summarize_episodes
 from hfpolicy.eval.rollouts import EpisodeRecord
+from hfpolicy.io.episode_videos import episode_index_of
 from hfpolicy.io.paths import contained_path
-from hfpolicy.io.video import episode_index_of, probe_video
+from hfpolicy.io.video import probe_video
 from hfpolicy.viewer.page import rounded, rounded_list
 
 VIDEOS_DIR = "videos"
@@ -60,7 +61,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     """The records of an episodes.jsonl. A torn last line (an evaluation killed while writing it) is skipped with a
     one-line warning on stderr; damage elsewhere is an EvalRecordsError naming the line."""
     lines = path.read_text().splitlines()
-    records = []
+    records: list[dict[str, Any]] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue

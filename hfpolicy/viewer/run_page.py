@@ -8,8 +8,8 @@ from typing import Any
 
 from hfpolicy.constants import METRICS_FILE, TRAIN_CONFIG_FILE
 from hfpolicy.io.paths import check_apart, contained_path
-from hfpolicy.training.config import flat_hparams
-from hfpolicy.training.metrics_log import read_metrics
+from hfpolicy.runs.hparams import flat_hparams
+from hfpolicy.runs.metrics_log import read_metrics
 from hfpolicy.viewer.eval_page import eval_page_data, load_eval_info
 from hfpolicy.viewer.page import VideoLinker, rounded, small_enough_to_embed, write_page
 

@@ -13,6 +13,7 @@ to the page (a dataset's videos, usually); --embed_videos=true / false decides i
 from dataclasses import dataclass
 from pathlib import Path
 
+from hfpolicy.cli.commands import run_command
 from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, TRAIN_CONFIG_FILE
 from hfpolicy.datasets.format import INFO_PATH
 from hfpolicy.io.atomic import output_path_problem
@@ -87,6 +88,4 @@ def view_command(cfg: ViewConfig) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hfpolicy.cli.commands import run_command
-
     return run_command("view", argv)

@@ -33,7 +33,7 @@ def run(path: str, workers: int, rate: float, **extra) -> dict:
 
 def table(bench, capsys, runs: list[dict]) -> tuple[dict, list[str]]:
     args = argparse.Namespace(
-        batch_size=64, batches=5, shuffle_buffer_episodes=16, stream_ram_gb=2.0, stream_disk_gb=10.0, read_ahead=0
+        batch_size=64, batches=5, shuffle_buffer_episodes=16, stream_ram_gb=2.0, stream_disk_gb=10.0
     )
     bench.print_streaming_table(runs, args, pushed_mb=0.1)
     lines = capsys.readouterr().out.strip().splitlines()
@@ -89,26 +89,3 @@ def test_lerobot_flags_are_checked_before_any_work(bench, monkeypatch, capsys, f
         bench.main()
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
-
-
-def test_the_decoding_process_of_the_streamed_run_without_workers_is_reported(bench, capsys):
-    runs = [
-        run("memory", 0, 4000.0, warm_samples_per_s=4100.0),
-        run("memory", 2, 2000.0, warm_samples_per_s=2100.0),
-        run(
-            "streaming",
-            0,
-            3000.0,
-            warm_samples_per_s=4000.0,
-            decoded_by_child=150,
-            taken_back=21,
-            peak_decoder_rss_mb=420,
-        ),
-        run("streaming", 2, 1500.0, warm_samples_per_s=2000.0),
-    ]
-    result, lines = table(bench, capsys, runs)
-    assert result["decoded_by_child_streaming_w0"] == 150 and result["taken_back_streaming_w0"] == 21
-    assert result["peak_decoder_rss_mb_streaming_w0"] == 420
-    assert "its decoding process decoded 150 episodes, the reader took back 21; the process's peak RSS 420 MiB" in (
-        "\n".join(lines)
-    )

@@ -27,7 +27,7 @@ def test_every_path_gives_the_correctly_rounded_division():
 
 
 def batches(dataset, workers: int) -> list[dict]:
-    sampler = torch.utils.data.BatchSampler(EpisodeAwareSampler(dataset, shuffle=True, seed=2), 8, drop_last=False)
+    sampler = torch.utils.data.BatchSampler(EpisodeAwareSampler(dataset, seed=2), 8, drop_last=False)
     loader = torch.utils.data.DataLoader(dataset, sampler=sampler, batch_size=None, num_workers=workers)
     return list(loader)
 

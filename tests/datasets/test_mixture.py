@@ -8,7 +8,8 @@ import torch
 from dataset_helpers import write_tiny_dataset
 
 from hfpolicy.datasets import DatasetFormatError, DatasetWriter, PolicyDataset
-from hfpolicy.datasets.mixture import DATASET_INDEX, MixtureDataset, MixtureSampler
+from hfpolicy.datasets.mixture import DATASET_INDEX, MixtureDataset
+from hfpolicy.datasets.sampler import EpisodeAwareSampler
 from hfpolicy.datasets.stats import array_stats
 from hfpolicy.training.config import parse_dataset_list
 
@@ -84,7 +85,7 @@ def test_items_are_each_datasets_own(two):
 
 def test_each_dataset_is_sampled_at_its_weight(two):
     mixture = open_mixture(two)
-    sampler = MixtureSampler(mixture, weights=[0.8, 0.2], drop_last_frames=2, seed=3, num_samples=5000)
+    sampler = EpisodeAwareSampler(mixture, weights=[0.8, 0.2], drop_last_frames=2, seed=3, num_samples=5000)
     order = np.array(list(sampler))
     share_a = float(np.mean(order < 60))
     assert abs(share_a - 0.8) < 4 * np.sqrt(0.8 * 0.2 / 5000), share_a  # 4 sigma of the binomial
@@ -93,24 +94,27 @@ def test_each_dataset_is_sampled_at_its_weight(two):
     first = order[order < 60][: len(eligible_a)]
     assert set(first.tolist()) == eligible_a
     # the default weights are the datasets' shares of the frames: the plain union
-    default = np.array(list(MixtureSampler(mixture, seed=4, num_samples=6000)))
+    default = np.array(list(EpisodeAwareSampler(mixture, seed=4, num_samples=6000)))
     assert abs(float(np.mean(default < 60)) - 0.2) < 4 * np.sqrt(0.2 * 0.8 / 6000)
     # a pure function of (seed, epoch), and shards that together give the epoch
-    again = MixtureSampler(mixture, weights=[0.8, 0.2], drop_last_frames=2, seed=3, num_samples=5000)
+    again = EpisodeAwareSampler(mixture, weights=[0.8, 0.2], drop_last_frames=2, seed=3, num_samples=5000)
     assert np.array_equal(order, list(again))
     again.set_epoch(1)
     assert not np.array_equal(order, list(again))
-    shards = [list(MixtureSampler(mixture, [1, 1], seed=5, num_samples=100, num_replicas=2, rank=r)) for r in (0, 1)]
-    whole = list(MixtureSampler(mixture, [1, 1], seed=5, num_samples=100))
+    shards = [
+        list(EpisodeAwareSampler(mixture, weights=[1, 1], seed=5, num_samples=100, num_replicas=2, rank=r))
+        for r in (0, 1)
+    ]
+    whole = list(EpisodeAwareSampler(mixture, weights=[1, 1], seed=5, num_samples=100))
     assert sorted(shards[0] + shards[1]) == sorted(whole)
 
 
 def test_bad_weights_and_conflicting_features_are_named(two, tmp_path):
     mixture = open_mixture(two)
     with pytest.raises(ValueError, match="2 non-negative numbers"):
-        MixtureSampler(mixture, weights=[1.0])
+        EpisodeAwareSampler(mixture, weights=[1.0])
     with pytest.raises(ValueError, match="2 non-negative numbers"):
-        MixtureSampler(mixture, weights=[-1.0, 2.0])
+        EpisodeAwareSampler(mixture, weights=[-1.0, 2.0])
     other = tmp_path / "wide"
     with DatasetWriter.create(other, "wide", 10, {**FEATURES, "action": {"dtype": "float32", "shape": [3]}}) as w:
         for _ in range(5):

@@ -4,16 +4,14 @@ the training's batch stream, memory and disk within tiny budgets, and a failed f
 import numpy as np
 import pytest
 import torch
-from dataset_helpers import STREAMED_DELTAS, STREAMED_LENGTHS, assert_same_batch, episode_rows, write_tiny_dataset
+from dataset_helpers import STREAMED_DELTAS, STREAMED_LENGTHS, assert_same_batch, episode_rows
 
 from hfpolicy.datasets import (
-    BatchIndices,
+    EpisodeAwareSampler,
     EpochBatchSampler,
     PolicyDataset,
-    ShuffleBufferSampler,
     StreamingError,
     StreamingPolicyDataset,
-    push_dataset_to_hub,
     remote_files,
 )
 
@@ -48,13 +46,13 @@ def test_streamed_items_equal_the_in_memory_ones(streamed):
 
 
 def test_a_resumed_stream_reads_what_the_uninterrupted_one_would(streamed):
-    from hfpolicy.training.setup import endless_batches
+    from hfpolicy.training.data import endless_batches
 
     repo_id = streamed[1]
 
     def batches(start_batch: int, workers: int, count: int) -> list[dict]:
         dataset = StreamingPolicyDataset(repo_id, delta_timestamps=DELTAS)
-        sampler = ShuffleBufferSampler(dataset, buffer_episodes=2, drop_last_frames=2, seed=5)
+        sampler = EpisodeAwareSampler(dataset, buffer_episodes=2, drop_last_frames=2, seed=5)
         batch_sampler = EpochBatchSampler(sampler, 4)
         loader = torch.utils.data.DataLoader(
             dataset, sampler=batch_sampler, batch_size=None, num_workers=workers, generator=torch.Generator()
@@ -67,7 +65,7 @@ def test_a_resumed_stream_reads_what_the_uninterrupted_one_would(streamed):
     resumed = batches(5, workers=2, count=7)  # fresh caches, in two worker processes
     for a, b in zip(full[5:], resumed, strict=True):
         assert_same_batch(a, b)
-    first_epoch = ShuffleBufferSampler(BOUNDS, buffer_episodes=2, drop_last_frames=2, seed=5)
+    first_epoch = EpisodeAwareSampler(BOUNDS, buffer_episodes=2, drop_last_frames=2, seed=5)
     drawn = torch.cat([b["index"] for b in full[:epoch_batches]]).tolist()
     assert drawn == list(first_epoch)[: 4 * epoch_batches]  # the stream follows the shuffle buffer's order
 
@@ -82,7 +80,7 @@ def test_memory_and_disk_stay_within_tiny_budgets(streamed):
     # whole files (the videos do not all fit the disk budget: "auto" would read them by range, test_streaming_ranges)
     dataset = StreamingPolicyDataset(repo_id, delta_timestamps=DELTAS, stream_video="download", **budgets)
     local = PolicyDataset(repo_id, root=root, delta_timestamps=DELTAS)
-    sampler = ShuffleBufferSampler(dataset, buffer_episodes=1, seed=0)
+    sampler = EpisodeAwareSampler(dataset, buffer_episodes=1, seed=0)
     dataset.check_buffer_fits(1)
     fetches = []
     for epoch in range(2):
@@ -183,73 +181,3 @@ def test_a_fetch_that_keeps_failing_stops_the_epoch_naming_the_file(streamed, hu
     # nothing was dropped for good: with the file back, episode 3 reads as it should
     local = PolicyDataset(repo_id, root=root, delta_timestamps=DELTAS)
     assert_same_batch(dataset.get_batch(episode_rows(dataset, 3)), local.get_batch(episode_rows(local, 3)))
-
-
-@pytest.mark.parametrize("decode_process", [True, False], ids=["process", "thread"])
-def test_read_ahead_decodes_the_coming_episodes_and_changes_no_item(streamed, decode_process):
-    root, repo_id = streamed[:2]
-    local = PolicyDataset(repo_id, root=root, delta_timestamps=DELTAS)
-    largest_episode = max(LENGTHS) * (32 * 32 * 3 + 8 * 8 * 3)
-    sampler_of = lambda dataset, buffer: ShuffleBufferSampler(dataset, buffer, drop_last_frames=2, seed=3)  # noqa: E731
-    # a budget that holds every episode: each one but the first is decoded ahead, once per camera
-    roomy = StreamingPolicyDataset(repo_id, delta_timestamps=DELTAS, decode_process=decode_process)
-    roomy.check_buffer_fits(1)
-    plain = list(EpochBatchSampler(sampler_of(roomy, 1), 4))
-    batches = list(EpochBatchSampler(sampler_of(roomy, 1), 4, read_ahead=2))
-    assert batches == plain and all(b.ahead == sum(plain[k + 1 : k + 3], []) for k, b in enumerate(batches))
-    for batch_indices in batches:
-        assert_same_batch(roomy[batch_indices], local.get_batch(batch_indices))
-    assert roomy.read_ahead.decoded_ahead == 2 * (len(LENGTHS) - 1) and roomy.frames.loads == 2 * len(LENGTHS)
-
-    # a budget with no room beside the open episode decodes nothing ahead (it would crowd the buffer out)
-    tight = StreamingPolicyDataset(repo_id, delta_timestamps=DELTAS, stream_ram_gb=largest_episode / GB)
-    for batch_indices in batches:
-        assert_same_batch(tight[batch_indices], local.get_batch(batch_indices))
-    assert tight.read_ahead.decoded_ahead == 0 and tight.frames.peak_bytes <= largest_episode
-
-
-@pytest.mark.parametrize("decode_process", [True, False], ids=["process", "thread"])
-def test_read_ahead_under_a_binding_budget_decodes_each_episode_once_an_epoch(hub_server, tmp_path, decode_process):
-    # 12 episodes of 6 frames, 2 open at a time; the budget holds 4.5 of them: the open ones, the one drawn out while
-    # the next comes in, and room for decodes ahead. Read-ahead must leave room for that third one: with room for
-    # the open ones only, an episode still drawn from was evicted and decoded again (2x the decodes, measured)
-    repo_id = f"user/many-short-{decode_process}"
-    tiny = write_tiny_dataset(tmp_path / "many", [6] * 12, repo_id=repo_id, video_files_size_in_mb=1e-4)
-    push_dataset_to_hub(tiny.root, repo_id)
-    local = PolicyDataset(repo_id, root=tiny.root, delta_timestamps=DELTAS)
-    ram = int(4.5 * 6 * 32 * 32 * 3)
-    dataset = StreamingPolicyDataset(
-        repo_id, delta_timestamps=DELTAS, stream_ram_gb=ram / GB, stream_video="download", decode_process=decode_process
-    )
-    dataset.check_buffer_fits(2)
-    for epoch in range(2):
-        sampler = ShuffleBufferSampler(dataset, 2, drop_last_frames=0, seed=5)
-        sampler.set_epoch(epoch)
-        before = dataset.frames.loads
-        for batch_indices in EpochBatchSampler(sampler, 4, read_ahead=3):
-            assert_same_batch(dataset[batch_indices], local.get_batch(batch_indices))
-            assert dataset.frames.bytes + dataset.frames.reserved <= ram
-        decoded = dataset.frames.loads - before  # each episode at most once an epoch (some stay held from the last)
-        assert decoded == 12 if epoch == 0 else decoded <= 12
-    assert dataset.read_ahead.decoded_ahead > 0 and dataset.frames.evictions > 0 and dataset.frames.peak_bytes <= ram
-
-
-def test_a_decode_ahead_that_fails_raises_when_its_episode_is_needed(streamed, hub_server, monkeypatch):
-    root, repo_id = streamed[:2]
-    dataset = StreamingPolicyDataset(repo_id, delta_timestamps=DELTAS, stream_retries=2, stream_video="download")
-    monkeypatch.setattr(remote_files, "_wait", lambda seconds: None)
-    path = "videos/observation.image/chunk-000/file-001.mp4"
-    first, second = episode_rows(dataset, 0), episode_rows(dataset, 1)
-    hub_server.fail_reads(path, times=1000)
-    try:
-        batch = dataset[BatchIndices(first, ahead=second)]  # episode 1 is decoded ahead, in the thread: it fails
-        with pytest.raises(StreamingError) as caught:
-            dataset[second]
-    finally:
-        hub_server.fail_reads(path, times=0)
-    assert path in str(caught.value) and "episode 1 of user/stream-tiny" in str(caught.value)
-    assert dataset.read_ahead.decoded_ahead == 2  # both cameras of episode 1
-    local = PolicyDataset(repo_id, root=root, delta_timestamps=DELTAS)
-    assert_same_batch(batch, local.get_batch(first))
-    assert_same_batch(dataset[second], local.get_batch(second))  # read again once the file is back
-    assert dataset.frames.reserved == 0 and ("observation.wrist", 1) in dataset.frames  # nothing held back

@@ -40,12 +40,12 @@ def read_one_epoch(repo_id: str, budget: int) -> dict:
     """(in the child process) Peak RSS growth over one epoch after a warm-up batch, and the LRU's counters."""
     import torch
 
-    from hfpolicy.datasets import ShuffleBufferSampler, StreamingPolicyDataset
+    from hfpolicy.datasets import EpisodeAwareSampler, StreamingPolicyDataset
 
     dataset = StreamingPolicyDataset(
         repo_id, delta_timestamps=DELTAS, stream_ram_gb=budget / GB, stream_video="range", range_block_bytes=64 * 1024
     )
-    sampler = ShuffleBufferSampler(dataset, buffer_episodes=2, seed=0)
+    sampler = EpisodeAwareSampler(dataset, buffer_episodes=2, seed=0)
     batches = list(torch.utils.data.BatchSampler(sampler, BATCH, drop_last=False))
     dataset.get_batch(batches[0])  # imports, the decoder, the first episodes: the warm point
     warm_kb = status_kb("VmRSS") - dataset.frames.bytes // 1024  # the decoded frames held count in the growth

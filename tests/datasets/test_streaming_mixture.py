@@ -8,7 +8,6 @@ import torch
 from dataset_helpers import FPS, TINY_FEATURES, assert_same_batch, write_tiny_dataset
 
 from hfpolicy.datasets import (
-    BatchIndices,
     DatasetWriter,
     EpochBatchSampler,
     PolicyDataset,
@@ -16,7 +15,7 @@ from hfpolicy.datasets import (
     push_dataset_to_hub,
 )
 from hfpolicy.datasets.mixture import DATASET_INDEX, MixtureDataset
-from hfpolicy.datasets.streaming_mixture import MixtureShuffleSampler, StreamingMixtureDataset
+from hfpolicy.datasets.sampler import EpisodeAwareSampler
 
 GB = 1024**3
 LENGTHS = {"user/smix-a": [12, 5, 20, 9], "user/smix-b": [7, 15, 10, 6, 11, 8]}
@@ -38,8 +37,8 @@ def in_memory(served) -> MixtureDataset:
     return MixtureDataset([PolicyDataset(r, root=root, delta_timestamps=DELTAS) for r, root in served.items()])
 
 
-def streamed(**budgets) -> StreamingMixtureDataset:
-    return StreamingMixtureDataset([StreamingPolicyDataset(r, delta_timestamps=DELTAS, **budgets) for r in LENGTHS])
+def streamed(**budgets) -> MixtureDataset:
+    return MixtureDataset([StreamingPolicyDataset(r, delta_timestamps=DELTAS, **budgets) for r in LENGTHS])
 
 
 def test_streamed_mixture_items_equal_the_in_memory_mixtures(served):
@@ -53,12 +52,6 @@ def test_streamed_mixture_items_equal_the_in_memory_mixtures(served):
     for key, stats in local.stats.items():  # pooled the same way from each dataset's count/mean/std
         for name, value in stats.items():
             assert torch.equal(stream.stats[key][name], value), (key, name)
-    # a batch that names the coming positions has their episodes decoded ahead, in the dataset they belong to
-    fresh = streamed()
-    ahead = [int(fresh.offsets[1]) + 2, int(fresh.offsets[1]) + 30]  # 2 episodes of the second dataset
-    assert_same_batch(fresh[BatchIndices([0, 1], ahead=ahead)], local.get_batch([0, 1]))
-    assert fresh.datasets[0].read_ahead.decoded_ahead == 0 and fresh.datasets[1].read_ahead.decoded_ahead == 2
-    assert_same_batch(fresh.get_batch(ahead), local.get_batch(ahead))
 
 
 def open_intervals(draws: np.ndarray, bounds: np.ndarray) -> int:
@@ -72,16 +65,20 @@ def open_intervals(draws: np.ndarray, bounds: np.ndarray) -> int:
 def test_each_dataset_is_drawn_at_its_weight_from_its_own_buffer(served):
     mixture = in_memory(served)
     for weights in ([0.8, 0.2], [0.25, 0.75]):
-        sampler = MixtureShuffleSampler(mixture, 2, weights=weights, seed=3, num_samples=4000, batch_size=4)
+        sampler = EpisodeAwareSampler(
+            mixture, buffer_episodes=2, weights=weights, seed=3, num_samples=4000, batch_size=4
+        )
         which = mixture.dataset_of(np.array(list(sampler)))
         assert abs((which == 0).mean() - weights[0]) < 0.02, weights  # 3.5 binomial sds
     # a dataset drawn more often than it has frames cycles through its frames: each drawn k or k+1 times
-    sampler = MixtureShuffleSampler(mixture, 2, weights=[0.9, 0.1], seed=4, num_samples=400)
+    sampler = EpisodeAwareSampler(mixture, buffer_episodes=2, weights=[0.9, 0.1], seed=4, num_samples=400)
     order = np.array(list(sampler))
     counts = np.bincount(order[mixture.dataset_of(order) == 0], minlength=mixture.datasets[0].num_frames)
     assert counts.min() >= 4 and counts.max() - counts.min() <= 1
     # within a pass each dataset keeps at most the buffer's episodes open; the order is (seed, epoch)'s alone
-    sampler = MixtureShuffleSampler(mixture, 2, weights=[0.5, 0.5], seed=5, num_samples=80, drop_last_frames=1)
+    sampler = EpisodeAwareSampler(
+        mixture, buffer_episodes=2, weights=[0.5, 0.5], seed=5, num_samples=80, drop_last_frames=1
+    )
     order = np.array(list(sampler))
     for d, ds in enumerate(mixture.datasets):
         draws = order[mixture.dataset_of(order) == d] - mixture.offsets[d]
@@ -95,12 +92,12 @@ def test_each_dataset_is_drawn_at_its_weight_from_its_own_buffer(served):
 
 def batches(workers: int, start_batch: int, count: int) -> list[dict]:
     """`count` batches of training's batch stream from batch `start_batch` of a streamed mixture, fresh caches."""
-    from hfpolicy.training.setup import endless_batches
+    from hfpolicy.training.data import endless_batches
 
     dataset = streamed()
     dataset.split_budgets(GB, GB, buffer_episodes=2, num_workers=workers, shards=2)
-    sampler = MixtureShuffleSampler(dataset, 2, weights=[0.3, 0.7], seed=7, shards=2, batch_size=4)
-    batch_sampler = EpochBatchSampler(sampler, 4, read_ahead=1)
+    sampler = EpisodeAwareSampler(dataset, buffer_episodes=2, weights=[0.3, 0.7], seed=7, shards=2, batch_size=4)
+    batch_sampler = EpochBatchSampler(sampler, 4)
     loader = torch.utils.data.DataLoader(
         dataset, sampler=batch_sampler, batch_size=None, num_workers=workers, generator=torch.Generator()
     )
@@ -126,7 +123,7 @@ def test_the_budgets_are_split_and_hold_for_the_whole_mixture(served):
     shares = stream.split_budgets(ram, 10**6, buffer_episodes=2)
     assert sum(memory for memory, _ in shares) <= ram and sum(disk for _, disk in shares) <= 10**6
     assert all(memory >= need for (memory, _), need in zip(shares, needs, strict=True))
-    sampler = MixtureShuffleSampler(stream, 2, seed=1, num_samples=2 * stream.num_frames)
+    sampler = EpisodeAwareSampler(stream, buffer_episodes=2, seed=1, num_samples=2 * stream.num_frames)
     for batch in torch.utils.data.BatchSampler(sampler, 8, drop_last=False):
         stream.get_batch(batch)
         assert sum(ds.frames.bytes for ds in stream.datasets) <= ram

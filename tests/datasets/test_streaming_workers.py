@@ -7,7 +7,7 @@ import pytest
 import torch
 from dataset_helpers import FPS, write_tiny_dataset
 
-from hfpolicy.datasets import EpochBatchSampler, ShuffleBufferSampler, StreamingPolicyDataset, push_dataset_to_hub
+from hfpolicy.datasets import EpisodeAwareSampler, EpochBatchSampler, StreamingPolicyDataset, push_dataset_to_hub
 
 LENGTHS = [12, 5, 20, 9, 14, 7, 11, 16, 6, 10, 13, 8]
 BUFFER, BATCH, SEED = 4, 4, 3
@@ -36,10 +36,10 @@ def repo_id(hub_server, tmp_path_factory) -> str:
 
 def batches(repo_id: str, workers: int, shards: int, start_batch: int, count: int) -> list[dict]:
     """`count` batches of training's batch stream (endless_batches) from batch `start_batch`, in fresh processes."""
-    from hfpolicy.training.setup import endless_batches
+    from hfpolicy.training.data import endless_batches
 
     dataset = CountingStream(repo_id, delta_timestamps=DELTAS)
-    sampler = ShuffleBufferSampler(dataset, BUFFER, seed=SEED, shards=shards, batch_size=BATCH)
+    sampler = EpisodeAwareSampler(dataset, buffer_episodes=BUFFER, seed=SEED, shards=shards, batch_size=BATCH)
     dataset.check_buffer_fits(BUFFER, workers, shards)
     batch_sampler = EpochBatchSampler(sampler, BATCH)
     loader = torch.utils.data.DataLoader(
@@ -113,5 +113,5 @@ def test_two_workers_give_the_batches_of_none_and_resume_exactly(repo_id):
     assert_same_batches(batches(repo_id, workers=2, shards=2, start_batch=5, count=n - 1), alone[5:])
     drawn = torch.cat([b["index"] for b in alone[:n]]).numpy()
     bounds = np.stack([np.cumsum([0, *LENGTHS[:-1]]), np.cumsum(LENGTHS)], axis=1)
-    order = ShuffleBufferSampler(bounds, BUFFER, seed=SEED, shards=2, batch_size=BATCH).order()
+    order = EpisodeAwareSampler(bounds, buffer_episodes=BUFFER, seed=SEED, shards=2, batch_size=BATCH).order()
     assert np.array_equal(drawn, order[: n * BATCH])  # the stream follows the sharded buffer's order

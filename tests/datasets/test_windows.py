@@ -70,10 +70,10 @@ def test_window_keys_can_be_any_numeric_feature_and_negative_only(tiny_dataset):
     assert ds[36]["index_is_pad"].tolist() == [True]
 
 
-def test_dataloader_batches_with_workers_and_sampler(tiny_dataset):
+def test_databatch_for_loaderes_with_workers_and_sampler(tiny_dataset):
     deltas = {"observation.image": [-0.1, 0.0], "action": [t / FPS for t in range(4)]}
     ds = PolicyDataset(tiny_dataset.repo_id, root=tiny_dataset.root, delta_timestamps=deltas)
-    sampler = EpisodeAwareSampler(ds, drop_last_frames=2, shuffle=True, seed=3)
+    sampler = EpisodeAwareSampler(ds, drop_last_frames=2, seed=3)
     expected = {i: ds[i] for i in list(sampler)}  # decodes every episode in this process
     fresh = PolicyDataset(tiny_dataset.repo_id, root=tiny_dataset.root, delta_timestamps=deltas)
     loader = torch.utils.data.DataLoader(fresh, batch_size=8, sampler=sampler, num_workers=2)
@@ -98,7 +98,7 @@ def test_batched_fetch_equals_the_items_and_applies_transforms_per_sample(tiny_d
     flipped = PolicyDataset(
         tiny_dataset.repo_id, root=tiny_dataset.root, delta_timestamps=deltas, image_transforms=lambda x: x.flip(-1)
     )
-    sampler = EpisodeAwareSampler(flipped, shuffle=True, seed=1)
+    sampler = EpisodeAwareSampler(flipped, seed=1)
     batches = torch.utils.data.BatchSampler(sampler, batch_size=8, drop_last=False)
     loader = torch.utils.data.DataLoader(flipped, sampler=batches, batch_size=None)  # whole batches per fetch
     seen = 0

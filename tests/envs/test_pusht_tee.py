@@ -8,7 +8,7 @@ import pytest
 
 from hfpolicy.envs.pusht_scorer import PushTScorer
 from hfpolicy.envs.pusht_tee import TeeGeometry
-from hfpolicy.policies.scripted import PushTExpert
+from hfpolicy.experts import PushTExpert
 
 
 @pytest.fixture(scope="module")

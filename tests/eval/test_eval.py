@@ -116,6 +116,15 @@ def test_rollout_callbacks_and_partial_batch(toy_policy, reference):
     assert [r.length for r in records] == [reference[3]["length"], reference[4]["length"]]
 
 
+def test_rollout_with_render_slots_needs_on_frame(toy_policy):
+    env = toy_vector_env(1)
+    try:
+        with pytest.raises(ValueError, match="render_slots needs an on_frame"):
+            rollout(toy_policy, env, seeds=[START_SEED], max_steps=5, render_slots=[0])
+    finally:
+        env.close()
+
+
 def test_evaluate_rejects_bad_arguments(toy_policy):
     env = toy_vector_env(1)
     try:

@@ -4,16 +4,13 @@ import os
 
 import pytest
 
-from hfpolicy.io.atomic import (
+from hfpolicy.io.atomic import is_temporary, replacing, temporary_path, write_json_atomically
+from hfpolicy.io.staging import (
     Staging,
-    is_temporary,
-    replacing,
     shared_staging_destination,
     shared_staging_path,
     shared_staging_pattern,
     staging_path,
-    temporary_path,
-    write_json_atomically,
 )
 
 

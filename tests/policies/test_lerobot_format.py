@@ -20,12 +20,8 @@ from hfpolicy.policies import FeatureType, NormMode, Policy, PolicyFeature, Poli
 from hfpolicy.policies.diffusion import DiffusionConfig
 from hfpolicy.policies.diffusion.lerobot import _conditioning_order
 from hfpolicy.policies.diffusion.modeling import DiffusionPolicy
-from hfpolicy.policies.lerobot_format import (
-    LeRobotConversionError,
-    LeRobotConversionWarning,
-    is_lerobot_config,
-    write_lerobot_checkpoint,
-)
+from hfpolicy.policies.errors import LeRobotConversionError
+from hfpolicy.policies.lerobot_format import LeRobotConversionWarning, is_lerobot_config, write_lerobot_checkpoint
 
 FIXTURES = LEROBOT_FIXTURES  # $HFPOLICY_SHARED_DIR/fixtures/lerobot-0.6.1 (default ../shared)
 needs_fixtures = pytest.mark.skipif(

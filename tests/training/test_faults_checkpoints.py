@@ -15,6 +15,7 @@ from test_checkpoints import make_training
 from test_train_faults import flags
 
 from hfpolicy.io.tensor_tree import save_tree
+from hfpolicy.runs.run_folder import RunFolder
 from hfpolicy.training import main
 from hfpolicy.training.checkpoints import (
     CHECKPOINTS_DIR,
@@ -26,7 +27,6 @@ from hfpolicy.training.checkpoints import (
     save_checkpoint,
 )
 from hfpolicy.training.progress import NonFiniteLossGuard, TrainingDivergedError
-from hfpolicy.training.run_folder import RunFolder
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from hfpolicy.datasets.batch_images import frames_to_float
 from hfpolicy.datasets.mixture import DATASET_INDEX
 from hfpolicy.datasets.pusht_zarr import pusht_features
 from hfpolicy.envs import PushTEnvConfig
-from hfpolicy.policies.scripted import PushTExpert, run_expert_episode
+from hfpolicy.experts import PushTExpert, run_expert_episode
 from hfpolicy.training.config import OnlineConfig, TrainConfig, TrainConfigError, validate_train_config
 from hfpolicy.training.online import (
     ONLINE_DATA_DIR,

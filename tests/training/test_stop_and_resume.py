@@ -19,9 +19,9 @@ from training.test_train_faults import TINY as FAULT_TEST_FLAGS
 
 from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, TRAIN_CONFIG_FILE
 from hfpolicy.io.run_lock import LOCK_FILE, RunLock, RunLockedError
+from hfpolicy.runs.run_folder import RESUME_HISTORY_FILE
 from hfpolicy.training import main
 from hfpolicy.training.checkpoints import list_checkpoints
-from hfpolicy.training.run_folder import RESUME_HISTORY_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [*FAULT_TEST_FLAGS, "--num_threads=1", "--compile=false"]  # the fault tests' tiny run, one thread

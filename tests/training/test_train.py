@@ -25,7 +25,7 @@ from hfpolicy.datasets import PolicyDataset
 from hfpolicy.envs import make_env
 from hfpolicy.eval import evaluate
 from hfpolicy.eval import main as eval_main
-from hfpolicy.io.atomic import shared_staging_path
+from hfpolicy.io.staging import shared_staging_path
 from hfpolicy.policies import Policy
 from hfpolicy.training import main, parse_train_config, train
 from hfpolicy.training.checkpoints import STAGING_TAG, list_checkpoints
@@ -345,7 +345,7 @@ def test_policy_device_cuda_without_a_gpu_is_one_line_before_anything_is_created
 
 
 def test_fine_tuning_starts_from_the_saved_weights_and_resumes_exactly(pusht_state_dataset, tmp_path, capsys):
-    from hfpolicy.training.run_folder import RunFolder
+    from hfpolicy.runs.run_folder import RunFolder
     from hfpolicy.training.setup import build_training
 
     data = [f"--dataset.root={pusht_state_dataset}", "--log_freq=1", "--eval.freq=0", "--save_freq=2"]

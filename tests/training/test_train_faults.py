@@ -17,9 +17,9 @@ from hfpolicy.constants import METRICS_FILE, TRAIN_CONFIG_FILE
 from hfpolicy.hub.push import PushError, push_run
 from hfpolicy.hub.push import main as push_main
 from hfpolicy.io.run_lock import RunLock
+from hfpolicy.runs.metrics_log import append_metrics, read_metrics, truncate_metrics
 from hfpolicy.training import main
 from hfpolicy.training.checkpoints import list_checkpoints
-from hfpolicy.training.metrics_log import append_metrics, read_metrics, truncate_metrics
 
 TINY = [
     "--dataset.input_features=[observation.state,observation.environment_state]",
@@ -182,13 +182,17 @@ def test_ctrl_c_before_the_first_step_says_that_the_recording_is_kept(when, tmp_
     and says so; during it (here: as the recording starts), nothing is kept."""
     import signal
 
+    import hfpolicy.training.data as data
     import hfpolicy.training.setup as setup
     from hfpolicy.training.stopping import Interrupted
 
     def ctrl_c(*args, **kwargs):
         raise Interrupted(signal.SIGINT)
 
-    monkeypatch.setattr(setup, "announce_training" if when == "after" else "record_scripted_dataset", ctrl_c)
+    if when == "after":
+        monkeypatch.setattr(setup, "announce_training", ctrl_c)
+    else:
+        monkeypatch.setattr(data, "record_scripted_dataset", ctrl_c)
     recording, out = tmp_path / "recording", tmp_path / "run"
     argv = [*TINY, "--dataset.scripted_episodes=1", f"--dataset.root={recording}", f"--output_dir={out}"]
     with pytest.raises(SystemExit) as stopped:  # as `hfpolicy train` ends on Ctrl-C (hfpolicy.training.stopping)

@@ -101,10 +101,10 @@ def test_online_rounds_join_a_mixture_and_resume_exactly(pusht_state_dataset, se
 
 def test_repo_id_and_root_lists_make_one_member_per_dataset():
     from hfpolicy.training.config import DatasetConfig
-    from hfpolicy.training.mixture_data import mixture_members
+    from hfpolicy.training.data import dataset_members
 
-    hub = mixture_members(DatasetConfig(repo_id="[user/a, user/b]", weights=[2.0, 1.0]))
+    hub = dataset_members(DatasetConfig(repo_id="[user/a, user/b]", weights=[2.0, 1.0]))
     assert [(m.repo_id, m.root, m.weights) for m in hub] == [("user/a", None, None), ("user/b", None, None)]
-    local = mixture_members(DatasetConfig(repo_id="[x/a,x/b]", root="[/d/a,/d/b]"))
+    local = dataset_members(DatasetConfig(repo_id="[x/a,x/b]", root="[/d/a,/d/b]"))
     assert [(m.repo_id, m.root) for m in local] == [("x/a", "/d/a"), ("x/b", "/d/b")]
-    assert mixture_members(DatasetConfig(repo_id="user/a")) is None
+    assert [m.repo_id for m in dataset_members(DatasetConfig(repo_id="user/a"))] == ["user/a"]

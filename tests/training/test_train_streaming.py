@@ -41,7 +41,7 @@ def test_a_streamed_mixture_trains_and_its_card_names_every_dataset(pusht_state_
     from hfpolicy.hub import PolicyArtifacts, make_model_card
     from hfpolicy.hub.push import run_artifacts
     from hfpolicy.policies import Policy
-    from hfpolicy.training.run_folder import RunFolder
+    from hfpolicy.runs.run_folder import RunFolder
 
     for name in ("a", "b"):
         push_dataset_to_hub(pusht_state_dataset, f"user/pusht5-mix-{name}")
@@ -83,10 +83,8 @@ def test_streaming_flags_are_checked_before_training(pusht_state_dataset, tmp_pa
     err = capsys.readouterr().err
     assert "--dataset.shuffle_buffer_shards=3 is more than --dataset.shuffle_buffer_episodes=2" in err
     assert "--dataset.stream_video must be one of auto, range, download, got 'all'" in err
-    assert main([*hub, "--num_workers=2", "--dataset.stream_read_ahead=-1", f"--output_dir={out}", *TINY]) == 2
-    err = capsys.readouterr().err
-    assert "set --dataset.shuffle_buffer_shards to a multiple of 2" in err
-    assert "--dataset.stream_read_ahead must be >= 0 (0: no read-ahead), got -1" in err
+    assert main([*hub, "--num_workers=2", f"--output_dir={out}", *TINY]) == 2
+    assert "set --dataset.shuffle_buffer_shards to a multiple of 2" in capsys.readouterr().err
 
 
 def test_a_run_saved_before_the_streaming_flags_existed_resumes_without_changes(tmp_path):
@@ -96,7 +94,7 @@ def test_a_run_saved_before_the_streaming_flags_existed_resumes_without_changes(
     cfg = TrainConfig()
     older = train_config_to_dict(cfg)
     new_fields = ("streaming", "shuffle_buffer_episodes", "shuffle_buffer_shards", "stream_ram_gb", "stream_disk_gb")
-    for name in (*new_fields, "stream_retries", "stream_video", "stream_read_ahead"):
+    for name in (*new_fields, "stream_retries", "stream_video"):
         del older["dataset"][name]
     saved = tmp_path / "train_config.json"
     saved.write_text(json.dumps(older))
@@ -203,19 +201,13 @@ def test_online_rounds_join_a_streamed_mixture_and_resume_exactly(pusht_state_da
     assert_trained_alike(reference, stopped)
 
 
-def test_the_decoding_process_is_used_with_read_ahead_and_no_workers():
-    from types import SimpleNamespace
+def test_a_run_saved_with_the_retired_read_ahead_flag_resumes(tmp_path):
+    """`--dataset.stream_read_ahead` (read-ahead, retired) in a run's train_config.json does not stop its resume."""
+    from hfpolicy.training.config import TrainConfig, parse_train_config, train_config_to_dict
 
-    import torch
-
-    from hfpolicy.training.config import TrainConfig
-    from hfpolicy.training.streaming_data import uses_decode_process
-
-    def uses(device: str, workers: int, read_ahead: int | None) -> bool:
-        cfg = TrainConfig(num_workers=workers)
-        cfg.dataset.stream_read_ahead = read_ahead
-        return uses_decode_process(cfg, SimpleNamespace(device=torch.device(device)))
-
-    assert uses("cuda", 0, None) and not uses("cpu", 0, None)  # the default: read-ahead on a GPU only
-    assert not uses("cuda", 2, None)  # workers decode ahead in their own threads
-    assert uses("cpu", 0, 4) and not uses("cuda", 0, 0)  # the flag decides
+    saved = train_config_to_dict(TrainConfig(output_dir=str(tmp_path)))
+    saved["dataset"]["stream_read_ahead"] = 16
+    (tmp_path / "train_config.json").write_text(json.dumps(saved))
+    cfg = parse_train_config(["--resume=true", f"--output_dir={tmp_path}"])
+    assert cfg.resume and cfg.output_dir == str(tmp_path) and not hasattr(cfg.dataset, "stream_read_ahead")
+    assert json.loads((tmp_path / "train_config.json").read_text())["dataset"]["stream_read_ahead"] == 16  # untouched

@@ -11,7 +11,7 @@ from viewer.viewer_inputs import recorded_dataset, toy_eval
 
 from hfpolicy.cli import main as cli_main
 from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE
-from hfpolicy.training.metrics_log import append_metrics
+from hfpolicy.runs.metrics_log import append_metrics
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from hfpolicy.constants import ACTION, METRICS_FILE, OBS_STATE, REWARD, SUCCESS,
 from hfpolicy.datasets import DatasetMeta, PolicyDataset
 from hfpolicy.eval import summarize_episodes, wilson_interval
 from hfpolicy.io.video import read_video_frames
-from hfpolicy.training.metrics_log import append_metrics
+from hfpolicy.runs.metrics_log import append_metrics
 from hfpolicy.viewer import (
     VideoLinker,
     dataset_page_data,

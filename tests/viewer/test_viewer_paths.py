@@ -14,7 +14,7 @@ from hfpolicy.cli import main as cli_main
 from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE
 from hfpolicy.hub.push import eval_page_for_hub
 from hfpolicy.io.paths import OutsideFolderError
-from hfpolicy.training.metrics_log import append_metrics
+from hfpolicy.runs.metrics_log import append_metrics
 
 SECRET = b"\x00\x00\x00\x18ftypmp42 not a video: a private file elsewhere on the machine"
 
@@ -106,7 +106,7 @@ def test_the_run_page_never_replaces_an_evaluation_page(eval_dir, tmp_path, caps
 def test_push_never_uploads_a_linked_video_from_elsewhere(eval_dir, tmp_path):
     """`hfpolicy push` copies the latest evaluation's videos into the repo: a link leading out is refused first."""
     from hfpolicy.hub.push import run_artifacts
-    from hfpolicy.training.run_folder import RunFolder
+    from hfpolicy.runs.run_folder import RunFolder
 
     run = tmp_path / "run"
     shutil.copytree(eval_dir, run / "eval" / "step_000010")
@@ -118,3 +118,17 @@ def test_push_never_uploads_a_linked_video_from_elsewhere(eval_dir, tmp_path):
     with pytest.raises(OutsideFolderError, match="eval_episode_1.mp4"):
         run_artifacts(RunFolder(run), {}, None, "hfpolicy train")
     assert_nowhere_embedded(tmp_path)
+
+
+def test_push_takes_the_eval_episode_videos_only_in_episode_order(eval_dir, tmp_path):
+    """Another mp4 beside the evaluation's videos (a clip someone saved there) is left out; it used to break their
+    sort by episode index (None against an int)."""
+    from hfpolicy.hub.push import run_artifacts
+    from hfpolicy.training.run_folder import RunFolder
+
+    run = tmp_path / "run"
+    shutil.copytree(eval_dir, run / "eval" / "step_000010")
+    append_metrics(run / METRICS_FILE, 10, {"loss": 1.0})
+    (run / "eval" / "step_000010" / "videos" / "clip.mp4").write_bytes(b"")
+    artifacts = run_artifacts(RunFolder(run), {}, None, "hfpolicy train")
+    assert [video.name for video in artifacts.videos] == ["eval_episode_0.mp4", "eval_episode_1.mp4"]

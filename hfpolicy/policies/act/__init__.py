@@ -12,7 +12,7 @@ __all__ = ["ACTConfig", "ACTPolicy"]
 
 def __getattr__(name: str):
     if name == "ACTPolicy":
-        from hfpolicy.policies.act.modeling import ACTPolicy
+        from hfpolicy.policies.act.modeling import ACTPolicy  # lazy: registry load of a policy type (torch)
 
         return ACTPolicy
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

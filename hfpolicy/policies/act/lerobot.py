@@ -19,7 +19,8 @@ from torch import Tensor
 from hfpolicy.policies.act.configuration import ACTConfig
 from hfpolicy.policies.act.modeling import sinusoidal_positions_1d
 from hfpolicy.policies.config import PolicyFeature
-from hfpolicy.policies.lerobot_format import LeRobotConversionError, lerobot_model_inputs, warn_ignored
+from hfpolicy.policies.errors import LeRobotConversionError
+from hfpolicy.policies.lerobot_format import lerobot_model_inputs, warn_ignored
 
 # LeRobot ACTConfig fields that are ACTConfig fields of the same name and meaning.
 SHARED_FIELDS = (
@@ -57,7 +58,7 @@ HANDLED_FIELDS = (
     "use_peft",
 )
 IGNORED_FIELDS = {"use_amp": False}  # LeRobot's autocast; hfpolicy acts in float32
-RUNTIME_FIELDS = ("device", "push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path")
+RUNTIME_FIELDS: tuple[str, ...] = ("device", "push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path")
 RUNTIME_FIELDS += ("pretrained_revision",)  # where LeRobot runs or uploads: nothing to do with the policy
 
 # (LeRobot name prefix, hfpolicy name prefix), most specific first; applied to whole dotted components.

@@ -80,7 +80,7 @@ class ACTPolicy(Policy):
     def get_optim_params(self) -> list[dict]:
         """Two parameter groups: the vision backbone with `optimizer_lr_backbone`, everything else with the default lr."""
         named = [(name, p) for name, p in self.named_parameters() if p.requires_grad]
-        groups = [{"params": [p for name, p in named if not name.startswith(BACKBONE_PREFIX)]}]
+        groups: list[dict] = [{"params": [p for name, p in named if not name.startswith(BACKBONE_PREFIX)]}]
         backbone = [p for name, p in named if name.startswith(BACKBONE_PREFIX)]
         if backbone:
             groups.append({"params": backbone, "lr": self.config.optimizer_lr_backbone})
@@ -105,12 +105,12 @@ class ACTPolicy(Policy):
 
     def predict(self, observation: dict[str, Tensor], latent: Tensor) -> Tensor:
         """Normalized actions (B, chunk_size, A) from current normalized observations (no time dim) and a latent."""
-        tokens = [self.latent_proj(latent)]
+        one_d = [self.latent_proj(latent)]
         if self.has_state:
-            tokens.append(self.state_proj(observation[OBS_STATE]))
+            one_d.append(self.state_proj(observation[OBS_STATE]))
         if self.has_env_state:
-            tokens.append(self.env_state_proj(observation[OBS_ENV_STATE]))
-        tokens = torch.stack(tokens, dim=1)  # (B, n_1d, D)
+            one_d.append(self.env_state_proj(observation[OBS_ENV_STATE]))
+        tokens = torch.stack(one_d, dim=1)  # (B, n_1d, D)
         positions = self.token_positions.weight.unsqueeze(0)  # (1, n_1d, D)
         if self.image_keys:
             image_tokens, image_positions = self.encode_images([observation[key] for key in self.image_keys])
@@ -356,11 +356,11 @@ class CVAEEncoder(nn.Module):
 
     def forward(self, state: Tensor | None, actions: Tensor, actions_is_pad: Tensor) -> tuple[Tensor, Tensor]:
         batch_size = actions.shape[0]
-        tokens = [self.cls_token.expand(batch_size, 1, -1)]
+        parts = [self.cls_token.expand(batch_size, 1, -1)]
         if self.state_proj is not None:
-            tokens.append(self.state_proj(state).unsqueeze(1))
-        tokens.append(self.action_proj(actions))
-        tokens = torch.cat(tokens, dim=1)
+            parts.append(self.state_proj(state).unsqueeze(1))
+        parts.append(self.action_proj(actions))
+        tokens = torch.cat(parts, dim=1)
         n_prefix = tokens.shape[1] - actions.shape[1]
         is_pad = torch.cat([actions_is_pad.new_zeros(batch_size, n_prefix), actions_is_pad], dim=1)
         cls_out = self.encoder(tokens, self.positions, key_padding_mask=is_pad)[:, 0]

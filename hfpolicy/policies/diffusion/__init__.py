@@ -11,7 +11,7 @@ __all__ = ["DiffusionConfig", "DiffusionPolicy"]
 
 def __getattr__(name: str):
     if name == "DiffusionPolicy":
-        from hfpolicy.policies.diffusion.modeling import DiffusionPolicy
+        from hfpolicy.policies.diffusion.modeling import DiffusionPolicy  # lazy: registry load of a policy type (torch)
 
         return DiffusionPolicy
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

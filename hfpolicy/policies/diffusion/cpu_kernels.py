@@ -22,7 +22,6 @@ set_cpu_kernels(...)` switches it at any time). Results agree with torch's kerne
 devices (cuDNN) and other settings (groups, dilation, padding modes, output_size) run torch's own kernels.
 """
 
-import contextlib
 import functools
 import hashlib
 import json
@@ -32,10 +31,11 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F  # noqa: N812
+from filelock import FileLock
 from torch import Tensor, nn
 
 from hfpolicy.io.atomic import write_json_atomically
@@ -73,7 +73,7 @@ def set_cpu_kernels(module: nn.Module, choice: str) -> nn.Module:
     return module
 
 
-class _ChoosesKernel:
+class _ChoosesKernel(nn.modules.conv._ConvNd):
     """What both convolutions share: which kernel runs a call."""
 
     cpu_kernels: str = "auto"
@@ -95,11 +95,14 @@ class _ChoosesKernel:
             return cached
         sample = x.detach()[:1].expand(rows, *x.shape[1:]).contiguous() if rows != x.shape[0] else x.detach()
         choice = calibrate(sample, self, {"torch": plain, "matmul": matmul}, training)
-        KERNEL_CACHE.set(key, choice)
-        return choice
+        return KERNEL_CACHE.set(key, choice)
+
+    def _number_padding(self) -> int:
+        """The padding, a number: a string padding ("same") never reaches the matmul kernel (see `forward`)."""
+        return cast(tuple[int, ...], self.padding)[0]
 
 
-def calibrate(x: Tensor, layer: nn.Module, kernels: dict[str, Callable[[Tensor], Tensor]], training: bool) -> str:
+def calibrate(x: Tensor, layer: _ChoosesKernel, kernels: dict[str, Callable[[Tensor], Tensor]], training: bool) -> str:
     """The faster kernel for input `x`: forward (and, when training, backward to the input and weights, without
     touching .grad) timed interleaved; "matmul" only if it is faster than "torch" by MATMUL_MARGIN."""
 
@@ -145,8 +148,8 @@ class MatmulConv1d(_ChoosesKernel, nn.Conv1d):
     def _matmul_forward(self, x: Tensor) -> Tensor:
         batch, in_channels, _ = x.shape
         out_channels, _, kernel = self.weight.shape
-        if self.padding[0]:
-            x = F.pad(x, (self.padding[0], self.padding[0]))
+        if padding := self._number_padding():
+            x = F.pad(x, (padding, padding))
         windows = x.unfold(2, kernel, self.stride[0])  # (B, C_in, L_out, kernel)
         length = windows.shape[2]
         windows = windows.transpose(1, 2).reshape(batch * length, in_channels * kernel)
@@ -179,7 +182,7 @@ class MatmulConvTranspose1d(_ChoosesKernel, nn.ConvTranspose1d):
         rows = x.transpose(1, 2).reshape(batch * length, in_channels)
         columns = _matmul_weight(rows, self.weight.reshape(in_channels, out_channels * kernel).t(), None)
         columns = columns.view(batch, length, out_channels * kernel).transpose(1, 2)  # (B, C_out * kernel, L)
-        (stride,), (padding,) = self.stride, self.padding
+        (stride,), padding = self.stride, self._number_padding()
         out_length = (length - 1) * stride - 2 * padding + kernel
         out = F.fold(columns, (1, out_length), (1, kernel), stride=(1, stride), padding=(0, padding)).squeeze(2)
         return out if self.bias is None else out + self.bias[:, None]
@@ -220,7 +223,9 @@ def _cpu_identity() -> str:
 
 class KernelCache:
     """The measured choices of this machine: {layer key: "matmul" | "torch"}, read once from its JSON file and
-    written back (atomically) after each new measurement."""
+    written back (atomically, under a file lock) after each new measurement. The first process to record a layer's
+    choice decides it for every process of the machine: two runs measuring at once (a run and its resume, or the
+    processes of a launch) could otherwise pick different kernels, and their results would differ in the last bits."""
 
     def __init__(self):
         self._choices: dict[str, str] | None = None
@@ -246,11 +251,21 @@ class KernelCache:
     def get(self, key: str) -> str | None:
         return self._load().get(key)
 
-    def set(self, key: str, choice: str) -> None:
+    def set(self, key: str, choice: str) -> str:
+        """Records `choice` for `key` unless another process recorded one first; returns the choice that holds."""
         choices = self._load()
-        choices[key] = choice
-        with contextlib.suppress(OSError):  # a read-only cache: the choice still holds for this process
-            write_json_atomically(self.path(), {"machine": self._machine, "choices": choices})
+        path = self.path()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with FileLock(path.with_name(path.name + ".lock")):
+                self._choices = None  # what other processes recorded since this one read the file
+                choices = {**choices, **self._load()}
+                choice = choices.setdefault(key, choice)
+                write_json_atomically(path, {"machine": self._machine, "choices": choices})
+        except OSError:  # a read-only cache: the choice still holds for this process
+            choices[key] = choice
+        self._choices = choices
+        return choice
 
     def clear(self) -> None:
         """Forgets the in-memory choices (the file is read again at the next call)."""

@@ -21,7 +21,8 @@ from torch import Tensor
 from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
 from hfpolicy.policies.config import PolicyFeature
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
-from hfpolicy.policies.lerobot_format import LeRobotConversionError, lerobot_model_inputs, warn_ignored
+from hfpolicy.policies.errors import LeRobotConversionError
+from hfpolicy.policies.lerobot_format import lerobot_model_inputs, warn_ignored
 
 LEROBOT_PREFIX = "diffusion."
 LEROBOT_FINAL_BLOCK_GROUPS = 8  # LeRobot builds the U-Net's final conv block with GroupNorm(8, ...) whatever n_groups
@@ -77,7 +78,7 @@ IGNORED_FIELDS = {
     "compile_mode": "reduce-overhead",
     "use_amp": False,  # LeRobot's autocast when training/evaluating; hfpolicy acts in float32
 }
-RUNTIME_FIELDS = ("device", "push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path")
+RUNTIME_FIELDS: tuple[str, ...] = ("device", "push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path")
 RUNTIME_FIELDS += ("pretrained_revision",)  # where LeRobot runs or uploads: nothing to do with the policy
 
 

@@ -12,6 +12,8 @@ Everything here sees normalized data; the base class normalizes inputs and unnor
 
 import dataclasses
 import math
+from collections.abc import Iterable
+from typing import cast
 
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -48,10 +50,9 @@ class DiffusionPolicy(Policy):
         feature_dim = 0
         if self.image_keys:
             if config.use_separate_rgb_encoder_per_camera:
-                self.rgb_encoders = nn.ModuleList(
-                    RgbEncoder(config, config.image_features[key].shape) for key in self.image_keys
-                )
-                feature_dim = sum(encoder.feature_dim for encoder in self.rgb_encoders)
+                encoders = [RgbEncoder(config, config.image_features[key].shape) for key in self.image_keys]
+                self.rgb_encoders = nn.ModuleList(encoders)
+                feature_dim = sum(encoder.feature_dim for encoder in encoders)
             else:
                 self.rgb_encoder = RgbEncoder(config, config.image_features[self.image_keys[0]].shape)
                 feature_dim = self.rgb_encoder.feature_dim * len(self.image_keys)
@@ -129,7 +130,8 @@ class DiffusionPolicy(Policy):
             timesteps = torch.randint(
                 0, self.config.num_train_timesteps, (actions.shape[0],), device=actions.device, dtype=torch.long
             )
-        noisy_actions = self.noise_scheduler.add_noise(actions, noise, timesteps)
+        # diffusers annotates timesteps as the legacy torch.IntTensor; it takes any integer tensor (these are long)
+        noisy_actions = self.noise_scheduler.add_noise(actions, noise, timesteps)  # type: ignore[arg-type]
         prediction = self.unet(noisy_actions, timesteps, global_cond)
         target = noise if self.config.prediction_type == "epsilon" else actions
         loss = F.mse_loss(prediction, target, reduction="none")
@@ -166,7 +168,10 @@ class DiffusionPolicy(Policy):
         for t in self.sampler.timesteps.tolist():
             timesteps = torch.full((batch_size,), t, dtype=torch.long, device=sample.device)
             prediction = self.unet(sample, timesteps, global_cond)
-            sample = self.sampler.step(prediction, t, sample, generator=generator).prev_sample
+            # diffusers: a list of generators (one per row) works (randn_tensor takes it), though `step` annotates one;
+            # with return_dict=True (the default) it returns the output class, never the tuple
+            step = self.sampler.step(prediction, t, sample, generator=generator)  # type: ignore[arg-type]
+            sample = step.prev_sample  # type: ignore[union-attr]
         start = self.config.n_obs_steps - 1
         return sample[:, start : start + self.config.n_action_steps]
 
@@ -197,8 +202,8 @@ class RgbEncoder(nn.Module):
     def __init__(self, config: DiffusionConfig, image_shape: tuple[int, ...]):
         super().__init__()
         self.resize_shape = tuple(config.resize_shape) if config.resize_shape is not None else None
-        size = self.resize_shape or tuple(image_shape[1:])
-        self.crop_shape = tuple(config.crop_shape) if config.crop_shape is not None else size
+        crop_height, crop_width = config.crop_shape or self.resize_shape or image_shape[1:]
+        self.crop_shape = (crop_height, crop_width)
         resnet = torchvision.models.get_model(config.vision_backbone, weights=config.pretrained_backbone_weights)
         self.backbone = nn.Sequential(*list(resnet.children())[:-2])  # without the global pooling and classifier
         if config.use_group_norm:
@@ -270,6 +275,8 @@ class SpatialSoftmax(nn.Module):
 # --- 1D conditional U-Net ----------------------------------------------------------------------------------------------
 class SinusoidalEmbedding(nn.Module):
     """Diffusion step (N,) -> (N, dim): sines and cosines at geometrically spaced frequencies."""
+
+    frequencies: Tensor  # a buffer
 
     def __init__(self, dim: int):
         super().__init__()
@@ -372,14 +379,14 @@ class ConditionalUnet1d(nn.Module):
         cond = F.mish(torch.cat([self.step_encoder(steps), global_cond], dim=-1))
         x = sample.transpose(1, 2)  # (B, A, horizon): channels first for the convolutions
         skips = []
-        for i, (block1, block2, downsample) in enumerate(self.down):
+        for i, (block1, block2, downsample) in enumerate(cast(Iterable[nn.ModuleList], self.down)):
             x = block2(block1(x, cond), cond)
             if i > 0:
                 skips.append(x)
             x = downsample(x)
         for block in self.mid:
             x = block(x, cond)
-        for block1, block2, upsample in self.up:
+        for block1, block2, upsample in cast(Iterable[nn.ModuleList], self.up):
             x = torch.cat([x, skips.pop()], dim=1)
             x = upsample(block2(block1(x, cond), cond))
         return self.final(x).transpose(1, 2)

@@ -8,7 +8,7 @@ __all__ = ["TDMPCConfig", "TDMPCPolicy"]
 
 def __getattr__(name: str):
     if name == "TDMPCPolicy":
-        from hfpolicy.policies.tdmpc.modeling import TDMPCPolicy
+        from hfpolicy.policies.tdmpc.modeling import TDMPCPolicy  # lazy: registry load of a policy type (torch)
 
         return TDMPCPolicy
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,8 @@ from typing import Any
 from torch import Tensor
 
 from hfpolicy.policies.config import PolicyFeature
-from hfpolicy.policies.lerobot_format import LeRobotConversionError, lerobot_model_inputs, warn_ignored
+from hfpolicy.policies.errors import LeRobotConversionError
+from hfpolicy.policies.lerobot_format import lerobot_model_inputs, warn_ignored
 from hfpolicy.policies.tdmpc.configuration import TDMPCConfig
 
 SHARED_FIELDS = (  # LeRobot TDMPCConfig fields that are TDMPCConfig fields of the same name and meaning
@@ -25,7 +26,7 @@ SHARED_FIELDS = (  # LeRobot TDMPCConfig fields that are TDMPCConfig fields of t
 )  # fmt: skip
 HANDLED_FIELDS = ("type", "input_features", "output_features", "normalization_mapping", "use_peft")
 IGNORED_FIELDS = {"use_amp": False}  # LeRobot's autocast; hfpolicy acts in float32
-RUNTIME_FIELDS = ("device", "push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path")
+RUNTIME_FIELDS: tuple[str, ...] = ("device", "push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path")
 RUNTIME_FIELDS += ("pretrained_revision",)  # where LeRobot runs or uploads: nothing to do with the policy
 
 MODELS = (("model.", "model."), ("model_target.", "target_model."))  # (LeRobot, hfpolicy) prefixes

@@ -19,6 +19,7 @@ advantage-weighted regression of pi. The target network follows the weights by a
 
 import copy
 from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -57,22 +58,24 @@ class TDMPCPolicy(Policy):
         """The target network's EMA step: target <- momentum * target + (1 - momentum) * weights."""
         weight = 1.0 - self.config.target_model_momentum
         with torch.no_grad():
-            targets, params = list(self.target_model.parameters()), list(self.model.parameters())
+            targets: list[Tensor] = list(self.target_model.parameters())
+            params: list[Tensor] = list(self.model.parameters())
             torch._foreach_lerp_(targets, params, weight)
 
     # --- acting -----------------------------------------------------------------------------------------------------
-    def generate_actions(self, observation: dict[str, Tensor], generator: NoiseSource = None) -> Tensor:
+    # It takes no `noise`: predict_action_chunk passes only the sources an override declares (noise_parameters).
+    def generate_actions(self, observation: dict[str, Tensor], generator: NoiseSource = None) -> Tensor:  # type: ignore[override]
         """Normalized actions (B, n_action_steps * n_action_repeats, A) in [-1, 1]: planned (use_mpc) or pi's.
 
         With one generator per row, each row is computed alone (its own plan, from its own warm start), so that its
         actions never depend on the batch: padding small batches instead would multiply the planning's cost."""
         if isinstance(generator, list | tuple) and len(generator) > 1:
-            warm, means, chunks = self._plan_mean, [], []
+            warm, means, chunks = self._plan_mean, [], []  # means: each row's warm start, set by its plan (use_mpc)
             for i, row_generator in enumerate(generator):
                 self._plan_mean = None if warm is None else warm[i : i + 1]
                 chunks.append(self.generate_actions({k: v[i : i + 1] for k, v in observation.items()}, [row_generator]))
                 means.append(self._plan_mean)
-            self._plan_mean = torch.cat(means) if self.config.use_mpc else None
+            self._plan_mean = torch.cat(cast(list[Tensor], means)) if self.config.use_mpc else None
             return torch.cat(chunks)
         z = self.model.encode({key: observation[key][:, -1] for key in self.config.input_features})
         actions = self.plan(z, generator) if self.config.use_mpc else self.model.pi(z).unsqueeze(1)
@@ -118,7 +121,8 @@ class TDMPCPolicy(Policy):
         """FOWM's value of action sequences (B, N, horizon, A) from latents (B, N, L): discounted rewards, then the
         min of two random Q functions at pi's next action, each step penalized by the Q ensemble's std."""
         cfg = self.config
-        value, discount = 0.0, 1.0
+        value: Tensor | float = 0.0
+        discount = 1.0
         for t in range(actions.shape[2]):
             penalty = cfg.uncertainty_regularizer_coeff * self.model.Qs(z, actions[:, :, t]).std(0)
             z, reward = self.model.next_latent_and_reward(z, actions[:, :, t])
@@ -310,15 +314,17 @@ class WorldModel(nn.Module):
         self.dynamics = mlp(latent + action, hidden, latent, nn.LayerNorm(latent), nn.Sigmoid())
         self.reward = mlp(latent + action, hidden, 1)
         self.policy = mlp(latent, hidden, action)
-        self.q_functions = nn.ModuleList(value_mlp(latent + action, hidden) for _ in range(config.q_ensemble_size))
+        q_functions = [value_mlp(latent + action, hidden) for _ in range(config.q_ensemble_size)]
+        self.q_functions = nn.ModuleList(q_functions)
         self.value = value_mlp(latent, hidden)
         for module in self.modules():  # orthogonal weights, zero biases; the reward and Q outputs start at zero
             if isinstance(module, nn.Linear | nn.Conv2d):
                 gain = nn.init.calculate_gain("relu") if isinstance(module, nn.Conv2d) else 1.0
                 nn.init.orthogonal_(module.weight, gain)
-                nn.init.zeros_(module.bias)
-        for head in [self.reward[-1], *(q[-1] for q in self.q_functions)]:
-            nn.init.zeros_(head.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        for head in [self.reward[-1], *(q[-1] for q in q_functions)]:
+            nn.init.zeros_(cast(nn.Linear, head).weight)  # the last Linear of each
 
     def encode(self, observation: dict[str, Tensor]) -> Tensor:
         return self.encoder(observation)

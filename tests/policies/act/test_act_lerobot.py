@@ -23,7 +23,8 @@ from hfpolicy.policies.act.lerobot import (
     state_dict_from_lerobot,
     state_dict_to_lerobot,
 )
-from hfpolicy.policies.lerobot_format import LeRobotConversionError, write_lerobot_checkpoint
+from hfpolicy.policies.errors import LeRobotConversionError
+from hfpolicy.policies.lerobot_format import write_lerobot_checkpoint
 
 FIXTURES = LEROBOT_FIXTURES  # $HFPOLICY_SHARED_DIR/fixtures/lerobot-0.6.1 (default ../shared)
 STATE_FIXTURE = FIXTURES / "lerobot_act_state"

@@ -462,3 +462,18 @@ def test_auto_kernels_are_measured_once_per_machine_and_cached(tmp_path, monkeyp
     KERNEL_CACHE.clear()
     policy.eval().predict_action_chunk(observation_window(policy.config, batch_size=2))
     assert json.loads(files[0].read_text())["choices"] == forced  # nothing measured again
+
+
+def test_the_first_process_to_record_a_kernel_choice_decides_it_for_the_machine(tmp_path, monkeypatch):
+    """Two processes measuring one layer at once (a run and its resume, say) end with one kernel, the first one's:
+    with a choice each, their results would differ in the last bits."""
+    from hfpolicy.policies.diffusion.cpu_kernels import KernelCache
+
+    monkeypatch.setenv("HFPOLICY_CACHE", str(tmp_path))
+    first, second = KernelCache(), KernelCache()
+    assert first.get("layer") is None and second.get("layer") is None  # both read the file before either wrote
+    assert first.set("layer", "matmul") == "matmul"
+    assert second.set("layer", "torch") == "matmul" and second.get("layer") == "matmul"
+    assert second.set("other", "torch") == "torch"
+    assert first.set("other", "matmul") == "torch"  # and the first process takes the second's for another layer
+    assert KernelCache().get("layer") == "matmul" and KernelCache().get("other") == "torch"  # as the file says

@@ -4,8 +4,11 @@ select_action returns step by step with planning off, within a tolerance scaled 
 (policies/reference_tolerance.py); for the state fixture in ../shared and (when HFPOLICY_TDMPC_IMAGE_FIXTURE names
 one, made by make_tdmpc_fixture.py --variant image) the image fixture. The weight names convert both ways; an export
 loads back identically, and LeRobot 0.6.1 itself (a side venv named by HFPOLICY_LEROBOT_PYTHON) reloads an export of
-a policy hfpolicy trained further with the loss and actions hfpolicy computes."""
+a policy hfpolicy trained further with the loss and actions hfpolicy computes. `hfpolicy eval` runs the image
+fixture in hfpolicy's xArm env."""
 
+import json
+import math
 import os
 import re
 import subprocess
@@ -17,8 +20,13 @@ from policies.reference_tolerance import assert_matches_reference
 from safetensors.torch import load_file, save_file
 from shared_data import LEROBOT_FIXTURES
 
+from hfpolicy.cli.flags import parse_flags
+from hfpolicy.constants import EVAL_INFO_FILE
+from hfpolicy.eval import main as eval_main
+from hfpolicy.eval.cli import EvalPipelineConfig, load_policy_and_env_config
 from hfpolicy.policies import Policy
-from hfpolicy.policies.lerobot_format import LeRobotConversionError, write_lerobot_checkpoint
+from hfpolicy.policies.errors import LeRobotConversionError
+from hfpolicy.policies.lerobot_format import write_lerobot_checkpoint
 from hfpolicy.policies.tdmpc import TDMPCPolicy
 from hfpolicy.policies.tdmpc.lerobot import state_dict_from_lerobot, state_dict_to_lerobot
 
@@ -156,3 +164,32 @@ def test_lerobot_reloads_an_export_with_hfpolicys_loss_and_actions(folder, tmp_p
     print(f"LeRobot 0.6.1 on hfpolicy's export: loss {loss} (hfpolicy {ours['train.loss'].item()}), {actions_error=}")
     assert_matches_reference(torch.tensor([loss]), ours["train.loss"])
     assert actions_error <= 5e-6 * ours["steps_actions_pi"].abs().max().item()
+
+
+def test_hfpolicy_eval_runs_a_lerobot_image_checkpoint_in_the_xarm_env(tmp_path, capsys):
+    """`hfpolicy eval` of LeRobot's image TD-MPC checkpoint (xArm's features: 84x84 image + 4-dim state, 4-dim action)
+    in hfpolicy's xArm env: the env renders pixels_agent_pos observations, chosen from the policy's inputs; MPPI plans
+    (the checkpoint's use_mpc=true) and the episodes, finite, are the same in batches of 2 and of 1 (a function of
+    their seeds); the two seeds give two episodes."""
+    image = os.environ.get(IMAGE_FIXTURE_ENV)
+    if not image:
+        pytest.skip(f"set {IMAGE_FIXTURE_ENV} to a make_tdmpc_fixture.py --variant image")
+    checkpoint = Path(image) / "pretrained_model"
+    flags = [f"--policy.path={checkpoint}", "--env.type=xarm", "--env.task=XarmLift-v0", "--env.episode_length=6"]
+    flags += ["--eval.n_episodes=2", "--eval.n_videos=0", "--progress=false", "--num_threads=1"]
+    policy, env_config = load_policy_and_env_config(parse_flags(EvalPipelineConfig, flags, prog="hfpolicy eval"))
+    assert type(policy) is TDMPCPolicy and policy.config.use_mpc and env_config.obs_type == "pixels_agent_pos"
+
+    episodes = []
+    for batch_size in (2, 1):
+        out = tmp_path / f"batch{batch_size}"
+        assert eval_main([*flags, f"--eval.batch_size={batch_size}", f"--output_dir={out}"]) == 0
+        assert capsys.readouterr().out.startswith("success ")
+        episodes.append(json.loads((out / EVAL_INFO_FILE).read_text())["per_episode"])
+    for episode in episodes[0]:
+        assert episode["length"] == 6 and len(episode["rewards"]) == 6
+        assert all(math.isfinite(x) for x in [episode["sum_reward"], episode["max_reward"], *episode["rewards"]])
+    assert [e["seed"] for e in episodes[0]] == [100000, 100001] and episodes[0][0]["rewards"] != episodes[0][1][
+        "rewards"
+    ]
+    assert episodes[1] == episodes[0]

@@ -18,7 +18,7 @@ from hfpolicy.policies import NormMode, Policy
 from hfpolicy.policies.tdmpc import TDMPCConfig, TDMPCPolicy
 from hfpolicy.training import main as train_main
 from hfpolicy.training.config import TrainConfigError
-from hfpolicy.training.setup import configure_policy_features
+from hfpolicy.training.data import configure_policy_features
 
 TINY_TDMPC = [
     "--policy.type=tdmpc",

@@ -45,9 +45,9 @@ def quat_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def quat_about(axis: Sequence[float], degrees: float) -> np.ndarray:
     """The rotation by `degrees` about `axis`."""
-    axis = np.asarray(axis, dtype=np.float64) / np.linalg.norm(axis)
+    unit = np.asarray(axis, dtype=np.float64) / np.linalg.norm(axis)
     half = math.radians(degrees) / 2
-    return np.array([math.cos(half), *(math.sin(half) * axis)])
+    return np.array([math.cos(half), *(math.sin(half) * unit)])
 
 
 def slerp(a: np.ndarray, b: np.ndarray, s: float) -> np.ndarray:
@@ -92,7 +92,9 @@ def interpolate(waypoints: Sequence[Waypoint], t: float) -> tuple[np.ndarray, np
 
 
 def _wp(t: int, xyz, quat, gripper: float) -> Waypoint:
-    return Waypoint(t, tuple(float(v) for v in xyz), tuple(float(v) for v in quat), float(gripper))
+    x, y, z = (float(v) for v in xyz)
+    qw, qx, qy, qz = (float(v) for v in quat)
+    return Waypoint(t, (x, y, z), (qw, qx, qy, qz), float(gripper))
 
 
 @dataclass

@@ -1,11 +1,12 @@
-"""Scripted (non-learned) policies that demonstrate tasks from the simulator's privileged state.
+"""Scripted experts: demonstrators that plan from the simulator's privileged state (object poses, contacts, the
+physics itself), so they are not policies a robot could run; `hfpolicy record` plays them to make datasets.
 
 `PushTExpert` solves gym-pusht's PushT by planning pushes on a private copy of the simulator; `run_expert_episode`
 drives one episode with it (with hooks for a recorder), and `target_motion_stats` measures how imitable its
 commanded targets are.
 """
 
-from hfpolicy.policies.scripted.pusht_expert import (
+from hfpolicy.experts.pusht_expert import (
     ExpertEpisode,
     NotPushTEnvError,
     PushTExpert,

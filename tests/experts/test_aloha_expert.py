@@ -5,7 +5,7 @@ import pytest
 
 from hfpolicy.envs import AlohaEnvConfig
 from hfpolicy.envs.aloha import sample_object_pose
-from hfpolicy.policies.scripted.aloha_expert import (
+from hfpolicy.experts.aloha_expert import (
     AlohaExpert,
     Waypoint,
     interpolate,

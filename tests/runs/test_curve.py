@@ -1,11 +1,11 @@
-"""The training curve PNG (hfpolicy.training.curve): drawn from metrics.jsonl, eval markers whole at 0%."""
+"""The training curve PNG (hfpolicy.runs.curve): drawn from metrics.jsonl, eval markers whole at 0%."""
 
 import json
 
 import numpy as np
 from matplotlib.image import imread
 
-from hfpolicy.training.curve import draw_training_curve
+from hfpolicy.runs.curve import draw_training_curve
 
 GREEN = np.array([44, 160, 44]) / 255  # matplotlib's tab:green, the eval success markers
 

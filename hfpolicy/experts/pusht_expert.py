@@ -47,12 +47,13 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pymunk
 
-from hfpolicy.policies.scripted.pusht_walks import TeeGeometry, WalkAround, paced, rotate, to_local, to_world
+from hfpolicy.experts.pusht_walks import TeeGeometry, WalkAround, paced, rotate, to_local, to_world
 
 # Coverage above which gym-pusht counts an episode as a success (PushTEnv.success_threshold).
 DEFAULT_SUCCESS_THRESHOLD = 0.95
@@ -288,7 +289,7 @@ class PushTExpert:
 
     def __init__(self, config: PushTExpertConfig | None = None) -> None:
         self.config = config or PushTExpertConfig()
-        self._env = None
+        self._env: Any = None  # gym-pusht's PushTEnv (untyped), after reset(env)
         self._plan: list[np.ndarray] = []
         self._plan_poses: list[np.ndarray] = []  # the block pose the plan predicts after each of its targets
         self._expected_pose: np.ndarray | None = None  # the pose predicted after the last target given
@@ -298,7 +299,7 @@ class PushTExpert:
         self.planning_wall_s = 0.0
         self.n_plans = 0
         self.phase_starts: list[int] = []
-        self._layout_key = None
+        self._layout_key: tuple | None = None
 
     # episode lifecycle ------------------------------------------------------------------------------------------------
 
@@ -533,7 +534,8 @@ class PushTExpert:
         cfg, tee, sim = self.config, self.tee, self.sim
         push = np.array([touch, touch + length * direction])
         targets, push_start = _per_step_targets(to_world(walk, pose), to_world(push, pose), cfg)
-        sim.load(*agent_state, pose, *block_motion)
+        (agent_pos, agent_vel), (block_vel, block_spin) = agent_state, block_motion
+        sim.load(agent_pos, agent_vel, pose, block_vel, block_spin)
         executed, poses = sim.rollout(np.array(targets), cfg.settle_px, cfg.max_hold_steps)
         coverage = tee.coverage(poses, self.goal)
         hit = np.flatnonzero(coverage > self.success_threshold)
@@ -681,7 +683,7 @@ def run_expert_episode(
     """
     obs, info = env.reset(seed=seed)
     expert.reset(env)
-    agent_start = np.array(env.unwrapped.agent.position, dtype=np.float64)
+    agent_start = np.array(_unwrap_pusht(env).agent.position, dtype=np.float64)
     if on_reset is not None:
         on_reset(obs, info)
     actions, rewards, coverages = [], [], []

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from hfpolicy.envs import PushTEnvConfig, XarmEnvConfig
-from hfpolicy.policies.scripted.xarm_expert import LIFT, XarmExpert, run_xarm_expert_episode
+from hfpolicy.experts.xarm_expert import LIFT, XarmExpert, run_xarm_expert_episode
 
 
 @pytest.fixture(scope="module")

@@ -6,14 +6,14 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from hfpolicy.policies.scripted import (
+from hfpolicy.experts import (
     NotPushTEnvError,
     PushTExpert,
     PushTExpertConfig,
     run_expert_episode,
     target_motion_stats,
 )
-from hfpolicy.policies.scripted.pusht_expert import _PushSimulator
+from hfpolicy.experts.pusht_expert import _PushSimulator
 
 
 @pytest.fixture()

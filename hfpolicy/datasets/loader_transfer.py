@@ -1,4 +1,4 @@
-"""`WorkerBatch`: how a batch gathered in a DataLoader worker travels to the main process: its small tensors packed
+"""`PackedBatch`: how a batch gathered in a DataLoader worker travels to the main process: its small tensors packed
 into one shared-memory buffer, its camera frames as uint8, turned into float32 in [0, 1] on arrival.
 
 Why (with torch's default `file_descriptor` sharing; the figures: docs/streaming.md#workers):
@@ -49,7 +49,7 @@ def _unpack(buffer: torch.Tensor, layout: list[tuple], rest: dict[str, Any], key
     return {key: packed[key] if key in packed else rest[key] for key in keys}
 
 
-class WorkerBatch(dict):
+class PackedBatch(dict):
     """A batch dict that pickles (worker -> main process) as one buffer of its small tensors plus the rest; the
     uint8 tensors of `to_float` (the camera frames) arrive as float32 in [0, 1]."""
 
@@ -57,8 +57,8 @@ class WorkerBatch(dict):
         super().__init__(batch)
         self.to_float = [key for key in to_float if key in batch]
 
-    def __copy__(self) -> "WorkerBatch":  # torch's default_convert copies mappings: keep the class (and packing)
-        return WorkerBatch(self, self.to_float)
+    def __copy__(self) -> "PackedBatch":  # torch's default_convert copies mappings: keep the class (and packing)
+        return PackedBatch(self, self.to_float)
 
     def __reduce__(self):
         small = [
@@ -78,15 +78,15 @@ class WorkerBatch(dict):
         return _unpack, (buffer, layout, rest, list(self), self.to_float)
 
 
-def loader_batch(get_batch, indices: np.ndarray, camera_keys, uint8_images: bool) -> dict[str, Any]:
+def batch_for_loader(get_batch, indices: np.ndarray, camera_keys, uint8_images: bool) -> dict[str, Any]:
     """The batch of `indices` as a DataLoader carries it: gathered by `get_batch(indices, uint8_images=...)`; in a
-    worker, as a WorkerBatch whose frames become float32 on arrival, or stay uint8 with `uint8_images`."""
+    worker, as a PackedBatch whose frames become float32 on arrival, or stay uint8 with `uint8_images`."""
     if torch.utils.data.get_worker_info() is None:
         return get_batch(indices, uint8_images=uint8_images)
-    return WorkerBatch(get_batch(indices, uint8_images=True), to_float=() if uint8_images else camera_keys)
+    return PackedBatch(get_batch(indices, uint8_images=True), to_float=() if uint8_images else camera_keys)
 
 
-def as_fetched(batch: dict[str, Any]) -> dict[str, Any]:
+def identity_collate(batch: dict[str, Any]) -> dict[str, Any]:
     """The `collate_fn` of a DataLoader that fetches whole batches (`batch_size=None`): the batch as the dataset
     gathered it (torch's default, `default_convert`, walks every tensor and list item for numpy arrays there are
     none of: docs/streaming.md#the-readers-small-costs)."""

@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from hfpolicy.policies.scripted.pusht_walks import TeeGeometry, WalkAround, paced, to_local, to_world
+from hfpolicy.experts.pusht_walks import TeeGeometry, WalkAround, paced, to_local, to_world
 
 
 @pytest.fixture(scope="module")

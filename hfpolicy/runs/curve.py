@@ -5,7 +5,7 @@ import io
 from pathlib import Path
 
 from hfpolicy.io.atomic import write_atomically
-from hfpolicy.training.metrics_log import read_metrics
+from hfpolicy.runs.metrics_log import read_metrics
 
 
 def draw_training_curve(metrics_path: Path, png_path: Path) -> Path | None:

@@ -4,8 +4,8 @@
     .hfpolicy.lock(.holder)        held by the run's main process (hfpolicy.io.run_lock), and who holds it
     train_config.json              the run's configuration (as it is now: a resume may change some flags)
     resume_history.json            each resume: the step it continued from and the flags it changed
-    metrics.jsonl                  log entries and evaluation summaries (hfpolicy.training.metrics_log)
-    training_curve.png             drawn for the model card (hfpolicy.training.curve)
+    metrics.jsonl                  log entries and evaluation summaries (hfpolicy.runs.metrics_log)
+    training_curve.png             drawn for the model card (hfpolicy.runs.curve)
     checkpoints/step_<n>/          pretrained_model/ + training_state/ (hfpolicy.training.checkpoints)
     checkpoints/last -> step_<n>
     eval/step_<n>/                 eval_info.json and videos of the evaluation after step n
@@ -18,8 +18,7 @@ from pathlib import Path
 from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, TRAIN_CONFIG_FILE, TRAINING_CURVE_FILE
 from hfpolicy.io.atomic import replacing
 from hfpolicy.io.run_lock import LOCK_FILES, RunLock
-from hfpolicy.training.config import TrainConfigError
-from hfpolicy.training.metrics_log import truncate_metrics
+from hfpolicy.runs.metrics_log import truncate_metrics
 
 CHECKPOINTS_DIR = "checkpoints"
 EVAL_DIR = "eval"
@@ -27,6 +26,11 @@ LAST_LINK = "last"
 PRETRAINED_DIR = "pretrained_model"
 RESUME_HISTORY_FILE = "resume_history.json"
 _PREFIX = "step_"
+
+
+class RunFolderError(ValueError):
+    """The run folder cannot hold this run as asked (unwritable, another run's, nothing to resume): the message names
+    --output_dir and the fix."""
 
 
 def checkpoint_name(step: int) -> str:
@@ -118,7 +122,7 @@ class RunFolder:
         try:
             self._lock = RunLock(self.root).acquire()
         except OSError as e:  # RunLockedError is not an OSError: it passes through, naming the other run
-            raise TrainConfigError(f"cannot create --output_dir={self.root} ({e}): choose a writable folder") from e
+            raise RunFolderError(f"cannot create --output_dir={self.root} ({e}): choose a writable folder") from e
 
     def unlock(self) -> None:
         if self._lock is not None:
@@ -143,16 +147,16 @@ class RunFolder:
         checkpoint = self.latest_checkpoint()
         if resume and checkpoint is None:
             if self.config_file.exists():
-                raise TrainConfigError(
+                raise RunFolderError(
                     f"--output_dir={self.root} holds no checkpoint to resume from: its run stopped before the first "
                     "one (--save_freq); start it again in place by dropping --resume"
                 )
-            raise TrainConfigError(
+            raise RunFolderError(
                 f"--resume=true but --output_dir={self.root} holds no checkpoint to resume from; drop --resume to "
                 "start a new run there"
             )
         if not resume and checkpoint is not None:
-            raise TrainConfigError(
+            raise RunFolderError(
                 f"--output_dir={self.root} holds another run (checkpoints up to {checkpoint.name}): pass "
                 "--resume=true to continue it, or choose another --output_dir"
             )

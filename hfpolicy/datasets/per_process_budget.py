@@ -1,4 +1,4 @@
-"""`WorkerBudget`: the byte budget that the streaming caches (frame_lru.py's frames in memory, remote_files.py's
+"""`PerProcessBudget`: the byte budget that the streaming caches (frame_lru.py's frames in memory, remote_files.py's
 files on disk) share with the DataLoader's workers.
 
 Each process keeps its own entries: a DataLoader worker drops what it inherited from the main process (by the
@@ -10,9 +10,9 @@ import os
 import torch
 
 
-class WorkerBudget:
+class PerProcessBudget:
     """Base of a cache bounded by `max_bytes` over all DataLoader workers; a subclass empties its own entries in
-    `_clear()` and calls `self._own()` before each use."""
+    `_clear()` and calls `self._reset_if_forked()` before each use."""
 
     max_bytes: int
 
@@ -27,21 +27,16 @@ class WorkerBudget:
     def _clear(self) -> None:
         raise NotImplementedError
 
-    def _own(self) -> None:
+    def _reset_if_forked(self) -> None:
         """In a new process (a DataLoader worker): start empty, with this worker's share of the budget."""
         if os.getpid() != self._pid:
             info = torch.utils.data.get_worker_info()
             self._reset(share=info.num_workers if info is not None else 1)
 
-    def split(self, share: int) -> None:
-        """From now on this process keeps at most budget / `share` (a streamed reader and its decoding process)."""
-        self._own()
-        self._share = max(1, share)
-
     @property
     def budget(self) -> int:
         """This process's bytes: the budget divided among the DataLoader workers."""
-        self._own()
+        self._reset_if_forked()
         return self.max_bytes // self._share
 
     def share_words(self) -> str:

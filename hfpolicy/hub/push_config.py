@@ -1,0 +1,15 @@
+"""The flags of `hfpolicy push` (hfpolicy.hub.push runs it): apart, so that `hfpolicy push --help` reads them without
+importing the push's dependencies (torch, the policy, the viewer)."""
+
+from dataclasses import dataclass
+
+
+@dataclass
+class PushConfig:
+    """`hfpolicy push`: upload a training run's policy, evaluation, curve and card to the Hub."""
+
+    run: str | None = None  # the run folder (the --output_dir of `hfpolicy train`)
+    repo_id: str | None = None  # the Hub repo (default: the run's --hub.repo_id)
+    private: bool | None = None  # create the repo as private (default: the run's --hub.private)
+    branch: str | None = None  # push to this branch (default: the run's --hub.branch, else main)
+    online_data_repo_id: str | None = None  # also publish the run's online_data/ as this Hub dataset repo

@@ -1,0 +1,17 @@
+"""The errors of policies: one that cannot be loaded (or converted), pushed, or used before it has dataset stats."""
+
+
+class PolicyLoadError(RuntimeError):
+    """A saved policy (config.json / model.safetensors) cannot be loaded as it is."""
+
+
+class LeRobotConversionError(PolicyLoadError):
+    """A LeRobot checkpoint (or an hfpolicy policy to export) uses something the other library cannot reproduce."""
+
+
+class PolicyPushError(RuntimeError):
+    """`push_to_hub` failed on the Hub's side or the network's (the message names the cause and the fix)."""
+
+
+class MissingStatsError(RuntimeError):
+    """A policy was used for training or acting before it received dataset statistics."""

@@ -1,0 +1,197 @@
+"""`hfpolicy record`: demonstrations from a scripted expert, written as a LeRobot v3.0 dataset.
+
+    hfpolicy record --env.type=pusht --policy.type=scripted --n_episodes=200 --output_dir=data/pusht_scripted \\
+        [--push_to=user/pusht_scripted]
+    hfpolicy record --env.type=aloha --env.task=AlohaInsertion-v0 --policy.type=scripted ...
+    hfpolicy record --env.type=xarm --policy.type=scripted ...
+
+One loop for every env: the env's recorder (hfpolicy.record.pusht, .aloha, .xarm: its expert, features and task)
+plays episode i seeded start_seed + i; frame t holds the observation before action t and the reward, success so far
+and done flag that action t produced, as in lerobot/pusht (no reward or success in ALOHA's data, as in LeRobot's).
+The dataset is written atomically (hfpolicy.datasets.DatasetWriter) and optionally pushed to the Hub.
+"""
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from accelerate import PartialState
+from tqdm.auto import tqdm
+
+from hfpolicy.cli.commands import run_command
+from hfpolicy.constants import ACTION, DONE, REWARD, SUCCESS
+from hfpolicy.datasets import DatasetMeta, DatasetWriter, push_dataset_to_hub
+from hfpolicy.datasets.writer import check_dataset_destination, remove_dead_writers_leftovers
+from hfpolicy.envs import SUCCESS_INFO_KEY, AlohaEnvConfig, EnvConfig, PushTEnvConfig, XarmEnvConfig
+from hfpolicy.record.aloha import aloha_recorder
+from hfpolicy.record.config import DEMONSTRATORS, EnvRecorder, RecordConfig
+from hfpolicy.record.pusht import pusht_recorder
+from hfpolicy.record.scripted_cache import (
+    check_scripted_recording,
+    scripted_dataset_root,
+    scripted_recording_env,
+    scripted_task_label,
+)
+from hfpolicy.record.xarm import xarm_recorder
+from hfpolicy.words import counted
+
+# env config class -> (its recorder, what the policy would see of it without images or environment state)
+RECORDERS: dict[type, tuple[Callable[..., EnvRecorder], str]] = {
+    PushTEnvConfig: (pusht_recorder, "the agent"),
+    AlohaEnvConfig: (aloha_recorder, "the joints"),
+    XarmEnvConfig: (xarm_recorder, "the gripper"),
+}
+
+
+def checked_record_config(cfg: RecordConfig) -> RecordConfig:
+    """`cfg` checked, with --max_steps resolved (default: the env's episode length); ValueError naming the flag."""
+    if cfg.policy.type not in DEMONSTRATORS:
+        raise ValueError(f"unknown demonstrator --policy.type={cfg.policy.type!r}; valid: {', '.join(DEMONSTRATORS)}")
+    if type(cfg.env) not in RECORDERS:
+        raise ValueError(f"scripted experts play PushT, ALOHA and xArm only; got --env.type={cfg.env.type}")
+    if cfg.output_dir is None:
+        raise ValueError("--output_dir is required: the folder the dataset is written to")
+    if cfg.max_steps is None:
+        cfg = dataclasses.replace(cfg, max_steps=cfg.env.max_episode_steps)
+    if cfg.n_episodes < 1 or cfg.max_steps < 1:
+        raise ValueError("--n_episodes and --max_steps must be >= 1")
+    return cfg
+
+
+def record_episodes(writer: DatasetWriter, cfg: RecordConfig, record_one: Callable[[int], bool]) -> int:
+    """Records episodes `cfg.start_seed`.. with `record_one(seed)` (it adds the frames and says whether the episode
+    succeeded), keeping each one unless it failed and --discard_failures=true; finishes the dataset; returns how
+    many episodes it kept."""
+    n_kept = n_successes = 0
+    with writer:
+        bar = tqdm(range(cfg.n_episodes), desc="recording", unit="episode", disable=not cfg.progress)
+        for episode in bar:
+            success = record_one(cfg.start_seed + episode)
+            n_successes += success
+            if success or not cfg.discard_failures:
+                writer.save_episode()
+                n_kept += 1
+            else:
+                writer.clear_episode()
+            bar.set_postfix_str(f"success {100 * n_successes / (episode + 1):.1f}%", refresh=False)
+        if n_kept == 0:
+            raise RuntimeError("no episode was kept (every one failed and --discard_failures=true)")
+    return n_kept
+
+
+def record(cfg: RecordConfig) -> Path:
+    """Records `cfg.n_episodes` expert episodes into a new dataset at `cfg.output_dir`; returns its root."""
+    cfg = checked_record_config(cfg)
+    output_dir = Path(cfg.output_dir)
+    remove_interrupted_recording(output_dir)
+    check_dataset_destination(output_dir, cfg.overwrite, cli=True)  # before the env starts; again once held
+    make_recorder, seen = RECORDERS[type(cfg.env)]
+    if not cfg.images and not cfg.environment_state:
+        raise ValueError(f"--images=false needs --environment_state=true: the policy would see only {seen}")
+    env_cfg = dataclasses.replace(
+        cfg.env,
+        obs_type="pixels_agent_pos" if cfg.images else "environment_state_agent_pos",
+        episode_length=cfg.max_steps,
+    )
+    recorder = make_recorder(cfg, env_cfg)
+    try:
+        repo_id = cfg.repo_id or f"local/{output_dir.name}"
+        writer = DatasetWriter.create(output_dir, repo_id, recorder.fps, recorder.features, overwrite=cfg.overwrite)
+        n_kept = record_episodes(writer, cfg, lambda seed: record_frames(writer, recorder, seed, cfg.max_steps))
+    finally:
+        recorder.close()
+    if cfg.push_to:
+        push_dataset_to_hub(
+            output_dir,
+            cfg.push_to,
+            tags=[*recorder.tags, "scripted-expert", "hfpolicy"],
+            description=f"{counted(n_kept, recorder.demonstration)} by {recorder.expert} (seeds from {cfg.start_seed}).",
+        )
+    return output_dir
+
+
+def remove_interrupted_recording(root: Path) -> None:
+    """Removes what a recording into `root` that was killed (kill -9, a power cut) left, a staging folder and the
+    folder it was going to fill (hfpolicy.datasets.writer.remove_dead_writers_leftovers), and says so in one line."""
+    removed = remove_dead_writers_leftovers(root)
+    if removed:
+        names = ", ".join(path.name for path in removed)
+        print(f"removed what an interrupted recording into {root} left ({names}); its writer is gone", flush=True)
+
+
+def record_frames(writer: DatasetWriter, recorder: EnvRecorder, seed: int, max_steps: int) -> bool:
+    """Writes the expert episode `recorder` plays from `seed` into the writer's current episode: frame t holds
+    `recorder.observe` of the observation before action t, the action, and (with `recorder.rewards`) the reward and
+    success so far (info["is_success"]) that action produced, and its done flag (true on the episode's last frame).
+    Returns whether it succeeded."""
+    before: dict = {}  # the frame of the observation the next action is taken from
+    succeeded = False
+
+    def on_step(t, action, observation, reward, terminated, truncated, info) -> None:
+        nonlocal succeeded
+        succeeded = succeeded or bool(info.get(SUCCESS_INFO_KEY, False))
+        frame = {**before, ACTION: np.asarray(action, dtype=np.float32)}
+        if recorder.rewards:
+            frame.update({REWARD: np.float32(reward), SUCCESS: succeeded})
+        frame[DONE] = bool(terminated or truncated or t + 1 == max_steps)
+        writer.add_frame(frame, task=recorder.task)
+        before.update(recorder.observe(observation))
+
+    recorder.run_episode(
+        seed, on_reset=lambda observation, info: before.update(recorder.observe(observation)), on_step=on_step
+    )
+    return succeeded
+
+
+class RecordWriteError(RuntimeError):
+    """The dataset could not be written (a full disk, a folder that became unwritable)."""
+
+
+def record_command(cfg: RecordConfig) -> str:
+    """`hfpolicy record`: records, and says where to (Ctrl-C or SIGTERM stops it cleanly, hfpolicy.io.termination:
+    its staging folder is removed)."""
+    try:
+        root = record(cfg)
+    except (FileExistsError, FileNotFoundError):  # bad input, said as it is
+        raise
+    except OSError as e:
+        raise RecordWriteError(f"cannot write --output_dir={cfg.output_dir}: {e}") from e
+    pushed = f"; pushed to {cfg.push_to}" if cfg.push_to else ""
+    return f"recorded {counted(cfg.n_episodes, 'episode')} into {root}{pushed}\nlook at them: hfpolicy view {root}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command("record", argv)
+
+
+def scripted_recording(n_episodes: int, root: str | Path | None, progress: bool, env: EnvConfig | None = None) -> Path:
+    """The recording of `n_episodes` expert demos of `env`'s task (default PushT; seeds 0..n-1, state-only: the agent
+    or joints and observation.environment_state) in `root` (default: `scripted_dataset_root`): reused when it exists,
+    else recorded by the main process (atomically: a stopped recording leaves nothing behind; what a killed one left,
+    its writer dead, is removed here with a line saying so, and the next run records again). ValueError for a folder
+    holding other data."""
+    n, env = n_episodes, scripted_recording_env(env)
+    root = Path(root) if root is not None else scripted_dataset_root(n, env)
+    if PartialState().is_main_process:  # the others come after it (main_process_first), to a finished recording
+        remove_interrupted_recording(root)
+    if root.exists():
+        try:
+            meta = DatasetMeta.load(root)
+        except (ValueError, OSError) as e:
+            raise ValueError(
+                f"{root} exists but is not a readable dataset ({e}); delete it to record {n} episodes again"
+            ) from e
+        check_scripted_recording(root, meta, n, env)
+        return root
+    if PartialState().is_main_process:
+        print(
+            f"recording {counted(n, f'scripted {scripted_task_label(env)} demonstration')} into {root} "
+            "(once; later runs reuse it)"
+        )
+        record(
+            RecordConfig(
+                env=env, n_episodes=n, output_dir=str(root), environment_state=True, images=False, progress=progress
+            )
+        )
+    return root
