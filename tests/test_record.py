@@ -74,6 +74,13 @@ def test_overwrite_replaces_a_dataset_only_once_the_new_one_is_complete(tmp_path
     assert sorted(p.name for p in root.parent.iterdir()) == ["pusht_scripted"]
 
 
+def test_one_recorded_episode_is_said_in_the_singular(tmp_path, capsys):
+    root = tmp_path / "one"
+    args = ["--n_episodes=1", "--max_steps=5", "--images=false", "--environment_state=true", "--progress=false"]
+    assert main([f"--output_dir={root}", *args]) == 0
+    assert capsys.readouterr().out.startswith(f"recorded 1 episode into {root}\n")
+
+
 def test_overwrite_never_replaces_a_folder_that_is_not_a_dataset(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("mine")
     args = [f"--output_dir={tmp_path}", "--n_episodes=1", "--max_steps=5", "--images=false", "--overwrite=true"]

@@ -3,7 +3,9 @@
     cfg = parse_flags(TrainConfig, argv, prog="hfpolicy train")
 
 `--help` prints `usage: <prog> ...`. A bad flag raises FlagError with one line: the flag as typed (`--steps`, not
-`steps`), what was wrong, and where the flags are listed; draccus's 50-line usage dump is not printed first.
+`steps`), what was wrong, and where the flags are listed; draccus's 50-line usage dump is not printed first. A
+LeRobot flag is answered with hfpolicy's equivalent, or accepted where its value changes nothing
+(hfpolicy.cli.lerobot_flags).
 """
 
 import argparse
@@ -26,6 +28,7 @@ import draccus
 from draccus.utils import DecodingError, DraccusException
 from draccus.wrappers.docstring import get_attribute_docstring
 
+from hfpolicy.cli.lerobot_flags import describe_lerobot_flags, is_accepted_lerobot_flag
 from hfpolicy.field_errors import ConfigFieldError, value_words
 
 
@@ -38,10 +41,21 @@ def parse_flags(config_class: type, argv: list[str], prog: str, config_path: str
     prints hfpolicy's own help (`format_help`) and exits 0."""
     if wants_help(argv):
         print_help(config_class, argv, prog)
+    argv = without_accepted_lerobot_flags(config_class, argv)
     try:
         return draccus.parse(config_class, config_path=config_path, args=argv, prog=prog, exit_on_error=False)
     except (DraccusException, argparse.ArgumentError) as e:
         raise FlagError(describe_flag_error(e, prog, config_class, argv)) from e
+
+
+def without_accepted_lerobot_flags(config_class: type, argv: list[str]) -> list[str]:
+    """`argv` without the LeRobot flags `config_class` does not take whose value changes nothing here
+    (`--policy.push_to_hub=false`)."""
+    accepted = [arg for arg in argv if arg.startswith("--") and is_accepted_lerobot_flag(arg)]
+    if not accepted:
+        return argv
+    known = set(known_flags(config_class, argv))
+    return [arg for arg in argv if arg not in accepted or arg.split("=", 1)[0] in known]
 
 
 def describe_flag_error(
@@ -49,19 +63,24 @@ def describe_flag_error(
 ) -> str:
     """draccus's error in the command line's words, from the fields it names: a config's own check (a
     ConfigFieldError from its __post_init__) alone, in flags (`--policy.n_action_steps=20 does not fit ...`); a value
-    that does not parse as `--steps: couldn't parse 'abc' ...`; an unknown flag with the closest known ones."""
+    that does not parse as `--steps: couldn't parse 'abc' ...`; an unknown flag with the closest known ones, or
+    with hfpolicy's equivalent when it is LeRobot's."""
     cause = error.__cause__
     if isinstance(cause, ConfigFieldError) and config_class is not None:
         prefix = config_prefix(config_class, type(cause.config))
         if prefix is not None:
             return cause.flags(prefix)
+    unknown = unknown_flags(config_class, argv or []) if config_class is not None else []
+    lerobot = describe_lerobot_flags(unknown)
+    if lerobot:  # LeRobot's habits, whichever way draccus reported them (unknown argument, field of no config)
+        return f"unrecognized arguments: {' '.join(unknown)}; {lerobot}; `{prog} --help` lists the flags"
     if isinstance(error, DecodingError) and error.key_path:
         message = f"--{'.'.join(error.key_path)}: {error.message}"
     elif isinstance(error, argparse.ArgumentError) and error.argument_name:
         message = f"{error.argument_name}: {error.message}"
     else:
         message = str(error).strip()
-        if config_class is not None and (unknown := unknown_flags(config_class, argv or [])):
+        if config_class is not None and unknown:
             message = f"unrecognized arguments: {' '.join(unknown)}{did_you_mean(config_class, unknown, argv or [])}"
     message = message.splitlines()[0]
     if cause is not None and str(cause) and str(cause) not in message:

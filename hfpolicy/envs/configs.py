@@ -97,9 +97,10 @@ class EnvConfig(draccus.ChoiceRegistry):
         offered = config.observation_features()
         missing = sorted(set(input_features) - set(offered))
         if missing:
+            fits = self.obs_type_for(list(input_features))
             raise ValueError(
                 f"the policy needs {missing}, which env {config.type!r} with obs_type={config.obs_type!r} does not "
-                f"give (it gives {sorted(offered)}); try --env.obs_type={self.obs_type_for(list(input_features))}"
+                f"give (it gives {sorted(offered)}); try --env.obs_type={fits} (in Python: obs_type={fits!r})"
             )
         for key, feature in input_features.items():
             if tuple(feature.shape) != tuple(offered[key].shape):
@@ -215,12 +216,18 @@ def make_env_config(name: str, **fields: Any) -> EnvConfig:
 
 
 def make_env(
-    name: str, n_envs: int, parallel: bool = False, obs_type: str = "pixels_agent_pos", **kwargs: Any
+    name: str, n_envs: int, parallel: bool = False, obs_type: str | None = None, policy: Any = None, **kwargs: Any
 ) -> LockstepVectorEnv:
     """`n_envs` copies of env `name` in a vector env with autoreset disabled.
 
     parallel=False gives a SyncVectorEnv ("serial": the envs step one after another in this process, the policy acts
-    on the whole batch); parallel=True an AsyncVectorEnv (one worker process per env). `kwargs` are the env config's
-    fields, e.g. `make_env("pusht", 8, episode_length=100, render_size=256)`.
+    on the whole batch); parallel=True an AsyncVectorEnv (one worker process per env). `policy` (a Policy): the env
+    gives what it reads, as `hfpolicy eval` makes it (EnvConfig.for_policy): the obs type chosen from its input
+    features unless `obs_type` is given, its shapes and action checked. Without a policy, `obs_type` defaults to the
+    env's first (pixels_agent_pos). `kwargs` are the env config's fields, e.g.
+    `make_env("pusht", 8, policy=policy, episode_length=100, render_size=256)`.
     """
-    return make_env_config(name, obs_type=obs_type, **kwargs).make(n_envs, parallel=parallel)
+    config = make_env_config(name, obs_type=obs_type, **kwargs)
+    if policy is not None:
+        config = config.for_policy(policy.config.input_features, policy.config.output_features)
+    return config.make(n_envs, parallel=parallel)

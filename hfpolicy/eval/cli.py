@@ -41,6 +41,7 @@ from hfpolicy.io.run_lock import RunLock
 from hfpolicy.policies.base import Policy
 from hfpolicy.policies.device import check_device
 from hfpolicy.policies.errors import PolicyLoadError
+from hfpolicy.words import counted
 
 
 @dataclass
@@ -278,7 +279,7 @@ def run(config: EvalPipelineConfig) -> str:
     return (
         f"success {summary['pc_success']:.1f}% (95% CI {low:.1f}-{high:.1f}), "
         f"avg max reward {summary['avg_max_reward']:.3f}, avg sum reward {summary['avg_sum_reward']:.2f}; "
-        f"{summary['n_episodes']} episodes in {summary['eval_s']:.1f} s ({summary['episodes_per_s']:.2f}/s)"
+        f"{counted(summary['n_episodes'], 'episode')} in {summary['eval_s']:.1f} s ({summary['episodes_per_s']:.2f}/s)"
         + f"\nresults: {config.output_dir / EVAL_INFO_FILE}"
         + (f", videos: {config.output_dir / 'videos'}" if result.video_paths else "")
     )

@@ -203,7 +203,11 @@ class Policy(
         action buffer (`make_action_buffer`)."""
         missing = [key for key in self.config.input_features if key not in observation]
         if missing:
-            raise KeyError(f"the observation lacks {missing} (policy inputs: {list(self.config.input_features)})")
+            raise KeyError(
+                f"the observation lacks {missing} (policy inputs: {list(self.config.input_features)}): the env's "
+                "obs_type decides what it gives; make_env(name, n_envs, policy=policy) picks the obs_type this "
+                "policy needs (hfpolicy eval does the same)"
+            )
         current = {key: observation[key] for key in self.config.input_features}
         batch_size = next(iter(current.values())).shape[0]
         if self._obs_history and next(iter(self._obs_history[0].values())).shape[0] != batch_size:

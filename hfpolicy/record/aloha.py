@@ -58,6 +58,7 @@ def aloha_recorder(cfg: RecordConfig, env_cfg: AlohaEnvConfig) -> EnvRecorder:
         run_episode=lambda seed, **hooks: run_aloha_expert_episode(env, expert, seed, cfg.max_steps, **hooks),
         rewards=False,
         tags=["aloha", env_cfg.task],
-        demonstrations=f"{env_cfg.task} demonstrations by hfpolicy's scripted bimanual expert",
+        demonstration=f"{env_cfg.task} demonstration",
+        expert="hfpolicy's scripted bimanual expert",
         close=close,
     )

@@ -59,7 +59,8 @@ class EnvRecorder:
     run_episode: Callable[..., Any]
     rewards: bool  # frames carry next.reward and next.success (lerobot/pusht, xarm_lift_medium; not the ALOHA data)
     tags: list[str]  # the Hub dataset's tags, before "scripted-expert", "hfpolicy"
-    demonstrations: str  # what the Hub dataset holds: "PushT demonstrations by hfpolicy's scripted expert"
+    demonstration: str  # what one episode of the Hub dataset is, singular: "PushT demonstration"
+    expert: str  # who demonstrated: "hfpolicy's scripted expert"
     close: Callable[[], None]
 
 

@@ -37,6 +37,7 @@ def pusht_recorder(cfg: RecordConfig, env_cfg: PushTEnvConfig) -> EnvRecorder:
         run_episode=lambda seed, **hooks: run_expert_episode(env, expert, seed, cfg.max_steps, **hooks),
         rewards=True,
         tags=["pusht"],
-        demonstrations="PushT demonstrations by hfpolicy's scripted expert",
+        demonstration="PushT demonstration",
+        expert="hfpolicy's scripted expert",
         close=env.close,
     )

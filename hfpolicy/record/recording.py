@@ -34,6 +34,7 @@ from hfpolicy.record.scripted_cache import (
     scripted_task_label,
 )
 from hfpolicy.record.xarm import xarm_recorder
+from hfpolicy.words import counted
 
 # env config class -> (its recorder, what the policy would see of it without images or environment state)
 RECORDERS: dict[type, tuple[Callable[..., EnvRecorder], str]] = {
@@ -105,7 +106,7 @@ def record(cfg: RecordConfig) -> Path:
             output_dir,
             cfg.push_to,
             tags=[*recorder.tags, "scripted-expert", "hfpolicy"],
-            description=f"{n_kept} {recorder.demonstrations} (seeds from {cfg.start_seed}).",
+            description=f"{counted(n_kept, recorder.demonstration)} by {recorder.expert} (seeds from {cfg.start_seed}).",
         )
     return output_dir
 
@@ -157,7 +158,7 @@ def record_command(cfg: RecordConfig) -> str:
     except OSError as e:
         raise RecordWriteError(f"cannot write --output_dir={cfg.output_dir}: {e}") from e
     pushed = f"; pushed to {cfg.push_to}" if cfg.push_to else ""
-    return f"recorded {cfg.n_episodes} episodes into {root}{pushed}\nlook at them: hfpolicy view {root}"
+    return f"recorded {counted(cfg.n_episodes, 'episode')} into {root}{pushed}\nlook at them: hfpolicy view {root}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,7 +186,8 @@ def scripted_recording(n_episodes: int, root: str | Path | None, progress: bool,
         return root
     if PartialState().is_main_process:
         print(
-            f"recording {n} scripted {scripted_task_label(env)} demonstrations into {root} (once; later runs reuse them)"
+            f"recording {counted(n, f'scripted {scripted_task_label(env)} demonstration')} into {root} "
+            "(once; later runs reuse it)"
         )
         record(
             RecordConfig(

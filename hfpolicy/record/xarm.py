@@ -49,6 +49,7 @@ def xarm_recorder(cfg: RecordConfig, env_cfg: XarmEnvConfig) -> EnvRecorder:
         run_episode=lambda seed, **hooks: run_xarm_expert_episode(env, expert, seed, cfg.max_steps, **hooks),
         rewards=True,
         tags=["xarm", env_cfg.task],
-        demonstrations=f"{env_cfg.task} demonstrations by hfpolicy's scripted lift expert",
+        demonstration=f"{env_cfg.task} demonstration",
+        expert="hfpolicy's scripted lift expert",
         close=env.close,
     )

@@ -28,6 +28,7 @@ from hfpolicy.policies.config import PolicyConfig
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
 from hfpolicy.record.scripted_cache import scripted_dataset_root, scripted_task_label
 from hfpolicy.training.policy_path import split_policy_path
+from hfpolicy.words import counted
 
 TRACKERS = ("tensorboard", "wandb", "none")
 
@@ -209,7 +210,7 @@ def describe_dataset(dataset: DatasetConfig, env: EnvConfig | None = None) -> st
         root = dataset.root or scripted_dataset_root(dataset.scripted_episodes, env)
         state = "reused" if Path(root).exists() else "recorded now, reused by later runs"
         label = scripted_task_label(env)
-        return f"{dataset.scripted_episodes} scripted-expert {label} demonstrations in {root} ({state})"
+        return f"{counted(dataset.scripted_episodes, f'scripted-expert {label} demonstration')} in {root} ({state})"
     if dataset.root is not None:
         return f"the local dataset {dataset.root}"
     return f"{dataset.repo_id} from the Hub"

@@ -36,6 +36,7 @@ from hfpolicy.eval.distributed import evaluate_on_all_processes
 from hfpolicy.hub.push import PushError, check_push_access, push_run
 from hfpolicy.policies import Policy
 from hfpolicy.policies.ema import EMA
+from hfpolicy.record.scripted_cache import scripted_dataset_root
 from hfpolicy.runs.curve import draw_training_curve
 from hfpolicy.runs.run_folder import PRETRAINED_DIR, RunFolder
 from hfpolicy.training.checkpoints import save_checkpoint, save_shareable_policy
@@ -47,6 +48,7 @@ from hfpolicy.training.progress import (
     log_entry,
     timed_eval_episode_s,
     warnings_above_the_bar,
+    without_torchs_cuda_home_note,
 )
 from hfpolicy.training.resume_flags import check_resume_flags, record_resume
 from hfpolicy.training.setup import (
@@ -57,6 +59,7 @@ from hfpolicy.training.setup import (
     move_to_device,
 )
 from hfpolicy.training.stopping import Interrupted, RunStopped, StopControl, resume_command
+from hfpolicy.words import counted
 
 
 @dataclasses.dataclass
@@ -85,13 +88,16 @@ def train(cfg: TrainConfig) -> TrainResult:
         if holds_lock:
             run.lock()
         try:
-            with warnings_above_the_bar(lambda line: tqdm.write(line, file=sys.stderr)):  # not spliced into the bar
+            with (
+                warnings_above_the_bar(lambda line: tqdm.write(line, file=sys.stderr)),  # not spliced into the bar
+                without_torchs_cuda_home_note(),
+            ):
                 return run_loop(start_training(cfg, run, stops), stops)
         except BaseException as e:
             if holds_lock and not stops.trained_a_step:
                 run.undo_start()  # a failed or stopped start leaves nothing behind in a folder it created
             if isinstance(e, Interrupted):
-                raise stops.stopped(interrupted_message(e, run, cfg.resume, stops), show=holds_lock) from None
+                raise stops.stopped(interrupted_message(e, run, cfg, stops), show=holds_lock) from None
             raise
         finally:
             if holds_lock:
@@ -109,7 +115,7 @@ def start_training(cfg: TrainConfig, run: RunFolder, stops: StopControl) -> Trai
     return t
 
 
-def interrupted_message(e: Interrupted, run: RunFolder, resume: bool, stops: StopControl) -> str:
+def interrupted_message(e: Interrupted, run: RunFolder, cfg: TrainConfig, stops: StopControl) -> str:
     """What a stop that ended the run at once kept, and how to continue."""
     command = f"continue with `{resume_command(run.root)}`"
     if e.again:
@@ -117,9 +123,26 @@ def interrupted_message(e: Interrupted, run: RunFolder, resume: bool, stops: Sto
             f"at once (a second Ctrl-C), without a checkpoint of the current step; the latest checkpoint is "
             f"{run.latest_checkpoint()}: {command}"
         )
-    if resume:
+    if cfg.resume:
         return f"before the first step; the run's checkpoints are as they were: {command}"
+    recording = finished_scripted_recording(cfg)
+    if recording is not None:  # recorded before the stop (a stopped recording leaves nothing)
+        return (
+            f"before the first step; nothing was trained; the scripted demonstrations recorded into {recording} "
+            "are kept, and the next run reuses them"
+        )
     return "before the first step; nothing was trained, nothing is kept"
+
+
+def finished_scripted_recording(cfg: TrainConfig) -> Path | None:
+    """The folder of the scripted demonstrations a `--dataset.scripted_episodes` run records, if it exists now."""
+    if cfg.dataset.scripted_episodes <= 0:
+        return None
+    try:
+        root = Path(cfg.dataset.root or scripted_dataset_root(cfg.dataset.scripted_episodes, cfg.env))
+    except ValueError:  # $HFPOLICY_CACHE is a file: nothing was recorded
+        return None
+    return root if root.is_dir() else None
 
 
 def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
@@ -223,7 +246,8 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
                 draw_training_curve(run.metrics_file, run.curve_file)  # the run folder's curve, up to date
                 bar.write(
                     f"step {step}: eval success {eval_summary['pc_success']:.1f}%, "
-                    f"avg max reward {eval_summary['avg_max_reward']:.3f} ({eval_summary['n_episodes']} episodes)"
+                    f"avg max reward {eval_summary['avg_max_reward']:.3f} "
+                    f"({counted(eval_summary['n_episodes'], 'episode')})"
                 )
 
         if stop:
@@ -256,7 +280,8 @@ def online_round(t: Training, step: int, bar: tqdm) -> None:
     if accelerator.is_main_process:
         bar.write(
             f"step {step}: online round {online.round_index(step)}: success {100 * stats['online/round_success']:.0f}%, "
-            f"{online.n_episodes} online episodes ({online.n_frames} frames), {stats['online/round_s']:.0f} s"
+            f"{counted(online.n_episodes, 'online episode')} ({counted(online.n_frames, 'frame')}), "
+            f"{stats['online/round_s']:.0f} s"
         )
 
 

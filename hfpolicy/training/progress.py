@@ -19,6 +19,7 @@ from hfpolicy.runs.metrics_log import append_metrics
 from hfpolicy.runs.run_folder import RunFolder
 from hfpolicy.training.checkpoints import latest_good_checkpoint
 from hfpolicy.training.config import TrainConfig
+from hfpolicy.words import counted
 
 
 class TrainingDivergedError(RuntimeError):
@@ -163,9 +164,9 @@ class TrainingClock:
         left, with_evals = self.remaining_s(step)
         total = format_duration(left or 0.0) + ("" if with_evals else " plus evaluations")
         episodes = sum(n for s, n in self.eval_plan.items() if s > step)
-        evals = f" and {episodes} evaluation episodes" if with_evals and episodes else ""
+        evals = f" and {counted(episodes, 'evaluation episode')}" if with_evals and episodes else ""
         guess = " (evaluation time from a timed policy call)" if evals and self.eval_estimated else ""
-        line = f"estimated time left: {total} ({self.total_steps - step} steps on {device}{evals}{guess})"
+        line = f"estimated time left: {total} ({counted(self.total_steps - step, 'step')} on {device}{evals}{guess})"
         if left is not None and left > self.WARN_ABOVE_S:
             line += (
                 f"; that is {left / 86400:.1f} days: fewer --steps, a smaller policy, a GPU, or (examples/train_pusht.py) "
@@ -205,7 +206,7 @@ def timed_eval_episode_s(policy: Any, episode_length: int, device: torch.device)
 def warnings_above_the_bar(write) -> Iterator[None]:
     """Warnings and log records printed to stderr while a progress bar is drawn go through `write` (tqdm.write: a
     line of their own above the bar), not into the middle of the bar's line. Log records matter as much as warnings:
-    torch.compile reports through the `torch` logger (e.g. `W1201 ... No CUDA runtime is found`, measured mid-bar)."""
+    torch.compile reports through the `torch` logger, mid-bar (one note of it is dropped: without_torchs_cuda_home_note)."""
     shown = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
@@ -221,6 +222,25 @@ def warnings_above_the_bar(write) -> Iterator[None]:
         warnings.showwarning = shown
         for handler, divert in diverted:
             handler.removeFilter(divert)
+
+
+@contextlib.contextmanager
+def without_torchs_cuda_home_note() -> Iterator[None]:
+    """Drops torch's `No CUDA runtime is found, using CUDA_HOME=...`: torch.compile on a CPU imports
+    torch.utils.cpp_extension, which logs it when a CUDA toolkit (nvcc) is installed but no GPU is usable. hfpolicy
+    compiles no CUDA code there, so the line would only alarm; every other record of that logger passes."""
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    note = _NoCudaRuntimeNote()
+    logger.addFilter(note)
+    try:
+        yield
+    finally:
+        logger.removeFilter(note)
+
+
+class _NoCudaRuntimeNote(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("No CUDA runtime is found")
 
 
 class _AboveTheBar(logging.Filter):

@@ -29,6 +29,7 @@ from hfpolicy.training.data import TrainingData, endless_batches, load_training_
 from hfpolicy.training.finetune import describe_pretrained, load_pretrained_weights
 from hfpolicy.training.online import OnlineTraining, online_features
 from hfpolicy.training.progress import planned_evaluations
+from hfpolicy.words import counted
 
 
 def default_output_dir(cfg: TrainConfig) -> Path:
@@ -197,9 +198,11 @@ def announce_training(training: Training, data: TrainingData) -> None:
     if not accelerator.is_main_process:
         return
     n_params = sum(p.numel() for p in training.policy.parameters()) / 1e6
+    source = f"{data.name}, streamed from the Hub as training reads it" if cfg.dataset.streaming else data.name
     print(
-        f"hfpolicy train: {cfg.policy.type} policy, {n_params:.1f} M params; {data.name}: "
-        f"{data.dataset.num_episodes} episodes, {len(data.sampler) * accelerator.num_processes} samples per epoch; "
+        f"hfpolicy train: {cfg.policy.type} policy, {n_params:.1f} M params; {source}: "
+        f"{counted(data.dataset.num_episodes, 'episode')}, {len(data.sampler) * accelerator.num_processes} samples "
+        "per epoch; "
         f"{accelerator.num_processes} process(es) on {accelerator.device}"
         + (f" ({training.threads} thread(s) each)" if accelerator.device.type == "cpu" else "")
         + f", {training.samples_per_step} samples per step; output {training.run.root}"

@@ -152,3 +152,35 @@ def test_obs_type_for_a_policy_picks_the_cheapest_that_fits():
     with pytest.raises(ValueError, match="no observation type.*offers"):
         config.obs_type_for([OBS_IMAGE, OBS_ENV_STATE])
     assert config.action_feature.type == FeatureType.ACTION and config.action_feature.shape == (2,)
+
+
+def test_make_env_for_a_policy_gives_what_it_reads():
+    """make_env(..., policy=policy) picks the obs type from the policy's inputs, as `hfpolicy eval` does: a state
+    policy gets the block's keypoints and no pixels; the default env (pixels) lacks them, and the error says why."""
+    from policies.toy_policy import make_toy_policy
+
+    policy = make_toy_policy("environment_state_agent_pos")
+    env = make_env("pusht", 2, policy=policy, episode_length=3)
+    try:
+        observation, _ = env.reset(seed=[1, 2])
+        assert set(observation) == {"environment_state", "agent_pos"}  # nothing rendered
+        policy.reset()
+        assert policy.select_action(observations_to_batch(observation)).shape == (2, 2)
+    finally:
+        env.close()
+    env = make_env("pusht", 2, episode_length=3)  # no policy: pixels_agent_pos
+    try:
+        observation, _ = env.reset(seed=[1, 2])
+        policy.reset()
+        with pytest.raises(KeyError, match=r"lacks \['observation.environment_state'\].*obs_type.*policy=policy"):
+            policy.select_action(observations_to_batch(observation))
+    finally:
+        env.close()
+
+
+def test_make_env_for_a_policy_refuses_an_obs_type_that_lacks_its_inputs():
+    from policies.toy_policy import make_toy_policy
+
+    policy = make_toy_policy("environment_state_agent_pos")
+    with pytest.raises(ValueError, match=r"obs_type='pixels_agent_pos' does not give.*obs_type='environment_state_"):
+        make_env("pusht", 1, obs_type="pixels_agent_pos", policy=policy)

@@ -4,6 +4,8 @@ then a real tiny compiled run), and warnings do not land inside the bar's line."
 
 import io
 import logging
+import os
+import subprocess
 import sys
 import warnings
 
@@ -14,7 +16,13 @@ from tqdm import tqdm
 from training.test_train_faults import flags
 
 from hfpolicy.training import main
-from hfpolicy.training.progress import COMPILING_NOTE, TrainingClock, timed_eval_episode_s, warnings_above_the_bar
+from hfpolicy.training.progress import (
+    COMPILING_NOTE,
+    TrainingClock,
+    timed_eval_episode_s,
+    warnings_above_the_bar,
+    without_torchs_cuda_home_note,
+)
 
 
 def test_the_first_estimate_counts_the_evaluation_episodes():
@@ -111,3 +119,34 @@ def test_a_log_record_gets_its_own_line_above_the_bar():
     lines = out.getvalue().replace("\r", "\n").splitlines()
     assert "No CUDA runtime is found" in lines  # a line of its own, not spliced into the bar's
     assert any(line.endswith("] torch's own handler") and "train:" not in line for line in lines)
+
+
+QUIET_IMPORT = """
+import contextlib, sys
+from hfpolicy.training.progress import without_torchs_cuda_home_note
+with without_torchs_cuda_home_note() if sys.argv[1] == "quiet" else contextlib.nullcontext():
+    import torch.utils.cpp_extension  # what torch.compile imports on a CPU
+"""
+
+
+def test_torchs_no_cuda_runtime_note_does_not_reach_the_output(tmp_path):
+    """torch.utils.cpp_extension logs `No CUDA runtime is found, using CUDA_HOME=...` on import when a CUDA toolkit
+    is found (here: CUDA_HOME) and no GPU is usable (here: none visible); the training drops that note only."""
+    env = {**os.environ, "CUDA_HOME": str(tmp_path), "CUDA_VISIBLE_DEVICES": ""}
+    runs = {
+        how: subprocess.run([sys.executable, "-c", QUIET_IMPORT, how], env=env, capture_output=True, text=True)
+        for how in ("loud", "quiet")
+    }
+    assert runs["loud"].returncode == 0 and runs["quiet"].returncode == 0, runs
+    if "No CUDA runtime is found" not in runs["loud"].stderr:
+        pytest.skip("this torch build has no CUDA: it never looks for a CUDA toolkit")
+    assert "No CUDA runtime is found" not in runs["quiet"].stderr
+
+
+def test_the_cuda_note_filter_lets_the_loggers_other_records_through(caplog):
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    with caplog.at_level(logging.WARNING, logger=logger.name), without_torchs_cuda_home_note():
+        logger.warning("No CUDA runtime is found, using CUDA_HOME='%s'", "/usr/local")
+        logger.warning("another note")
+    assert [record.getMessage() for record in caplog.records] == ["another note"]
+    assert not logger.filters  # removed again

@@ -174,3 +174,34 @@ def test_hfpolicy_push_publishes_a_finished_run(pusht_state_dataset, tmp_path, h
     assert {"config.json", "model.safetensors", "README.md", TRAIN_CONFIG_FILE, "training_curve.png"} <= files
     card = HfApi().hf_hub_download("user/pushed-run-13", "README.md")
     assert f"hfpolicy train --config_path={out / TRAIN_CONFIG_FILE}" in Path(card).read_text()
+
+
+@pytest.mark.parametrize("when", ["after", "during"])
+def test_ctrl_c_before_the_first_step_says_that_the_recording_is_kept(when, tmp_path, monkeypatch, capsys):
+    """Ctrl-C after `--dataset.scripted_episodes`'s recording (here: as the run is announced) keeps the recording,
+    and says so; during it (here: as the recording starts), nothing is kept."""
+    import signal
+
+    import hfpolicy.training.data as data
+    import hfpolicy.training.setup as setup
+    from hfpolicy.training.stopping import Interrupted
+
+    def ctrl_c(*args, **kwargs):
+        raise Interrupted(signal.SIGINT)
+
+    if when == "after":
+        monkeypatch.setattr(setup, "announce_training", ctrl_c)
+    else:
+        monkeypatch.setattr(data, "record_scripted_dataset", ctrl_c)
+    recording, out = tmp_path / "recording", tmp_path / "run"
+    argv = [*TINY, "--dataset.scripted_episodes=1", f"--dataset.root={recording}", f"--output_dir={out}"]
+    with pytest.raises(SystemExit) as stopped:  # as `hfpolicy train` ends on Ctrl-C (hfpolicy.training.stopping)
+        main(argv)
+    assert stopped.value.code == 130
+    err = capsys.readouterr().err
+    assert "before the first step; nothing was trained" in err and not out.exists()
+    if when == "after":
+        assert recording.is_dir() and "nothing is kept" not in err
+        assert f"the scripted demonstrations recorded into {recording} are kept, and the next run reuses them" in err
+    else:
+        assert not recording.exists() and "nothing is kept" in err
