@@ -7,7 +7,7 @@ its edge frame and are flagged in `{key}_is_pad`.
 """
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ class PolicyDataset(torch.utils.data.Dataset):
         root: str | Path | None = None,
         revision: str | None = None,
         episodes: Sequence[int] | None = None,
-        delta_timestamps: dict[str, Sequence[float]] | None = None,
+        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
         *,
         tolerance_s: float = 1e-4,
         image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
@@ -162,9 +162,8 @@ class PolicyDataset(torch.utils.data.Dataset):
         frame)."""
         episode_col = column_to_numpy(EPISODE_INDEX, self.features[EPISODE_INDEX], table.column(EPISODE_INDEX))
         frame_col = column_to_numpy(FRAME_INDEX, self.features[FRAME_INDEX], table.column(FRAME_INDEX))
-        order = np.lexsort((frame_col, episode_col))
-        if np.all(order == np.arange(len(order))):
-            order = None
+        lexsorted = np.lexsort((frame_col, episode_col))
+        order = None if np.all(lexsorted == np.arange(len(lexsorted))) else lexsorted
         self._columns: dict[str, np.ndarray] = {}
         self._strings: dict[str, list[str]] = {}
         self._image_bytes: dict[str, pa.Array] = {}
@@ -191,7 +190,7 @@ class PolicyDataset(torch.utils.data.Dataset):
             absent = sorted(set(self.episodes) - set(found))
             raise DatasetFormatError(f"the data files of {self.repo_id} have no frames of episodes {absent}")
         for ep, start, end in zip(self.episodes, starts, ends, strict=True):
-            expected = int(self.meta.episodes.at[ep, EP_LENGTH])
+            expected = int(self.meta.episode_number(ep, EP_LENGTH))
             if end - start != expected:
                 raise DatasetFormatError(
                     f"episode {ep} has {end - start} frames in {self.meta.data_file(ep)} but meta/episodes says "
@@ -276,7 +275,7 @@ class PolicyDataset(torch.utils.data.Dataset):
                 raise ValueError(f"delta_timestamps key {key!r} is a video, but download_videos=False")
             if len(offsets) == 0:
                 raise ValueError(f"delta_timestamps[{key!r}] is empty: give at least one offset (0.0 is the frame)")
-            longest_s = max(int(self.meta.episodes.at[ep, EP_LENGTH]) for ep in self.episodes) / self.fps
+            longest_s = max(int(self.meta.episode_number(ep, EP_LENGTH)) for ep in self.episodes) / self.fps
             absurd = [t for t in offsets if not math.isfinite(t) or abs(t) > longest_s]
             if absurd:
                 raise ValueError(
@@ -320,7 +319,7 @@ class PolicyDataset(torch.utils.data.Dataset):
         episode = self.episodes[episode_pos]
         what = f"episode {episode} of {self.repo_id}, {key}"
         if self.features[key]["dtype"] == VIDEO:
-            from_ts = float(self.meta.episodes.at[episode, ep_video_column(key, "from_timestamp")])
+            from_ts = self.meta.episode_number(episode, ep_video_column(key, "from_timestamp"))
             episode_ts = self._columns[TIMESTAMP][start:end].astype(np.float64)
             tolerance = self.tolerance_s + float(np.max(self._timestamp_resolution(episode_ts)))
             self._decode_video(key, episode, from_ts + episode_ts, tolerance, out, what)
@@ -378,9 +377,9 @@ class PolicyDataset(torch.utils.data.Dataset):
             for key in self.camera_keys:  # image_transforms: per sample, on float frames
                 batch[key] = torch.stack([self.image_transforms(image) for image in batch[key]])
             return batch
-        return self.__getitems__([idx])[0]
+        return self.__getitems__(np.asarray([idx]))[0]
 
-    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+    def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
         """Items for many indices at once (the DataLoader calls this with a batch's indices): the windows, column
         gathers and the uint8 -> float conversion run once per batch, then each item gets views of the results."""
         batch = self.get_batch(indices)
@@ -393,7 +392,7 @@ class PolicyDataset(torch.utils.data.Dataset):
                     item[key] = self.image_transforms(item[key])
         return items
 
-    def get_batch(self, indices: Sequence[int], uint8_images: bool = False) -> dict[str, Any]:
+    def get_batch(self, indices: Sequence[int] | np.ndarray, uint8_images: bool = False) -> dict[str, Any]:
         """The collated batch of `indices` without per-item dicts: tensors with a leading batch dim (images float32
         in [0, 1], not passed through `image_transforms`; with `uint8_images` their uint8 0..255 frames, as a
         DataLoader worker sends them), lists for strings and `task`."""
@@ -414,9 +413,9 @@ class PolicyDataset(torch.utils.data.Dataset):
         for key, values in self._columns.items():
             rows = windows.get(key, idx)
             batch[key] = torch.from_numpy(values[rows])
-        for key, values in self._strings.items():
+        for key, strings in self._strings.items():
             rows = windows.get(key, idx)
-            batch[key] = [values[i] for i in rows]
+            batch[key] = [strings[i] for i in rows]
         for key in self.camera_keys:
             rows = windows.get(key, idx)
             if uint8_images and torch.utils.data.get_worker_info() is not None:  # into the shared tensor it is sent in

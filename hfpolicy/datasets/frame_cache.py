@@ -19,7 +19,6 @@ import os
 import uuid
 import weakref
 from pathlib import Path
-from typing import BinaryIO
 
 import av
 import numpy as np
@@ -27,7 +26,7 @@ import torch
 from av.video.reformatter import VideoReformatter
 
 from hfpolicy.datasets.format import DatasetFormatError, TimestampError
-from hfpolicy.io.video import NoVideoStreamError, decode_frames, frame_into_chw, rgb_threads, video_name
+from hfpolicy.io.video import NoVideoStreamError, VideoFile, decode_frames, frame_into_chw, rgb_threads, video_name
 
 FRAME_CACHE_RAM_CAP_GB = 8.0  # default cap: a bigger cache goes to a memory-mapped file instead of RAM
 _HEADER_BYTES = 64  # the per-episode "decoded" flags are padded to this alignment before the frames
@@ -67,12 +66,16 @@ class FrameCache:
             self._open_file()
 
     def _open_anonymous(self) -> None:
-        self._buffer = mmap.mmap(-1, max(self.nbytes, 1))  # MAP_SHARED | MAP_ANONYMOUS: shared with forked workers
+        self._buffer: mmap.mmap | np.memmap = mmap.mmap(
+            -1, max(self.nbytes, 1)
+        )  # MAP_SHARED | MAP_ANONYMOUS: shared with forked workers
         self._bind(np.frombuffer(self._buffer, dtype=np.uint8, count=self.nbytes))
 
     def _open_file(self) -> None:
-        self._buffer = np.memmap(self.path, dtype=np.uint8, mode="r+", shape=(self.nbytes,))
-        self._bind(self._buffer)
+        assert self.path is not None  # set for storage="disk"
+        memmap = np.memmap(self.path, dtype=np.uint8, mode="r+", shape=(self.nbytes,))
+        self._buffer = memmap
+        self._bind(memmap)
 
     def _bind(self, raw: np.ndarray) -> None:
         self._flags = raw[: self.num_episodes]
@@ -107,7 +110,7 @@ class FrameCache:
 
 
 def decode_video_segment(
-    path: str | Path | BinaryIO,
+    path: str | Path | VideoFile,
     timestamps: np.ndarray,
     tolerance_s: float,
     out: np.ndarray,

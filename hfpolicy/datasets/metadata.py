@@ -92,6 +92,10 @@ class DatasetMeta:
     def episode_row(self, episode_index: int) -> pd.Series:
         return cast(pd.Series, self.episodes.loc[episode_index])  # a row: the index is unique (load_episode_table)
 
+    def episode_number(self, episode_index: int, column: str) -> float:
+        """A numeric field of one episode (its length, a video's from/to timestamp)."""
+        return float(cast(float, self.episodes.at[episode_index, column]))  # the stubs' cell type allows any scalar
+
     def data_file(self, episode_index: int) -> str:
         row = self.episode_row(episode_index)
         chunk, file = int(row[EP_DATA_CHUNK]), int(row[EP_DATA_FILE])

@@ -26,6 +26,7 @@ from hfpolicy.datasets.dataset import PolicyDataset
 from hfpolicy.datasets.format import DatasetFormatError
 from hfpolicy.datasets.loader_transfer import batch_for_loader
 from hfpolicy.datasets.stats import STAT_KEYS, aggregate_stats, stats_to_torch
+from hfpolicy.datasets.streaming import StreamingPolicyDataset
 
 DATASET_INDEX = "dataset_index"  # items of a mixture say which dataset they come from
 
@@ -191,11 +192,14 @@ class MixtureDataset(torch.utils.data.Dataset):
         """Gives each streamed member its share of the memory and disk budgets (over all DataLoader workers) and
         checks that its open episodes fit it; ValueError naming each member's need when they do not fit together.
         Returns the (memory, disk) bytes of each."""
-        files = [ds.disk_bytes() for ds in self.datasets]  # all of them fit their shares when they fit the budget
+        streamed = [ds for ds in self.datasets if isinstance(ds, StreamingPolicyDataset)]
+        if len(streamed) != len(self.datasets):
+            raise TypeError("split_budgets shares the streaming budgets: every member must be a StreamingPolicyDataset")
+        files = [ds.disk_bytes() for ds in streamed]  # all of them fit their shares when they fit the budget
         disk = _shares(disk_bytes, files, floors=files if sum(files) <= disk_bytes else None)
-        for ds, share in zip(self.datasets, disk, strict=True):
+        for ds, share in zip(streamed, disk, strict=True):
             ds.set_budgets(ds.frames.max_bytes, share)  # the disk first: it decides range reads, whose buffers count
-        needs = [ds.open_bytes(buffer_episodes, num_workers, shards) for ds in self.datasets]
+        needs = [ds.open_bytes(buffer_episodes, num_workers, shards) for ds in streamed]
         workers = max(1, num_workers)
         if len(needs) > 1 and sum(needs) > ram_bytes // workers:  # one member: its own check says it
             each = ", ".join(f"{name} {need / 1024**2:.2f} MiB" for name, need in zip(self.names, needs, strict=True))
@@ -207,7 +211,7 @@ class MixtureDataset(torch.utils.data.Dataset):
                 "or keep fewer episodes open (buffer_episodes= / --dataset.shuffle_buffer_episodes)"
             )
         ram = _shares(ram_bytes, needs, floors=[need * workers for need in needs])
-        for ds, memory, share in zip(self.datasets, ram, disk, strict=True):
+        for ds, memory, share in zip(streamed, ram, disk, strict=True):
             ds.set_budgets(memory, share)
             ds.check_buffer_fits(buffer_episodes, num_workers, shards)
         return list(zip(ram, disk, strict=True))

@@ -46,7 +46,9 @@ class _Shard:
     """The open episodes of one shard: their frames in drawing order and how many of each were drawn."""
 
     def __init__(self, capacity: int):
-        self.capacity, self.frames, self.used = capacity, [], []
+        self.capacity = capacity
+        self.frames: list[np.ndarray] = []
+        self.used: list[int] = []
 
     def refill(self, queue: list[np.ndarray]) -> None:
         while queue and len(self.frames) < self.capacity:
@@ -115,14 +117,14 @@ def buffer_order(
 def sampling_weights(weights: Sequence[float] | None, sizes: Sequence[int]) -> np.ndarray:
     """The members' sampling probabilities: `weights` normalized (default: each member's share of `sizes`, its
     eligible frames); ValueError unless one non-negative number per member, not all 0."""
-    sizes = np.asarray(sizes, dtype=np.float64)
-    weights = np.asarray(sizes if weights is None else weights, dtype=np.float64)
-    if weights.shape != sizes.shape or not np.all(np.isfinite(weights)) or weights.min() < 0 or weights.sum() <= 0:
+    size = np.asarray(sizes, dtype=np.float64)
+    weight = np.asarray(size if weights is None else weights, dtype=np.float64)
+    if weight.shape != size.shape or not np.all(np.isfinite(weight)) or weight.min() < 0 or weight.sum() <= 0:
         raise ValueError(
-            f"the sampling weights must be {len(sizes)} non-negative numbers (one per dataset), not all 0; got "
-            f"{weights.tolist()}"
+            f"the sampling weights must be {len(size)} non-negative numbers (one per dataset), not all 0; got "
+            f"{weight.tolist()}"
         )
-    return weights / weights.sum()
+    return weight / weight.sum()
 
 
 def _members(dataset) -> list[tuple[Any, Sequence, int]]:

@@ -21,7 +21,7 @@ each episode is decoded about once per epoch.
 """
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -78,7 +78,7 @@ class StreamingPolicyDataset(PolicyDataset):
         repo_id: str,
         revision: str | None = None,
         episodes: Sequence[int] | None = None,
-        delta_timestamps: dict[str, Sequence[float]] | None = None,
+        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
         *,
         tolerance_s: float = 1e-4,
         image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
@@ -144,7 +144,7 @@ class StreamingPolicyDataset(PolicyDataset):
         for episode in self.meta.episodes.index:
             for key in self._video_keys():
                 path = self.meta.video_file(int(episode), key)
-                end = float(self.meta.episodes.at[episode, ep_video_column(key, "to_timestamp")])
+                end = self.meta.episode_number(episode, ep_video_column(key, "to_timestamp"))
                 self._video_seconds[path] = max(self._video_seconds.get(path, 0.0), end)
         data_files = {self.meta.data_file(ep) for ep in self.episodes} if self._image_keys() else set()
         self._largest_data_file = max(
@@ -296,9 +296,8 @@ class StreamingPolicyDataset(PolicyDataset):
 
     def _video_share(self, episode: int, key: str) -> float:
         """About which part of its video file camera `key` of `episode` is: its share of the file's duration."""
-        columns = self.meta.episodes
-        start = float(columns.at[episode, ep_video_column(key, "from_timestamp")])
-        end = float(columns.at[episode, ep_video_column(key, "to_timestamp")])
+        start = self.meta.episode_number(episode, ep_video_column(key, "from_timestamp"))
+        end = self.meta.episode_number(episode, ep_video_column(key, "to_timestamp"))
         return min(1.0, max(0.0, end - start) / max(self._video_seconds[self.meta.video_file(episode, key)], 1e-9))
 
     def _image_column(self, key: str, episode_pos: int) -> pa.Array:

@@ -25,6 +25,7 @@ class EnvConfig(draccus.ChoiceRegistry):
     obs_types: ClassVar[tuple[str, ...]] = ()  # observation types this env offers, the default first
     if TYPE_CHECKING:  # each subclass's field, at its place among that subclass's fields
         obs_type: str | None
+        episode_length: int  # steps before truncation (max_episode_steps)
 
     @classmethod
     def default_choice_name(cls) -> str:

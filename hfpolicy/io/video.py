@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import BinaryIO, Final
+from typing import Final, Protocol
 
 import av
 import numpy as np
@@ -138,6 +138,16 @@ THREADED_DECODE_MIN_PIXELS = 320 * 240  # decode (and convert to RGB) with threa
 AV_IO_BUFFER_BYTES = 32 * 1024  # PyAV's read buffer for a file object (its own default)
 
 
+class VideoFile(Protocol):
+    """A binary file object PyAV reads a video from (e.g. a remote file read by byte ranges)."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def seek(self, offset: int, whence: int = 0, /) -> int: ...
+
+    def tell(self) -> int: ...
+
+
 class NoVideoStreamError(ValueError):
     """The file opens, but holds no video stream."""
 
@@ -146,7 +156,7 @@ class UnreadableVideoError(ValueError):
     """The file is no video FFmpeg can open: cut short, garbage, or another kind of file."""
 
 
-def video_name(path: str | Path | BinaryIO) -> str:
+def video_name(path: str | Path | VideoFile) -> str:
     """How messages name a video: its path, or a file object's `name`."""
     return str(getattr(path, "name", path)) if hasattr(path, "read") else str(path)
 
@@ -187,7 +197,7 @@ _INHERITED_CONTAINERS: list = []  # containers a forked process got from its par
 
 
 @contextlib.contextmanager
-def _container(source: str | BinaryIO):
+def _container(source: str | VideoFile):
     """An open container of `source`. A path's stays open for this thread's next segment of the same file (same
     inode, size and mtime): opening an mp4 parses its whole index, which can cost more than seeking and decoding an
     episode (docs/streaming.md#the-readers-small-costs). A file replaced or deleted since is opened anew (a
@@ -242,7 +252,7 @@ def close_open_videos() -> None:
             container.close()
 
 
-def decode_frames(path: str | Path | BinaryIO, start_s: float = 0.0, end_s: float | None = None) -> Iterator[tuple]:
+def decode_frames(path: str | Path | VideoFile, start_s: float = 0.0, end_s: float | None = None) -> Iterator[tuple]:
     """The one PyAV decoder: yields (time in s, av.VideoFrame) for the frames from the keyframe at or before `start_s` up
     to the first past `end_s` (that one included, so a caller can tell the range ended), in order; frames without
     a time are skipped. Only that segment is decoded (a seek). Frame threads are used for large frames only (they

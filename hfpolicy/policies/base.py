@@ -16,15 +16,15 @@ from typing import Any, ClassVar
 
 import torch
 from huggingface_hub import PyTorchModelHubMixin
-from torch import Tensor, nn
+from torch import Tensor
 
 from hfpolicy.constants import ACTION, REWARD
 from hfpolicy.policies import card
 from hfpolicy.policies.action_selection import PER_EPISODE_ROW_BLOCK, ActionBuffer, ActionQueue, predict_per_episode
 from hfpolicy.policies.checkpoint_files import save_policy_files
 from hfpolicy.policies.config import PolicyConfig
-from hfpolicy.policies.errors import PolicyLoadError
 from hfpolicy.policies.loading import load_policy
+from hfpolicy.policies.module import PolicyModule
 from hfpolicy.policies.normalization import Normalizer
 from hfpolicy.policies.registry import register_policy_class
 
@@ -48,7 +48,7 @@ def noise_parameters(generate_actions: Any) -> frozenset[str]:
 
 
 class Policy(
-    nn.Module,
+    PolicyModule,
     PyTorchModelHubMixin,
     library_name="hfpolicy",
     tags=["robotics", "hfpolicy"],
@@ -188,7 +188,9 @@ class Policy(
                 f"{type(self).__name__}.generate_actions(observation) takes no `noise`: add a `noise: Tensor | None = "
                 "None` parameter to it to act from a given initial noise"
             )
-        sources = {name: value for name, value in (("generator", generator), ("noise", noise)) if name in takes}
+        sources: dict[str, Any] = {
+            name: value for name, value in (("generator", generator), ("noise", noise)) if name in takes
+        }
         chunk = self.generate_actions(self.normalizer.normalize(observation), **sources)
         if chunk.ndim != 3 or chunk.shape[1] < n_steps:
             raise RuntimeError(
@@ -244,7 +246,7 @@ class Policy(
         save_policy_files(self, save_directory)
 
     @classmethod
-    def from_pretrained(
+    def from_pretrained(  # type: ignore[override]  # on purpose: named options only, no **model_kwargs
         cls,
         pretrained_name_or_path: str | Path,
         *,
@@ -309,26 +311,3 @@ class Policy(
     def generate_model_card(self, *args, **kwargs) -> Any:
         """The card `save_pretrained` writes: hfpolicy's own (without eval results; `push_to_hub` adds them)."""
         return card.make_model_card(kwargs.get("repo_id") or f"hfpolicy {self.config.type} policy", self)
-
-    def load_strict(self, state_dict: dict[str, Tensor], source: str = "state dict") -> None:
-        """load_state_dict that names every missing key, unexpected key and shape mismatch in one error."""
-        expected = self.state_dict()
-        missing = sorted(set(expected) - set(state_dict))
-        unexpected = sorted(set(state_dict) - set(expected))
-        mismatched = [
-            f"{k}: saved {tuple(state_dict[k].shape)}, model {tuple(v.shape)}"
-            for k, v in expected.items()
-            if k in state_dict and state_dict[k].shape != v.shape
-        ]
-        if missing or unexpected or mismatched:
-            problems = []
-            if missing:
-                problems.append(f"missing keys {missing}")
-            if unexpected:
-                problems.append(f"unexpected keys {unexpected}")
-            if mismatched:
-                problems.append(f"shape mismatches [{'; '.join(mismatched)}]")
-            raise PolicyLoadError(
-                f"{source} does not fit {type(self).__name__} built from its config: {', '.join(problems)}"
-            )
-        self.load_state_dict(state_dict, strict=True)

@@ -10,17 +10,18 @@ from typing import Any
 import safetensors
 import safetensors.torch
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from hfpolicy.constants import CONFIG_FILE, WEIGHTS_FILE
 from hfpolicy.io.atomic import save_safetensors_atomically, write_json_atomically
 from hfpolicy.policies.config import PolicyConfig
 from hfpolicy.policies.errors import PolicyLoadError
+from hfpolicy.policies.module import PolicyModule
 
 WEIGHTS_CONFIG_METADATA = "hfpolicy_config"  # model.safetensors metadata: the config the weights were trained as
 
 
-def save_policy_files(policy: nn.Module, folder: str | Path) -> None:
+def save_policy_files(policy: PolicyModule, folder: str | Path) -> None:
     """config.json (with `type`) and model.safetensors (weights and normalization stats) of `policy` (a Policy) into
     `folder`, each written atomically; the weights' metadata records the config they were trained as."""
     folder = Path(folder)

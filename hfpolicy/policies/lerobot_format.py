@@ -54,7 +54,7 @@ from typing import Any
 import safetensors
 import safetensors.torch
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from hfpolicy.constants import ACTION, CONFIG_FILE, OBS_ENV_STATE, OBS_STATE, WEIGHTS_FILE
 from hfpolicy.io.atomic import save_safetensors_atomically, write_json_atomically
@@ -62,6 +62,7 @@ from hfpolicy.policies.card import LEROBOT_VERSION as CARD_LEROBOT_VERSION
 from hfpolicy.policies.checkpoint_files import check_weights_finite
 from hfpolicy.policies.config import FeatureType, NormMode, PolicyConfig, PolicyFeature, feature_norm_mode
 from hfpolicy.policies.errors import LeRobotConversionError, PolicyLoadError
+from hfpolicy.policies.module import PolicyModule
 from hfpolicy.policies.normalization import EPS, STAT_NAMES
 from hfpolicy.policies.registry import get_policy_class
 
@@ -147,7 +148,7 @@ def load_lerobot_policy(
     resolve: Callable[[str], Path],
     source: str,
     *,
-    expected_class: type[nn.Module] | None = None,
+    expected_class: type[PolicyModule] | None = None,
     config_overrides: Mapping[str, Any] | None = None,
 ) -> Any:
     """hfpolicy's policy (in eval mode, on the CPU) from a LeRobot checkpoint.
@@ -249,7 +250,7 @@ def features_from_lerobot(
                     f"{where}.shape is {json.dumps(shape)}: a feature's shape is a list of positive integers (e.g. "
                     "[2]); fix that field"
                 )
-            if kind not in allowed:
+            if not isinstance(kind, str) or kind not in allowed:
                 raise LeRobotConversionError(
                     f"{source}: {field_name}[{key!r}] has LeRobot type {kind!r}; hfpolicy converts "
                     f"{'/'.join(allowed)} {field_name.split('_')[0]} features only"
@@ -276,7 +277,8 @@ def _legacy_normalization(
 ) -> tuple[dict[str, NormMode], dict[str, dict[str, Tensor]]]:
     """Modes (from config.json) and stats (from the normalize_inputs / unnormalize_outputs buffers) per feature."""
     mapping = config_data.get("normalization_mapping") or {}
-    modes, stats = {}, {}
+    modes: dict[str, NormMode] = {}
+    stats: dict[str, dict[str, Tensor]] = {}
     for key, kind in lerobot_types.items():
         mode = _norm_mode_from_lerobot(mapping.get(kind, "IDENTITY"), key, source)
         modes[key] = mode
@@ -455,7 +457,7 @@ def _processor_pipeline(name: str, steps: list[dict[str, Any]]) -> dict[str, Any
     return {"name": name, "steps": steps}
 
 
-def write_lerobot_checkpoint(policy: nn.Module, folder: str | Path) -> list[Path]:
+def write_lerobot_checkpoint(policy: PolicyModule, folder: str | Path) -> list[Path]:
     """Writes `policy` (a Policy) in LeRobot's layout (config.json, model.safetensors and the two processor pipelines with their
     stats, as LeRobot's save_pretrained would) into the existing directory `folder`; returns the files written.
 
@@ -468,7 +470,7 @@ def write_lerobot_checkpoint(policy: nn.Module, folder: str | Path) -> list[Path
     lerobot_weights = {k: v.contiguous() for k, v in module.state_dict_to_lerobot(weights, config).items()}
 
     stats: dict[str, Tensor] = {}
-    for module_stats in policy.normalizer.stats.values():
+    for module_stats in policy.normalizer.feature_stats():
         for name in STAT_NAMES[module_stats.mode]:
             stats[f"{module_stats.key}.{name}"] = getattr(module_stats, name).detach().cpu().contiguous()
     features = {**data["input_features"], **data["output_features"]}

@@ -2,7 +2,6 @@
 which hfpolicy.policies.checkpoint_files reads and checks, and the dispatch between hfpolicy's own layout and a LeRobot
 checkpoint (hfpolicy.policies.lerobot_format). `Policy.from_pretrained` calls `load_policy` with its class."""
 
-import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,6 @@ import torch
 from huggingface_hub import hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, HFValidationError
 from huggingface_hub.utils import validate_repo_id
-from torch import nn
 
 from hfpolicy.constants import CONFIG_FILE, TRAIN_CONFIG_FILE, WEIGHTS_FILE
 from hfpolicy.io.hub_errors import describe_hub_error, is_missing_file
@@ -24,12 +22,13 @@ from hfpolicy.policies.checkpoint_files import (
 )
 from hfpolicy.policies.config import PolicyConfig
 from hfpolicy.policies.errors import PolicyLoadError
+from hfpolicy.policies.module import PolicyModule
 from hfpolicy.policies.registry import get_policy_class
 from hfpolicy.runs.run_folder import CHECKPOINTS_DIR, LAST_LINK, PRETRAINED_DIR
 
 
 def load_policy(
-    cls: type[nn.Module],
+    cls: type[PolicyModule],
     source: str | Path,
     *,
     map_location: str | torch.device = "cpu",
@@ -40,7 +39,10 @@ def load_policy(
     subclass of it; `hub_options` (revision, force_download, token, cache_dir, local_files_only) go to
     hf_hub_download."""
     source = saved_policy_folder(source)
-    resolve = functools.partial(resolve_file, source, **hub_options)
+
+    def resolve(filename: str) -> Path:
+        return resolve_file(source, filename, **hub_options)
+
     config_path = resolve(CONFIG_FILE)
     config_data = read_config_json(config_path)
     if lerobot_format.is_lerobot_config(config_data):  # saved by LeRobot: converted to hfpolicy's own class

@@ -90,7 +90,7 @@ class Normalizer(nn.Module):
 
     def set_stats(self, dataset_stats: Mapping[str, Mapping[str, object]]) -> None:
         """Copies dataset stats ({key: {"mean": ..., "std": ..., "min": ..., "max": ...}}) into the buffers."""
-        for module in self._feature_stats():
+        for module in self.feature_stats():
             if module.key not in dataset_stats:
                 raise KeyError(
                     f"dataset stats have no entry for feature {module.key!r}; stats cover {list(dataset_stats)}"
@@ -101,7 +101,7 @@ class Normalizer(nn.Module):
     def check(self) -> None:
         if self._stats_checked:
             return
-        for module in self._feature_stats():
+        for module in self.feature_stats():
             module.check()
         self._stats_checked = True
 
@@ -109,7 +109,7 @@ class Normalizer(nn.Module):
         """A new dict with the configured features normalized; other entries (padding masks, indices) are kept."""
         self.check()
         out = dict(batch)
-        for module in self._feature_stats():
+        for module in self.feature_stats():
             if module.key in out:
                 out[module.key] = module.normalize(out[module.key])
         return out
@@ -121,7 +121,7 @@ class Normalizer(nn.Module):
         self.check()
         return cast(FeatureStats, self.stats[name]).unnormalize(x)
 
-    def _feature_stats(self) -> Iterator[FeatureStats]:
+    def feature_stats(self) -> Iterator[FeatureStats]:
         """The modules of `self.stats` (a ModuleDict, typed as holding any Module)."""
         return (cast(FeatureStats, module) for module in self.stats.values())
 

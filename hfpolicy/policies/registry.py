@@ -6,21 +6,20 @@ below the base class."""
 import importlib
 from typing import Any
 
-from torch import nn
-
 from hfpolicy.policies.config import PolicyConfig, known_policy_types
 from hfpolicy.policies.errors import PolicyLoadError
+from hfpolicy.policies.module import PolicyModule
 
-_POLICY_CLASSES: dict[str, type[nn.Module]] = {}  # config type name -> its Policy subclass
+_POLICY_CLASSES: dict[str, type[PolicyModule]] = {}  # config type name -> its Policy subclass
 
 
-def register_policy_class(policy_class: type[nn.Module]) -> None:
+def register_policy_class(policy_class: type[PolicyModule]) -> None:
     """Called for every Policy subclass with its own config class."""
     config_class = policy_class.config_class
     _POLICY_CLASSES[config_class.get_choice_name(config_class)] = policy_class
 
 
-def get_policy_class(type_name: str) -> type[nn.Module]:
+def get_policy_class(type_name: str) -> type[PolicyModule]:
     """The Policy subclass registered for a config type, importing `hfpolicy.policies.<type>.modeling` if needed."""
     if type_name not in _POLICY_CLASSES:
         module_name = f"hfpolicy.policies.{type_name}.modeling"

@@ -10,6 +10,8 @@ import numpy as np
 
 from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
 from hfpolicy.envs import EnvConfig, PushTEnvConfig
+from hfpolicy.envs.aloha import AlohaEnv
+from hfpolicy.envs.xarm import XarmEnv
 
 DEMONSTRATORS = ("scripted",)  # --policy.type values `hfpolicy record` knows
 
@@ -77,13 +79,18 @@ def scalar_feature(dtype: str) -> dict:
 def arm_observer(env: gym.Env, cfg: RecordConfig, image_key: str, camera: str | None = None) -> Callable[[Any], dict]:
     """`EnvRecorder.observe` of the MuJoCo arm envs (ALOHA, xArm): the joints or gripper (observation.state), the
     camera's frame (`camera`: its name when the env gives several) and the objects' poses, as `cfg` asks."""
+    arm = env.unwrapped
+    if not isinstance(arm, AlohaEnv | XarmEnv):
+        raise TypeError(
+            f"arm_observer observes an ALOHA or xArm env, not {type(arm).__name__}: pass the env made by its config"
+        )
 
     def observe(observation) -> dict:
         frame = {OBS_STATE: observation["agent_pos"].astype(np.float32)}
         if cfg.images:
             frame[image_key] = observation["pixels"] if camera is None else observation["pixels"][camera]
         if cfg.environment_state:
-            frame[OBS_ENV_STATE] = env.unwrapped.environment_state().astype(np.float32)
+            frame[OBS_ENV_STATE] = arm.environment_state().astype(np.float32)
         return frame
 
     return observe

@@ -3,6 +3,8 @@ lerobot/pusht (observation.image as a 96x96 video, observation.state = agent x, 
 next.reward / next.success / next.done), optionally the block keypoints as observation.environment_state, so every
 policy config that trains on lerobot/pusht trains on it unchanged."""
 
+from typing import Any
+
 import numpy as np
 
 from hfpolicy.constants import OBS_ENV_STATE, OBS_IMAGE, OBS_STATE
@@ -16,6 +18,7 @@ from hfpolicy.record.config import EnvRecorder, RecordConfig
 def pusht_recorder(cfg: RecordConfig, env_cfg: PushTEnvConfig) -> EnvRecorder:
     """The PushT expert in the env `env_cfg` makes (`cfg`: the checked flags)."""
     env = env_cfg.make_single()
+    pusht: Any = env.unwrapped  # gym-pusht's PushTEnv (untyped): its T block's pose is the environment state
     expert = PushTExpert()
     scorer = PushTScorer() if cfg.environment_state else None
 
@@ -24,7 +27,7 @@ def pusht_recorder(cfg: RecordConfig, env_cfg: PushTEnvConfig) -> EnvRecorder:
         if cfg.images:
             frame[OBS_IMAGE] = observation["pixels"]
         if scorer is not None:
-            block = env.unwrapped.block
+            block = pusht.block
             frame[OBS_ENV_STATE] = scorer.keypoints(np.array([[*block.position, block.angle]]))[0].astype(np.float32)
         return frame
 
@@ -34,7 +37,7 @@ def pusht_recorder(cfg: RecordConfig, env_cfg: PushTEnvConfig) -> EnvRecorder:
         features=pusht_features(env_cfg.observation_size, cfg.environment_state, images=cfg.images),
         task=PUSHT_TASK,
         observe=observe,
-        run_episode=lambda seed, **hooks: run_expert_episode(env, expert, seed, cfg.max_steps, **hooks),
+        run_episode=lambda seed, **hooks: run_expert_episode(env, expert, seed, env_cfg.episode_length, **hooks),
         rewards=True,
         tags=["pusht"],
         demonstration="PushT demonstration",

@@ -52,11 +52,10 @@ def checked_record_config(cfg: RecordConfig) -> RecordConfig:
         raise ValueError(f"scripted experts play PushT, ALOHA and xArm only; got --env.type={cfg.env.type}")
     if cfg.output_dir is None:
         raise ValueError("--output_dir is required: the folder the dataset is written to")
-    if cfg.max_steps is None:
-        cfg = dataclasses.replace(cfg, max_steps=cfg.env.max_episode_steps)
-    if cfg.n_episodes < 1 or cfg.max_steps < 1:
+    max_steps = cfg.env.max_episode_steps if cfg.max_steps is None else cfg.max_steps
+    if cfg.n_episodes < 1 or max_steps < 1:
         raise ValueError("--n_episodes and --max_steps must be >= 1")
-    return cfg
+    return dataclasses.replace(cfg, max_steps=max_steps)
 
 
 def record_episodes(writer: DatasetWriter, cfg: RecordConfig, record_one: Callable[[int], bool]) -> int:
@@ -83,7 +82,8 @@ def record_episodes(writer: DatasetWriter, cfg: RecordConfig, record_one: Callab
 def record(cfg: RecordConfig) -> Path:
     """Records `cfg.n_episodes` expert episodes into a new dataset at `cfg.output_dir`; returns its root."""
     cfg = checked_record_config(cfg)
-    output_dir = Path(cfg.output_dir)
+    assert cfg.output_dir is not None and cfg.max_steps is not None  # required and resolved by checked_record_config
+    output_dir, max_steps = Path(cfg.output_dir), cfg.max_steps
     remove_interrupted_recording(output_dir)
     check_dataset_destination(output_dir, cfg.overwrite, cli=True)  # before the env starts; again once held
     make_recorder, seen = RECORDERS[type(cfg.env)]
@@ -92,13 +92,13 @@ def record(cfg: RecordConfig) -> Path:
     env_cfg = dataclasses.replace(
         cfg.env,
         obs_type="pixels_agent_pos" if cfg.images else "environment_state_agent_pos",
-        episode_length=cfg.max_steps,
+        episode_length=max_steps,
     )
     recorder = make_recorder(cfg, env_cfg)
     try:
         repo_id = cfg.repo_id or f"local/{output_dir.name}"
         writer = DatasetWriter.create(output_dir, repo_id, recorder.fps, recorder.features, overwrite=cfg.overwrite)
-        n_kept = record_episodes(writer, cfg, lambda seed: record_frames(writer, recorder, seed, cfg.max_steps))
+        n_kept = record_episodes(writer, cfg, lambda seed: record_frames(writer, recorder, seed, max_steps))
     finally:
         recorder.close()
     if cfg.push_to:

@@ -141,21 +141,29 @@ class RunFolder:
             if name not in self._found:
                 (self.root / name).unlink(missing_ok=True)
 
+    def checkpoint_to_resume(self) -> Path:
+        """The last checkpoint, which a resume continues from; RunFolderError when there is none."""
+        checkpoint = self.latest_checkpoint()
+        if checkpoint is not None:
+            return checkpoint
+        if self.config_file.exists():
+            raise RunFolderError(
+                f"--output_dir={self.root} holds no checkpoint to resume from: its run stopped before the first "
+                "one (--save_freq); start it again in place by dropping --resume"
+            )
+        raise RunFolderError(
+            f"--resume=true but --output_dir={self.root} holds no checkpoint to resume from; drop --resume to "
+            "start a new run there"
+        )
+
     def check_for(self, resume: bool) -> None:
         """A new run needs a folder without checkpoints: a fresh one, or one whose run stopped before its first
         checkpoint (that run is started again in place). A resumed run needs a folder holding a checkpoint."""
+        if resume:
+            self.checkpoint_to_resume()
+            return
         checkpoint = self.latest_checkpoint()
-        if resume and checkpoint is None:
-            if self.config_file.exists():
-                raise RunFolderError(
-                    f"--output_dir={self.root} holds no checkpoint to resume from: its run stopped before the first "
-                    "one (--save_freq); start it again in place by dropping --resume"
-                )
-            raise RunFolderError(
-                f"--resume=true but --output_dir={self.root} holds no checkpoint to resume from; drop --resume to "
-                "start a new run there"
-            )
-        if not resume and checkpoint is not None:
+        if checkpoint is not None:
             raise RunFolderError(
                 f"--output_dir={self.root} holds another run (checkpoints up to {checkpoint.name}): pass "
                 "--resume=true to continue it, or choose another --output_dir"

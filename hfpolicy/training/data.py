@@ -9,8 +9,9 @@ groups that DataLoader workers read apart), batched by an EpochBatchSampler that
 
 import contextlib
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from accelerate import Accelerator
@@ -70,8 +71,9 @@ def load_training_data(cfg: TrainConfig, accelerator: Accelerator) -> tuple[Trai
             for member, meta in zip(members, metas, strict=True)
         ]  # a streamed one after the other: each reads its columns within the whole budgets, then holds nothing
         dataset = MixtureDataset(parts, names, renames)
-        buffer = dataset_cfg.shuffle_buffer_episodes if dataset_cfg.streaming else None
+        buffer: int | None = None
         if dataset_cfg.streaming:
+            buffer = dataset_cfg.shuffle_buffer_episodes
             ram, disk = round(dataset_cfg.stream_ram_gb * GB), round(dataset_cfg.stream_disk_gb * GB)
             dataset.split_budgets(ram, disk, buffer, cfg.num_workers, dataset_cfg.shuffle_buffer_shards)
         sampler = EpisodeAwareSampler(
@@ -349,7 +351,8 @@ def make_dataloader(dataset, batch_sampler: EpochBatchSampler, cfg: TrainConfig,
         dataset,
         sampler=batch_sampler,
         batch_size=None,  # the dataset fetches whole batches (one index list per item)
-        collate_fn=identity_collate,
+        # torch types collate_fn for lists of items; with batch_size=None it gets each (whole-batch) item
+        collate_fn=cast(Callable[[list[Any]], Any], identity_collate),
         num_workers=cfg.num_workers,
         pin_memory=accelerator.device.type == "cuda",
         persistent_workers=cfg.num_workers > 0,

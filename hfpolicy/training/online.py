@@ -64,6 +64,7 @@ from hfpolicy.eval.episode_data import (
 from hfpolicy.eval.rollouts import rollout
 from hfpolicy.experts import PushTExpert
 from hfpolicy.io.atomic import free_bytes, is_disk_full, temporary_path, write_json_atomically
+from hfpolicy.policies.base import Policy
 from hfpolicy.runs.run_folder import RunFolder
 from hfpolicy.training.config import OnlineConfig, TrainConfigError
 
@@ -256,7 +257,7 @@ class OnlineTraining:
         del online[DATASET_INDEX]  # which reload read them: nothing the training data knows of
         if DATASET_INDEX in batch and self.member_index is not None:  # the member after the offline datasets
             online[DATASET_INDEX] = torch.full((k,), self.member_index, dtype=batch[DATASET_INDEX].dtype)
-        mixed = {}
+        mixed: dict[str, Any] = {}
         for key, value in batch.items():
             if key not in online:
                 continue
@@ -268,7 +269,7 @@ class OnlineTraining:
 
 
 def collect_episodes(
-    policy: torch.nn.Module, env_cfg: EnvConfig, seeds: list[int], cfg: OnlineConfig, features: dict[str, Any]
+    policy: Policy, env_cfg: EnvConfig, seeds: list[int], cfg: OnlineConfig, features: dict[str, Any]
 ) -> tuple[list[RolloutEpisode], list[RolloutEpisode]]:
     """(the policy's episodes on `seeds`, the episodes that join the data): rollouts in one lockstep batch of serial
     envs, the policy in eval mode. The data are the expert-labelled episodes (expert), the successful ones
@@ -286,6 +287,7 @@ def collect_episodes(
 def expert_recovery(env_cfg: EnvConfig, failed: RolloutEpisode, features: dict[str, Any]) -> RolloutEpisode | None:
     """The scripted expert's episode from the state a failed policy episode ended in (gym-pusht's reset_to_state),
     recorded frame by frame as `EpisodeCollector` records; None if the expert fails from there too."""
+    assert failed.final_state is not None  # collect_episodes passes the episodes that ended with a state only
     env = env_cfg.make_single()
     try:
         observation, _ = env.reset(seed=failed.seed, options={"reset_to_state": reset_argument(failed.final_state)})
@@ -323,7 +325,7 @@ def reset_argument(state: np.ndarray) -> np.ndarray:
 
 
 def policy_rollouts(
-    policy: torch.nn.Module, env_cfg: EnvConfig, seeds: list[int], cfg: OnlineConfig, features: dict[str, Any]
+    policy: Policy, env_cfg: EnvConfig, seeds: list[int], cfg: OnlineConfig, features: dict[str, Any]
 ) -> list[RolloutEpisode]:
     """The policy's episodes on `seeds` (expert-labelled with --online.labels=expert)."""
     labeller = None

@@ -161,9 +161,12 @@ def build_training(cfg: TrainConfig, run: RunFolder) -> Training:
     ema = EMA(policy, power=cfg.policy.ema_power, max_decay=cfg.policy.ema_max_decay) if cfg.policy.use_ema else None
     env_cfg = configure_eval_env(cfg.env, cfg.policy) if cfg.eval.freq > 0 else None
     state = {"model": policy, "optimizer": optimizer, "lr_scheduler": lr_scheduler, "ema": ema}
-    start_step = load_checkpoint(accelerator, run.latest_checkpoint(), **state) if cfg.resume else 0
-    if online is not None and cfg.resume:  # drops the online rounds collected after the checkpoint
-        online.restore(accelerator, start_step, checkpoint_extra_state(run.latest_checkpoint()))
+    start_step = 0
+    if cfg.resume:
+        checkpoint = run.checkpoint_to_resume()
+        start_step = load_checkpoint(accelerator, checkpoint, **state)
+        if online is not None:  # drops the online rounds collected after the checkpoint
+            online.restore(accelerator, start_step, checkpoint_extra_state(checkpoint))
     cfg = dataclasses.replace(cfg, output_dir=str(run.root))
     if accelerator.is_main_process:
         run.forget_after(start_step)  # what a stopped run logged or evaluated after its last checkpoint

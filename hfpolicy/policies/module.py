@@ -1,0 +1,42 @@
+"""PolicyModule: what the modules below hfpolicy.policies.base (the registry, loading, the checkpoint files, the
+LeRobot format) know of a policy: an nn.Module built from a registered PolicyConfig, with its normalization stats and a
+strict load of saved weights. `Policy` (hfpolicy.policies.base) derives from it and adds everything else."""
+
+from typing import ClassVar
+
+from torch import Tensor, nn
+
+from hfpolicy.policies.config import PolicyConfig
+from hfpolicy.policies.errors import PolicyLoadError
+from hfpolicy.policies.normalization import Normalizer
+
+
+class PolicyModule(nn.Module):
+    """A policy as the modules below `Policy` see it: `config_class`, `config`, `normalizer` and `load_strict`."""
+
+    config_class: ClassVar[type[PolicyConfig]] = PolicyConfig
+    config: PolicyConfig
+    normalizer: Normalizer
+
+    def load_strict(self, state_dict: dict[str, Tensor], source: str = "state dict") -> None:
+        """load_state_dict that names every missing key, unexpected key and shape mismatch in one error."""
+        expected = self.state_dict()
+        missing = sorted(set(expected) - set(state_dict))
+        unexpected = sorted(set(state_dict) - set(expected))
+        mismatched = [
+            f"{k}: saved {tuple(state_dict[k].shape)}, model {tuple(v.shape)}"
+            for k, v in expected.items()
+            if k in state_dict and state_dict[k].shape != v.shape
+        ]
+        if missing or unexpected or mismatched:
+            problems = []
+            if missing:
+                problems.append(f"missing keys {missing}")
+            if unexpected:
+                problems.append(f"unexpected keys {unexpected}")
+            if mismatched:
+                problems.append(f"shape mismatches [{'; '.join(mismatched)}]")
+            raise PolicyLoadError(
+                f"{source} does not fit {type(self).__name__} built from its config: {', '.join(problems)}"
+            )
+        self.load_state_dict(state_dict, strict=True)
