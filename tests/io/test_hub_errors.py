@@ -7,6 +7,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import huggingface_hub.constants as hub_constants
+import huggingface_hub.utils._http as hub_http
 import pytest
 from huggingface_hub import HfApi
 
@@ -76,9 +77,25 @@ def test_a_server_error_is_named_as_such(monkeypatch):
         server.shutdown()
 
 
-@pytest.mark.slow  # huggingface_hub retries a refused connection for ~23 s before giving up
+class NoWaits:
+    """The `time` module as huggingface_hub's HTTP retries see it, without their waits: they back off 1, 2, 4, 8 and 8 s
+    on a refused connection before giving up (no setting shortens them)."""
+
+    def __init__(self):
+        self.waits: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
 def test_an_unreachable_hub_is_not_reported_as_a_missing_file(monkeypatch):
     endpoint = f"http://127.0.0.1:{closed_port()}"
     use_endpoint(monkeypatch, endpoint)
+    retries = NoWaits()
+    monkeypatch.setattr(hub_http, "time", retries)  # the client still retries, without ~23 s of waiting
     with pytest.raises(PolicyLoadError, match=rf"cannot reach the Hub at {endpoint} \(ConnectError.*HF_HUB_OFFLINE=1"):
         Policy.from_pretrained("user/some-policy")
+    assert retries.waits  # it retried (without the waits) before giving up
