@@ -31,7 +31,7 @@ from hfpolicy.envs import XarmEnvConfig
 from hfpolicy.policies import TDMPCConfig
 from hfpolicy.training import recipes
 from hfpolicy.training.config import DatasetConfig, TrainConfig, TrainEvalConfig
-from hfpolicy.training.recipes import ChosenRecipe, PolicyPreset, Recipe, run_recipe, split_num_processes
+from hfpolicy.training.recipes import PolicyPreset, Recipe
 
 PROG = "train_xarm.py"
 STATE_INPUTS = [OBS_STATE, OBS_ENV_STATE]
@@ -103,14 +103,7 @@ def recipe_flags(recipe: str, flags: list[str]) -> list[str]:
 
 
 def run(argv: list[str] | None = None) -> int:
-    num_processes, argv = split_num_processes(sys.argv[1:] if argv is None else argv, prog=PROG)
-    recipe, reason, flags = choose_recipe(argv)
-    problem = recipes.state_inputs_missing(recipe, flags, prog=PROG)
-    if problem is not None:
-        print(problem, file=sys.stderr)
-        return 2
-    chosen = ChosenRecipe(recipe, reason, recipe_flags(recipe, flags))
-    return run_recipe(__file__, PROG, argv, num_processes, chosen, flags)
+    return recipes.run_example(__file__, PROG, argv, choose_recipe, recipe_flags)
 
 
 if __name__ == "__main__":

@@ -56,10 +56,6 @@ class ArmEnvConfig(EnvConfig):
     def fps(self) -> float:
         return float(self.sim.FPS)
 
-    @property
-    def max_episode_steps(self) -> int:
-        return self.episode_length
-
     def observation_features(self, obs_type: str | None = None) -> dict[str, PolicyFeature]:
         obs_type = obs_type or self.obs_type or self.obs_types[0]
         self._check_obs_type(obs_type)

@@ -45,7 +45,7 @@ class EnvConfig(draccus.ChoiceRegistry):
     @property
     def max_episode_steps(self) -> int:
         """Steps after which an episode is truncated."""
-        raise NotImplementedError
+        return self.episode_length
 
     def observation_features(self, obs_type: str | None = None) -> dict[str, PolicyFeature]:
         """The policy inputs `observations_to_batch` makes from this env's observations of `obs_type`."""
@@ -163,10 +163,6 @@ class PushTEnvConfig(EnvConfig):
     @property
     def fps(self) -> float:
         return 10.0  # gym-pusht's control_hz (metadata render_fps)
-
-    @property
-    def max_episode_steps(self) -> int:
-        return self.episode_length
 
     def observation_features(self, obs_type: str | None = None) -> dict[str, PolicyFeature]:
         obs_type = obs_type or self.obs_type or self.obs_types[0]

@@ -14,7 +14,7 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -195,4 +195,25 @@ def run_recipe(
             ),
             prog=prog,
         ),
+    )
+
+
+def run_example(
+    script: str,
+    prog: str,
+    argv: list[str] | None,
+    choose_recipe: Callable[[list[str]], tuple[str, str, list[str]]],
+    recipe_flags: Callable[[str, list[str]], list[str]],
+) -> int:
+    """An example script's run: --num_processes split off, its recipe chosen (`choose_recipe(argv)`: name, reason,
+    the user's flags), a state recipe without state inputs refused, then `run_recipe` with `recipe_flags(recipe,
+    flags)` before the user's."""
+    num_processes, argv = split_num_processes(sys.argv[1:] if argv is None else argv, prog=prog)
+    recipe, reason, flags = choose_recipe(argv)
+    problem = state_inputs_missing(recipe, flags, prog=prog)
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
+    return run_recipe(
+        script, prog, argv, num_processes, ChosenRecipe(recipe, reason, recipe_flags(recipe, flags)), flags
     )

@@ -151,11 +151,9 @@ def build_training(cfg: TrainConfig, run: RunFolder) -> Training:
     if cfg.compile:
         policy.compile()  # in place: forward (training) is compiled; acting and the state dict stay as they are
     optimizer = make_optimizer(policy, accelerator.device)
+    warmup, steps = cfg.policy.scheduler_warmup_steps, cfg.steps
     lr_scheduler = get_scheduler(
-        cfg.policy.scheduler_name,
-        optimizer,
-        num_warmup_steps=cfg.policy.scheduler_warmup_steps,
-        num_training_steps=cfg.steps,
+        cfg.policy.scheduler_name, optimizer, num_warmup_steps=warmup, num_training_steps=steps
     )
     policy, optimizer = accelerator.prepare(policy, optimizer)
     ema = EMA(policy, power=cfg.policy.ema_power, max_decay=cfg.policy.ema_max_decay) if cfg.policy.use_ema else None
