@@ -20,6 +20,7 @@ from hfpolicy.io.atomic import write_json_atomically
 from hfpolicy.io.episode_videos import episode_video_path
 from hfpolicy.io.termination import raise_if_terminated
 from hfpolicy.policies.base import Policy
+from hfpolicy.ticker import ticking
 
 DEFAULT_START_SEED = DEFAULT_EVAL_START_SEED  # episode i is seeded start_seed + i (far from training data seeds)
 WILSON_Z95 = 1.959963984540054  # two-sided 95% normal quantile
@@ -86,8 +87,8 @@ def evaluate(
     policy.eval()
     start = time.perf_counter()
     try:
-        with recorder if recorder is not None else contextlib.nullcontext():
-            for first in range(0, len(indices), env.num_envs):
+        with recorder if recorder is not None else contextlib.nullcontext(), ticking(bar.bar):  # lockstep episodes
+            for first in range(0, len(indices), env.num_envs):  # mostly end together: the bar's time moves meanwhile
                 batch = indices[first : first + env.num_envs]
                 videos = _videos_of(batch, n_videos, videos_dir)
                 video_of_episode.update({batch[s]: path for s, path in videos.items()})

@@ -34,6 +34,7 @@ from hfpolicy.record.scripted_cache import (
     scripted_task_label,
 )
 from hfpolicy.record.xarm import xarm_recorder
+from hfpolicy.ticker import LiveNote, ticking
 from hfpolicy.words import counted
 
 # env config class -> (its recorder, what the policy would see of it without images or environment state)
@@ -58,22 +59,32 @@ def checked_record_config(cfg: RecordConfig) -> RecordConfig:
     return dataclasses.replace(cfg, max_steps=max_steps)
 
 
-def record_episodes(writer: DatasetWriter, cfg: RecordConfig, record_one: Callable[[int], bool]) -> int:
-    """Records episodes `cfg.start_seed`.. with `record_one(seed)` (it adds the frames and says whether the episode
-    succeeded), keeping each one unless it failed and --discard_failures=true; finishes the dataset; returns how
-    many episodes it kept."""
+def record_episodes(
+    writer: DatasetWriter, cfg: RecordConfig, record_one: Callable[[int, Callable[[int], None]], bool]
+) -> int:
+    """Records episodes `cfg.start_seed`.. with `record_one(seed, frame_done)` (it adds the frames, calling
+    `frame_done(t)` after frame t, and says whether the episode succeeded), keeping each one unless it failed and
+    --discard_failures=true; finishes the dataset; returns how many episodes it kept. The bar counts episodes and
+    shows the current episode's frame (an ALOHA episode with its camera takes a minute)."""
     n_kept = n_successes = 0
-    with writer:
-        bar = tqdm(range(cfg.n_episodes), desc="recording", unit="episode", disable=not cfg.progress)
-        for episode in bar:
-            success = record_one(cfg.start_seed + episode)
+    bar = tqdm(total=cfg.n_episodes, desc="recording", unit="episode", disable=not cfg.progress)
+    note, so_far = LiveNote(bar), ""
+
+    def frame_done(t: int) -> None:
+        note(f"{so_far}frame {t}/{cfg.max_steps}")
+
+    with bar, ticking(bar), writer:  # the elapsed time moves while videos are encoded and the dataset is finished
+        for episode in range(cfg.n_episodes):
+            success = record_one(cfg.start_seed + episode, frame_done)
             n_successes += success
             if success or not cfg.discard_failures:
                 writer.save_episode()
                 n_kept += 1
             else:
                 writer.clear_episode()
-            bar.set_postfix_str(f"success {100 * n_successes / (episode + 1):.1f}%", refresh=False)
+            so_far = f"success {100 * n_successes / (episode + 1):.1f}%, "
+            bar.set_postfix_str(so_far.removesuffix(", "), refresh=False)
+            bar.update(1)
         if n_kept == 0:
             raise RuntimeError("no episode was kept (every one failed and --discard_failures=true)")
     return n_kept
@@ -98,7 +109,9 @@ def record(cfg: RecordConfig) -> Path:
     try:
         repo_id = cfg.repo_id or f"local/{output_dir.name}"
         writer = DatasetWriter.create(output_dir, repo_id, recorder.fps, recorder.features, overwrite=cfg.overwrite)
-        n_kept = record_episodes(writer, cfg, lambda seed: record_frames(writer, recorder, seed, max_steps))
+        n_kept = record_episodes(
+            writer, cfg, lambda seed, frame_done: record_frames(writer, recorder, seed, max_steps, frame_done)
+        )
     finally:
         recorder.close()
     if cfg.push_to:
@@ -120,11 +133,17 @@ def remove_interrupted_recording(root: Path) -> None:
         print(f"removed what an interrupted recording into {root} left ({names}); its writer is gone", flush=True)
 
 
-def record_frames(writer: DatasetWriter, recorder: EnvRecorder, seed: int, max_steps: int) -> bool:
+def record_frames(
+    writer: DatasetWriter,
+    recorder: EnvRecorder,
+    seed: int,
+    max_steps: int,
+    frame_done: Callable[[int], None] | None = None,
+) -> bool:
     """Writes the expert episode `recorder` plays from `seed` into the writer's current episode: frame t holds
     `recorder.observe` of the observation before action t, the action, and (with `recorder.rewards`) the reward and
     success so far (info["is_success"]) that action produced, and its done flag (true on the episode's last frame).
-    Returns whether it succeeded."""
+    `frame_done(t + 1)` follows frame t. Returns whether it succeeded."""
     before: dict = {}  # the frame of the observation the next action is taken from
     succeeded = False
 
@@ -137,6 +156,8 @@ def record_frames(writer: DatasetWriter, recorder: EnvRecorder, seed: int, max_s
         frame[DONE] = bool(terminated or truncated or t + 1 == max_steps)
         writer.add_frame(frame, task=recorder.task)
         before.update(recorder.observe(observation))
+        if frame_done is not None:
+            frame_done(t + 1)
 
     recorder.run_episode(
         seed, on_reset=lambda observation, info: before.update(recorder.observe(observation)), on_step=on_step

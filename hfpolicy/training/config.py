@@ -11,6 +11,7 @@ back on `--resume`.
 import contextlib
 import io
 import json
+import math
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -101,6 +102,42 @@ class HubConfig:
 
 
 @dataclass
+class BudgetConfig:
+    """A run that fits a time budget: its steps chosen from the step time it measures (hfpolicy.training.budget)."""
+
+    minutes: float | None = None  # the run's wall time from the start of training (recording, compiling and every
+    # evaluation included) to its end: after its first 25 steps it chooses the --steps that fit, and spreads its
+    # evaluations, checkpoints and lr schedule over them; None: --steps as given
+    min_steps: int | None = None  # the fewest steps the budget may choose (default: 40% of --steps); a machine too
+    # slow for them trains them anyway and says so
+    # The choice, recorded when made (a resume or --config_path with this file reuses it and measures nothing):
+    chosen_steps: int | None = None  # the steps chosen (the run's --steps from then on)
+    planned_steps: int | None = None  # --steps before the choice (the lr schedule of the steps before it)
+    chosen_at_step: int | None = None  # the step after which it was chosen
+    step_s: float | None = None  # seconds per step measured
+    eval_s_per_episode: float | None = None  # seconds per evaluation episode estimated
+    spent_s: float | None = None  # seconds spent when it was chosen (recording, set-up, compiling, first steps)
+
+    def problems(self) -> list[str]:
+        """What is out of range, in the flags' words."""
+        problems = []
+        if self.minutes is not None and not (math.isfinite(self.minutes) and self.minutes > 0):
+            problems.append(
+                f"--budget.minutes must be a number of minutes > 0, got {self.minutes:g}; leave it out (or null) to "
+                "train --steps steps"
+            )
+        if self.min_steps is not None and self.min_steps < 1:
+            problems.append(f"--budget.min_steps must be >= 1 (or null: 40% of --steps), got {self.min_steps}")
+        chosen = self.chosen_steps is not None
+        if chosen and (self.planned_steps is None or self.chosen_at_step is None or self.chosen_steps < 1):
+            problems.append(
+                "--budget.chosen_steps needs --budget.planned_steps and --budget.chosen_at_step (a budget's choice is "
+                "recorded whole in train_config.json): set --budget.chosen_steps=null to choose again"
+            )
+        return problems
+
+
+@dataclass
 class TrainConfig:
     """Everything a training run needs; saved as train_config.json beside every checkpoint."""
 
@@ -110,9 +147,10 @@ class TrainConfig:
     eval: TrainEvalConfig = field(default_factory=TrainEvalConfig)  # --eval.freq, --eval.n_episodes, ...
     hub: HubConfig = field(default_factory=HubConfig)  # --hub.repo_id=user/name pushes the trained policy
     online: OnlineConfig = field(default_factory=OnlineConfig)  # --online.every=N: the policy's rollouts join its data
+    budget: BudgetConfig = field(default_factory=BudgetConfig)  # --budget.minutes=M: the steps that fit M minutes
     output_dir: str | None = None  # run folder (checkpoints, logs, evals); default outputs/train/<date>_<time>_<policy>
     resume: bool = False  # continue the run in output_dir from its last checkpoint (its train_config.json is reused)
-    steps: int = 200_000  # optimizer steps in total
+    steps: int = 200_000  # optimizer steps in total (with --budget.minutes: planned, until the budget chooses)
     batch_size: int = 64  # samples per process per forward pass
     gradient_accumulation_steps: int = 1  # forward/backward passes per optimizer step
     grad_clip_norm: float = 10.0  # clip the gradient's global norm to this (0 disables clipping)
@@ -151,6 +189,7 @@ def validate_train_config(cfg: TrainConfig) -> None:
     if cfg.dataset.scripted_episodes < 0:
         problems.append(f"--dataset.scripted_episodes must be >= 0, got {cfg.dataset.scripted_episodes}")
     problems += online_config_problems(cfg)
+    problems += cfg.budget.problems()
     if cfg.output_dir and cfg.dataset.root:  # the run folder (checkpoints rotate, online_data/ is replaced) apart
         try:
             check_apart(

@@ -39,6 +39,8 @@ from hfpolicy.policies.ema import EMA
 from hfpolicy.record.scripted_cache import scripted_dataset_root
 from hfpolicy.runs.curve import draw_training_curve
 from hfpolicy.runs.run_folder import PRETRAINED_DIR, RunFolder
+from hfpolicy.ticker import ticking
+from hfpolicy.training.budget import SKIPPED_STEPS, TIMED_STEPS, StepBudget
 from hfpolicy.training.checkpoints import save_checkpoint, save_shareable_policy
 from hfpolicy.training.config import TrainConfig, TrainConfigError, validate_train_config
 from hfpolicy.training.progress import (
@@ -149,14 +151,17 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
     """The steps from `t.start_step + 1` to `cfg.steps`, then the result. Each step: the gradient steps, the EMA
     update, the loss guard and the progress bar; then, at their frequencies, a log entry, an evaluation, a
     checkpoint and a push. An online round (--online.every) runs right after the optimizer and EMA step, before the
-    loss guard, and its data is mixed into the batches from then on. A stop request (`stops`) ends the run after
-    the step it arrived in, with a checkpoint of that step (hfpolicy.training.stopping)."""
+    loss guard, and its data is mixed into the batches from then on. With --budget.minutes the run chooses its
+    --steps after its first steps (hfpolicy.training.budget). A stop request (`stops`) ends the run after the step it
+    arrived in, with a checkpoint of that step (hfpolicy.training.stopping). The bar ticks through long waits."""
     cfg, accelerator, policy, run = t.cfg, t.accelerator, t.policy, t.run
     if stops is None:  # no signal handlers: the timer alone
         stops = StopControl(cfg.save_every_minutes)
         stops.training(accelerator)
     is_main = accelerator.is_main_process
-    clock = TrainingClock(cfg.steps, t.eval_plan, compiles=cfg.compile)
+    rounds = t.online.planned_rounds(t.start_step, cfg.steps) if t.online is not None else None
+    clock = TrainingClock(cfg.steps, t.eval_plan, compiles=cfg.compile, round_plan=rounds)
+    budget = StepBudget(cfg, t.start_step, t.started_at)
     bar = tqdm(
         total=cfg.steps,
         initial=t.start_step,
@@ -165,98 +170,115 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
         disable=not (is_main and cfg.progress),
         bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",  # our ETA (with evals), not tqdm's
     )
-    if is_main and t.eval_plan:  # the first estimate counts the evaluations too (a guess until one is timed)
-        episode_length = getattr(t.env_cfg, "episode_length", 300)
-        clock.estimate_eval(timed_eval_episode_s(accelerator.unwrap_model(policy), episode_length, accelerator.device))
-    if t.start_step < cfg.steps:  # while the bar sits at its start: "compiling ..." (--compile=true), else "eta ?"
+    if is_main and t.eval_plan and t.env_cfg is not None:  # the first estimate counts the evaluations too (a guess
+        envs = max(1, min(cfg.eval.batch_size, -(-cfg.eval.n_episodes // accelerator.num_processes)))  # until timed)
+        model = accelerator.unwrap_model(policy)
+        clock.estimate_eval(timed_eval_episode_s(model, t.env_cfg, envs, parallel=cfg.eval.parallel))
+    if is_main and budget.too_short:
+        timed = SKIPPED_STEPS + TIMED_STEPS
+        print(f"--budget.minutes: the run ends before its speed is measured (after {timed} steps): it trains --steps")
+    if t.start_step < cfg.steps:  # while the bar sits at its start: "compiling ..." (--compile=true), else "?"
         bar.set_postfix_str(clock.postfix(t.start_step))
     policy.train()
     if t.online is not None and t.online.round_skipped(t.start_step, cfg.steps):
-        online_round(t, t.start_step, bar)  # a finished run extended (a larger --steps): the round its end skipped
+        online_round(t, t.start_step, bar, clock)  # a finished run extended (a larger --steps): the round it skipped
     eval_summary, hub_commit = None, None
     window = RunningMeans()  # losses and timings since the last log entry
     loss_guard = NonFiniteLossGuard(accelerator.device)
-    for step in range(t.start_step + 1, cfg.steps + 1):
-        step_start = time.perf_counter()
-        loss_sum, data_s, grad_norm = 0.0, 0.0, None
-        for _ in range(cfg.gradient_accumulation_steps):
-            data_start = time.perf_counter()
-            batch = (
-                next(t.batches) if t.online is None else t.online.mix(next(t.batches), step, accelerator.process_index)
-            )
-            batch = move_to_device(batch, accelerator.device, t.image_keys)
-            data_s += time.perf_counter() - data_start
-            with accelerator.accumulate(policy), accelerator.autocast():
-                loss = policy(batch)["loss"]
-                accelerator.backward(loss)
-                if accelerator.sync_gradients and cfg.grad_clip_norm > 0:
-                    grad_norm = accelerator.clip_grad_norm_(policy.parameters(), cfg.grad_clip_norm)
-                t.optimizer.step()
-                t.optimizer.zero_grad(set_to_none=True)
-            loss_sum += loss.detach()
-        t.lr_scheduler.step()
-        accelerator.unwrap_model(policy).after_optimizer_step()
-        if t.ema is not None:
-            t.ema.step(policy)
-        if t.online is not None and t.online.is_due(step) and step < cfg.steps:
-            online_round(t, step, bar)  # the policy's rollouts join its data (before this step's checkpoint)
-        loss_guard.add(step, torch.as_tensor(loss_sum))  # (a tensor: the sum of the passes' losses)
-        step_s = time.perf_counter() - step_start
-        window.add(loss=loss_sum / cfg.gradient_accumulation_steps, grad_norm=grad_norm, step_s=step_s, data_s=data_s)
-        clock.add_step(step_s)
-        clock.note_current(loss_sum / cfg.gradient_accumulation_steps, t.lr_scheduler.get_last_lr()[0])
-        bar.set_postfix_str(clock.postfix(step), refresh=False)
-        bar.update(1)
-        if is_main and step == t.start_step + TrainingClock.ANNOUNCE_AFTER_STEPS:
-            bar.write(clock.announcement(step, accelerator.device))
+    step = t.start_step
+    with ticking(bar):  # the bar's elapsed time moves through compiling, checkpoint writes and online rounds
+        while step < cfg.steps:
+            step += 1
+            step_start = time.perf_counter()
+            loss_sum, data_s, grad_norm = 0.0, 0.0, None
+            for _ in range(cfg.gradient_accumulation_steps):
+                data_start = time.perf_counter()
+                batch = next(t.batches)
+                if t.online is not None:
+                    batch = t.online.mix(batch, step, accelerator.process_index)
+                batch = move_to_device(batch, accelerator.device, t.image_keys)
+                data_s += time.perf_counter() - data_start
+                with accelerator.accumulate(policy), accelerator.autocast():
+                    loss = policy(batch)["loss"]
+                    accelerator.backward(loss)
+                    if accelerator.sync_gradients and cfg.grad_clip_norm > 0:
+                        grad_norm = accelerator.clip_grad_norm_(policy.parameters(), cfg.grad_clip_norm)
+                    t.optimizer.step()
+                    t.optimizer.zero_grad(set_to_none=True)
+                loss_sum += loss.detach()
+            t.lr_scheduler.step()
+            accelerator.unwrap_model(policy).after_optimizer_step()
+            if t.ema is not None:
+                t.ema.step(policy)
+            step_s = time.perf_counter() - step_start
+            clock.add_step(step_s)
+            budget.add_step(step, step_s)
+            if step == budget.at:  # --budget.minutes: the steps that fit, chosen now, once
+                line = budget.choose(t, step, clock)
+                cfg = t.cfg
+                bar.total = cfg.steps
+                if is_main:
+                    bar.write(line)
+            if t.online is not None and t.online.is_due(step) and step < cfg.steps:
+                online_round(t, step, bar, clock)  # the policy's rollouts join its data (before this step's checkpoint)
+            loss_guard.add(step, torch.as_tensor(loss_sum))  # (a tensor: the sum of the passes' losses)
+            loss = loss_sum / cfg.gradient_accumulation_steps
+            window.add(loss=loss, grad_norm=grad_norm, step_s=step_s, data_s=data_s)
+            clock.note_current(loss, t.lr_scheduler.get_last_lr()[0])
+            bar.set_postfix_str(clock.postfix(step), refresh=False)
+            bar.update(1)
+            if is_main and step == t.start_step + TrainingClock.ANNOUNCE_AFTER_STEPS:
+                bar.write(clock.announcement(step, accelerator.device))
 
-        is_last = step == cfg.steps
-        stop, save_due = stops.poll(step)  # a stop signal (Ctrl-C, SIGTERM), the --save_every_minutes timer
-        logged = step % cfg.log_freq == 0 or is_last or stop
-        evaluated = t.env_cfg is not None and (step % cfg.eval.freq == 0 or is_last) and not stop
-        saved = (cfg.save_freq > 0 and step % cfg.save_freq == 0) or is_last or save_due or stop
-        if logged or evaluated or saved:
-            loss_guard.check(accelerator, run, step, policy if saved else None)  # before a NaN is logged/saved
+            is_last = step == cfg.steps
+            stop, save_due = stops.poll(step)  # a stop signal (Ctrl-C, SIGTERM), the --save_every_minutes timer
+            logged = step % cfg.log_freq == 0 or is_last or stop
+            evaluated = t.env_cfg is not None and (step % cfg.eval.freq == 0 or is_last) and not stop
+            saved = (cfg.save_freq > 0 and step % cfg.save_freq == 0) or is_last or save_due or stop
+            if logged or evaluated or saved:
+                loss_guard.check(accelerator, run, step, policy if saved else None)  # before a NaN is logged/saved
 
-        if logged:
-            entry = window.pop(accelerator)  # averages the loss over processes (one collective per log entry)
-            entry.update(lr=t.lr_scheduler.get_last_lr()[0], samples_per_s=t.samples_per_step / entry["step_s"])
-            log_entry(accelerator, run, step, entry)
+            if logged:
+                entry = window.pop(accelerator)  # averages the loss over processes (one collective per log entry)
+                entry.update(lr=t.lr_scheduler.get_last_lr()[0], samples_per_s=t.samples_per_step / entry["step_s"])
+                log_entry(accelerator, run, step, entry)
 
-        if saved:  # before the evaluation: a stop during it keeps this step
-            save_training_checkpoint(t, step)
-            stops.saved()
+            if saved:  # before the evaluation: a stop during it keeps this step
+                bar.set_postfix_str(f"saving the checkpoint of step {step}", refresh=False)  # shown if it takes long
+                save_training_checkpoint(t, step)
+                bar.set_postfix_str(clock.postfix(step), refresh=False)
+                stops.saved()
 
-        if evaluated and t.env_cfg is not None:
-            eval_start = time.perf_counter()
-            try:
-                with stops.interruptible():  # nothing is lost by ending an evaluation at once
-                    result = evaluate_on_all_processes(
-                        accelerator, policy, t.ema, t.env_cfg, cfg.eval, run.eval_dir(step), t.eval_plan[step]
+            if evaluated and t.env_cfg is not None:
+                eval_start = time.perf_counter()
+                try:
+                    with stops.interruptible():  # nothing is lost by ending an evaluation at once
+                        result = evaluate_on_all_processes(
+                            accelerator, policy, t.ema, t.env_cfg, cfg.eval, run.eval_dir(step), t.eval_plan[step]
+                        )
+                except Interrupted:
+                    bar.close()
+                    raise stopped_during_evaluation(t, stops, step, saved, loss_guard) from None
+                clock.add_eval(t.eval_plan[step], time.perf_counter() - eval_start)
+                if is_main:
+                    eval_summary = result.aggregated
+                    aggregated = {f"eval/{k}": v for k, v in eval_summary.items() if k != "pc_success_ci95"}
+                    log_entry(accelerator, run, step, aggregated)
+                    draw_training_curve(run.metrics_file, run.curve_file)  # the run folder's curve, up to date
+                    bar.write(
+                        f"step {step}: eval success {eval_summary['pc_success']:.1f}%, "
+                        f"avg max reward {eval_summary['avg_max_reward']:.3f} "
+                        f"({counted(eval_summary['n_episodes'], 'episode')})"
                     )
-            except Interrupted:
+                    bar.set_postfix_str(clock.postfix(step), refresh=False)  # the time left with this evaluation's
+
+            if stop:
                 bar.close()
-                raise stopped_during_evaluation(t, stops, step, saved, loss_guard) from None
-            clock.add_eval(t.eval_plan[step], time.perf_counter() - eval_start)
-            if is_main:
-                eval_summary = result.aggregated
-                log_entry(
-                    accelerator, run, step, {f"eval/{k}": v for k, v in eval_summary.items() if k != "pc_success_ci95"}
-                )
-                draw_training_curve(run.metrics_file, run.curve_file)  # the run folder's curve, up to date
-                bar.write(
-                    f"step {step}: eval success {eval_summary['pc_success']:.1f}%, "
-                    f"avg max reward {eval_summary['avg_max_reward']:.3f} "
-                    f"({counted(eval_summary['n_episodes'], 'episode')})"
-                )
+                raise stopped_after(t, stops, step)
 
-        if stop:
-            bar.close()
-            raise stopped_after(t, stops, step)
-
-        if cfg.hub.repo_id and (is_last or (evaluated and cfg.hub.push_after_eval)) and is_main:
-            hub_commit = push_trained_policy(accelerator, policy, t.ema, cfg, run.root, step)
-            bar.write(f"pushed to the Hub: {hub_commit}")
+            if cfg.hub.repo_id and (is_last or (evaluated and cfg.hub.push_after_eval)) and is_main:
+                hub_commit = push_trained_policy(accelerator, policy, t.ema, cfg, run.root, step)
+                bar.write(f"pushed to the Hub: {hub_commit}")
 
     bar.close()
     accelerator.wait_for_everyone()
@@ -270,12 +292,15 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
     )
 
 
-def online_round(t: Training, step: int, bar: tqdm) -> None:
-    """One round of online rollouts (hfpolicy.training.online), logged and announced."""
+def online_round(t: Training, step: int, bar: tqdm, clock: TrainingClock) -> None:
+    """One round of online rollouts (hfpolicy.training.online), timed, logged and announced; its own bar counts the
+    episodes (the main bar says which round runs)."""
     online, accelerator = t.online, t.accelerator
     start = time.perf_counter()
-    stats = online.collect(accelerator, t.policy, t.ema, step)
+    bar.set_postfix_str(f"online round {online.round_index(step)}", refresh=False)
+    stats = online.collect(accelerator, t.policy, t.ema, step, progress=accelerator.is_main_process and t.cfg.progress)
     stats["online/round_s"] = time.perf_counter() - start
+    clock.add_round(online.cfg.n_episodes, stats["online/round_s"])
     log_entry(accelerator, t.run, step, stats)
     if accelerator.is_main_process:
         bar.write(

@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import gather_object
+from tqdm.auto import tqdm
 
 from hfpolicy.constants import ACTION
 from hfpolicy.datasets import PolicyDataset
@@ -66,6 +67,7 @@ from hfpolicy.experts import PushTExpert
 from hfpolicy.io.atomic import free_bytes, is_disk_full, temporary_path, write_json_atomically
 from hfpolicy.policies.base import Policy
 from hfpolicy.runs.run_folder import RunFolder
+from hfpolicy.ticker import ticking
 from hfpolicy.training.config import OnlineConfig, TrainConfigError
 
 ONLINE_DATA_DIR = "online_data"
@@ -118,6 +120,10 @@ class OnlineTraining:
     # --- schedule and state ------------------------------------------------------------------------------------------
     def is_due(self, step: int) -> bool:
         return step >= self.first_step and (step - self.first_step) % self.cfg.every == 0
+
+    def planned_rounds(self, step: int, steps: int) -> dict[int, int]:
+        """{step: episodes} of the rounds after `step` in a run of `steps` (none after the last step)."""
+        return {s: self.cfg.n_episodes for s in range(step + 1, steps) if self.is_due(s)}
 
     def round_index(self, step: int) -> int:
         return (step - self.first_step) // self.cfg.every
@@ -177,16 +183,19 @@ class OnlineTraining:
         self._reload()
 
     # --- collecting ----------------------------------------------------------------------------------------------------
-    def collect(self, accelerator: Accelerator, policy: torch.nn.Module, ema: Any, step: int) -> dict[str, float]:
+    def collect(
+        self, accelerator: Accelerator, policy: torch.nn.Module, ema: Any, step: int, progress: bool = False
+    ) -> dict[str, float]:
         """One round (every process must call it): rollouts of this process's share of the round's seeds with the
-        EMA weights, gathered; the main process adds them to the dataset; everyone reloads it. Returns its stats."""
+        EMA weights, gathered; the main process adds them to the dataset; everyone reloads it. Returns its stats.
+        `progress`: a bar of the episodes this process has played (and of the expert's recovery demos)."""
         seeds = self.round_seeds(step)
         share = seeds[accelerator.process_index :: accelerator.num_processes]
         model = accelerator.unwrap_model(policy)
         local: tuple[list, list] = ([], [])
         if share:
             with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
-                local = collect_episodes(model, self.env_cfg, share, self.cfg, self.features)
+                local = collect_episodes(model, self.env_cfg, share, self.cfg, self.features, progress)
         gathered = gather_object([local])  # [(played, data)] of every process
         episodes = sorted((e for played, _ in gathered for e in played), key=lambda e: e.seed)
         kept = sorted((e for _, data in gathered for e in data), key=lambda e: e.seed)
@@ -269,18 +278,26 @@ class OnlineTraining:
 
 
 def collect_episodes(
-    policy: Policy, env_cfg: EnvConfig, seeds: list[int], cfg: OnlineConfig, features: dict[str, Any]
+    policy: Policy,
+    env_cfg: EnvConfig,
+    seeds: list[int],
+    cfg: OnlineConfig,
+    features: dict[str, Any],
+    progress: bool = False,
 ) -> tuple[list[RolloutEpisode], list[RolloutEpisode]]:
     """(the policy's episodes on `seeds`, the episodes that join the data): rollouts in one lockstep batch of serial
     envs, the policy in eval mode. The data are the expert-labelled episodes (expert), the successful ones
     (policy), or, for each failed episode, the expert's demonstration from the state where it ended (recovery;
-    left out when the expert fails from there too)."""
-    episodes = policy_rollouts(policy, env_cfg, seeds, cfg, features)
+    left out when the expert fails from there too). `progress`: bars of the episodes played and demos recorded."""
+    episodes = policy_rollouts(policy, env_cfg, seeds, cfg, features, progress)
     if cfg.labels == "expert":
         return episodes, episodes
     if cfg.labels == "policy":
         return episodes, [e for e in episodes if e.success]
-    demos = [expert_recovery(env_cfg, e, features) for e in episodes if not e.success and e.final_state is not None]
+    failed = [e for e in episodes if not e.success and e.final_state is not None]
+    bar = tqdm(failed, desc="online round: recovery demos", unit="demo", leave=False, disable=not progress)
+    with bar, ticking(bar):
+        demos = [expert_recovery(env_cfg, e, features) for e in bar]
     return episodes, [demo for demo in demos if demo is not None]
 
 
@@ -325,9 +342,15 @@ def reset_argument(state: np.ndarray) -> np.ndarray:
 
 
 def policy_rollouts(
-    policy: Policy, env_cfg: EnvConfig, seeds: list[int], cfg: OnlineConfig, features: dict[str, Any]
+    policy: Policy,
+    env_cfg: EnvConfig,
+    seeds: list[int],
+    cfg: OnlineConfig,
+    features: dict[str, Any],
+    progress: bool = False,
 ) -> list[RolloutEpisode]:
-    """The policy's episodes on `seeds` (expert-labelled with --online.labels=expert)."""
+    """The policy's episodes on `seeds` (expert-labelled with --online.labels=expert); `progress`: a bar of the
+    episodes ended, ticking while they run (they run in lockstep: most end together)."""
     labeller = None
     if cfg.labels == "expert":
         labeller = PushTExpert
@@ -335,8 +358,10 @@ def policy_rollouts(
     env = env_cfg.make(len(seeds), parallel=False)
     was_training = policy.training
     policy.eval()
+    bar = tqdm(total=len(seeds), desc="online round", unit="episode", leave=False, disable=not progress)
     try:
-        rollout(policy, env, seeds=seeds, step_hook=collector)
+        with bar, ticking(bar):
+            rollout(policy, env, seeds=seeds, step_hook=collector, on_episode_end=lambda slot, record: bar.update(1))
         collector.flush()
     finally:
         env.close()

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 
+from hfpolicy.envs import EnvConfig, episode_step_limit
+from hfpolicy.eval.rollouts import rollout
 from hfpolicy.runs.metrics_log import append_metrics
 from hfpolicy.runs.run_folder import RunFolder
 from hfpolicy.training.checkpoints import latest_good_checkpoint
@@ -95,28 +97,40 @@ def planned_evaluations(cfg: TrainConfig, start_step: int) -> dict[int, int]:
     return plan
 
 
-# The bar's text while the first step of a --compile=true run compiles (it sits at its start for minutes on a CPU).
+# The bar's text while the first step of a --compile=true run compiles (it sits at its start for minutes on a CPU;
+# the bar ticks meanwhile, hfpolicy.ticker, so its elapsed time moves).
 COMPILING_NOTE = "compiling the training step (torch.compile: a minute or more on a CPU, once)"
 
 
 class TrainingClock:
-    """The time a run has left: steps at the median of the recent step times (the first step, which compiles and
-    warms up, is left out) plus the evaluations still planned, at the measured seconds per eval episode. tqdm's own
-    ETA smooths over the first steps and ignores evaluations, so early on it is off by hours. A compiled run's bar
-    says so (COMPILING_NOTE) until its first step is done, not "eta ?" for minutes."""
+    """The time a run has left: steps at the median of the recent step times (each process's first SKIPPED_STEPS,
+    which compile and warm up, are left out), plus the evaluations and online rounds still planned, at the measured
+    seconds per evaluation episode (a first guess from a timed policy call until one is timed) and per online episode
+    (the evaluation's until a round is timed). tqdm's own ETA smooths over the first steps and ignores evaluations
+    and rounds, so early on it is off by hours. A compiled run's bar says so (COMPILING_NOTE) until its first step is
+    done, not "eta ?" for minutes."""
 
+    SKIPPED_STEPS = 3  # each process's first steps: compiling, allocating, warming caches
     ANNOUNCE_AFTER_STEPS = 10  # steps after which the run's estimated total time is printed once
     WARN_ABOVE_S = 24 * 3600  # estimates above this get a warning line
 
     CURRENT_EVERY_S = 0.5  # the bar's loss and lr are read this often (reading a GPU loss waits for the GPU)
 
-    def __init__(self, total_steps: int, eval_plan: dict[int, int], compiles: bool = False):
+    def __init__(
+        self,
+        total_steps: int,
+        eval_plan: dict[int, int],
+        compiles: bool = False,
+        round_plan: dict[int, int] | None = None,
+    ):
         self.total_steps, self.eval_plan = total_steps, eval_plan
+        self.round_plan = round_plan or {}  # {step: episodes} of the online rounds still to come
         self.compiles = compiles  # this process's first step compiles the training forward (--compile=true)
         self.step_times: list[float] = []
         self.n_steps_seen = 0
         self.eval_s_per_episode: float | None = None
         self.eval_estimated = False  # eval_s_per_episode is a first guess, not yet a timed evaluation
+        self.round_s_per_episode: float | None = None  # None: until a round is timed, the evaluation's
         self.last_log = ""  # the bar's loss and lr: the current step's, refreshed every CURRENT_EVERY_S
         self._current_read_at = -math.inf
 
@@ -129,44 +143,64 @@ class TrainingClock:
 
     def add_step(self, seconds: float) -> None:
         self.n_steps_seen += 1
-        if self.n_steps_seen > 1:  # the first step of a process compiles / allocates: not representative
+        if self.n_steps_seen > self.SKIPPED_STEPS:
             self.step_times = [*self.step_times[-99:], seconds]
 
     def add_eval(self, n_episodes: int, seconds: float) -> None:
         self.eval_s_per_episode = seconds / max(n_episodes, 1)
         self.eval_estimated = False
 
+    def add_round(self, n_episodes: int, seconds: float) -> None:
+        self.round_s_per_episode = seconds / max(n_episodes, 1)
+
     def estimate_eval(self, seconds_per_episode: float) -> None:
         """A first guess of an evaluation episode's seconds (`timed_eval_episode_s`), until an evaluation is timed."""
         if self.eval_s_per_episode is None:
             self.eval_s_per_episode, self.eval_estimated = seconds_per_episode, True
 
+    def replan(self, total_steps: int, eval_plan: dict[int, int], round_plan: dict[int, int] | None = None) -> None:
+        """A new length and plan of evaluations (and rounds) for the steps to come (--budget.minutes chose them)."""
+        self.total_steps, self.eval_plan, self.round_plan = total_steps, eval_plan, round_plan or {}
+
+    def step_s(self) -> float | None:
+        """The median of the recent step times; None before a step past SKIPPED_STEPS was timed."""
+        return sorted(self.step_times)[len(self.step_times) // 2] if self.step_times else None
+
     def remaining_s(self, step: int) -> tuple[float | None, bool]:
-        """(seconds left after `step`, whether the evaluations are included); None before a step was timed."""
-        if not self.step_times:
+        """(seconds left after `step`, whether the evaluations and rounds are included); None before a step was
+        timed."""
+        step_s = self.step_s()
+        if step_s is None:
             return None, False
-        steps_s = sorted(self.step_times)[len(self.step_times) // 2] * (self.total_steps - step)
-        episodes = sum(n for s, n in self.eval_plan.items() if s > step)
-        if episodes and self.eval_s_per_episode is None:
-            return steps_s, False
-        return steps_s + episodes * (self.eval_s_per_episode or 0.0), True
+        left = step_s * (self.total_steps - step)
+        eval_episodes = sum(n for s, n in self.eval_plan.items() if s > step)
+        round_episodes = sum(n for s, n in self.round_plan.items() if s > step)
+        if (eval_episodes or round_episodes) and self.eval_s_per_episode is None:
+            return left, False
+        round_s = self.round_s_per_episode if self.round_s_per_episode is not None else self.eval_s_per_episode
+        return left + eval_episodes * (self.eval_s_per_episode or 0.0) + round_episodes * (round_s or 0.0), True
 
     def postfix(self, step: int) -> str:
         """The bar's text after `step`: COMPILING_NOTE before a compiling first step, else the time left (with the
-        evaluations, or "+ evals" until they can be estimated) and the current loss and lr."""
+        evaluations and rounds, or "+ evals" until they can be estimated) and the current loss and lr."""
         if self.compiles and self.n_steps_seen == 0:
             return COMPILING_NOTE
-        left, with_evals = self.remaining_s(step)
-        eta = "eta ?" if left is None else f"eta {format_duration(left)}" + ("" if with_evals else " + evals")
+        left, complete = self.remaining_s(step)
+        eta = "time left ?" if left is None else f"~{format_duration(left)} left" + ("" if complete else " + evals")
         return ", ".join(part for part in (eta, self.last_log) if part)
 
     def announcement(self, step: int, device: torch.device) -> str:
-        left, with_evals = self.remaining_s(step)
-        total = format_duration(left or 0.0) + ("" if with_evals else " plus evaluations")
-        episodes = sum(n for s, n in self.eval_plan.items() if s > step)
-        evals = f" and {counted(episodes, 'evaluation episode')}" if with_evals and episodes else ""
-        guess = " (evaluation time from a timed policy call)" if evals and self.eval_estimated else ""
-        line = f"estimated time left: {total} ({counted(self.total_steps - step, 'step')} on {device}{evals}{guess})"
+        left, complete = self.remaining_s(step)
+        total = f"~{format_duration(left or 0.0)}" + ("" if complete else " plus evaluations")
+        eval_episodes = sum(n for s, n in self.eval_plan.items() if s > step)
+        rounds = [n for s, n in self.round_plan.items() if s > step]
+        parts = [counted(self.total_steps - step, "step") + f" on {device}"]
+        if complete and eval_episodes:
+            guess = " (their time from a timed policy call)" if self.eval_estimated else ""
+            parts.append(counted(eval_episodes, "evaluation episode") + guess)
+        if complete and rounds:
+            parts.append(f"{counted(len(rounds), 'online round')} of {counted(sum(rounds), 'episode')}")
+        line = f"estimated time left: {total} ({', '.join(parts)})"
         if left is not None and left > self.WARN_ABOVE_S:
             line += (
                 f"; that is {left / 86400:.1f} days: fewer --steps, a smaller policy, a GPU, or (examples/train_pusht.py) "
@@ -175,31 +209,32 @@ class TrainingClock:
         return line
 
 
-ENV_STEP_S = 1 / 500  # seconds of one simulator step with rendering (gym-pusht: ~590 steps/s with 96x96 pixels)
-PROBE_BATCH = 4  # rows of the timed policy call
+PROBE_CHUNKS = 2  # a probe rollout's length, in the policy's action chunks
 
 
 @torch.no_grad()
-def timed_eval_episode_s(policy: Any, episode_length: int, device: torch.device) -> float:
-    """A first estimate of the seconds one evaluation episode takes, before any evaluation ran: one timed
-    action-chunk prediction for PROBE_BATCH rows of zero observations, per row, times the chunks an episode of
-    `episode_length` steps needs, plus its simulator steps. The policy's mode and every RNG are left as they were
-    (its noise comes from a generator of its own), so an exact resume stays exact."""
-    config = policy.config
-    observation = {
-        key: torch.zeros(PROBE_BATCH, config.n_obs_steps, *feature.shape, device=device)
-        for key, feature in config.input_features.items()
-    }
+def timed_eval_episode_s(policy: Any, env_cfg: EnvConfig, batch_size: int, parallel: bool = False) -> float:
+    """A first estimate of the seconds one evaluation episode takes, before any evaluation ran: a short real rollout
+    in the evaluation's env, `batch_size` envs (its batch: one policy call acts for all of them), PROBE_CHUNKS action
+    chunks long, timed after an untimed first step (which allocates), per env and scaled to a whole episode. Timing
+    the policy alone missed the per-step work (observations, the simulator, the action queue) by 2-10x. The policy's
+    mode and every RNG are left as they were (its noise comes from generators of its own), so an exact resume stays
+    exact."""
+    env = env_cfg.make(batch_size, parallel=parallel)
+    episode_length = episode_step_limit(env) or 1
+    steps = min(PROBE_CHUNKS * policy.config.n_action_steps, episode_length)
     was_training = policy.training
-    policy.eval()
     try:
         with torch.random.fork_rng(devices=[]):
+            rollout(policy, env, seeds=range(batch_size), max_steps=1)
             start = time.perf_counter()
-            policy.predict_action_chunk(observation, generator=torch.Generator(device=device).manual_seed(0))
-            chunk_s = (time.perf_counter() - start) / PROBE_BATCH
+            rollout(policy, env, seeds=range(batch_size), max_steps=steps)
+            seconds = time.perf_counter() - start
     finally:
+        env.close()
+        policy.reset()
         policy.train(was_training)
-    return math.ceil(episode_length / config.n_action_steps) * chunk_s + episode_length * ENV_STEP_S
+    return seconds / steps * episode_length / batch_size
 
 
 @contextlib.contextmanager
@@ -270,13 +305,17 @@ def _stderr_log_handlers() -> list[logging.Handler]:
 
 
 def format_duration(seconds: float) -> str:
-    """1d 02:03:04 / 02:03:04 / 03:04."""
-    seconds = int(round(seconds))
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}" if hours or days else f"{minutes:02d}:{secs:02d}"
-    return f"{days}d {clock}" if days else clock
+    """A duration as people say it: 45 s, 3 min, 21 h 28 min, 18 d 12 h (rounded to its last unit)."""
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = int(round(seconds / 60))
+    if minutes < 60:
+        return f"{minutes} min"
+    if minutes < 24 * 60:
+        return f"{minutes // 60} h {minutes % 60} min"
+    hours = int(round(seconds / 3600))
+    return f"{hours // 24} d {hours % 24} h"
 
 
 def log_entry(accelerator: Accelerator, run: RunFolder, step: int, entry: dict[str, Any]) -> None:

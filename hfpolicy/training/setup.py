@@ -4,7 +4,8 @@ the eval env, and the endless stream of batches that an exact resume continues."
 
 import dataclasses
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import ProjectConfiguration, set_seed
 from diffusers.optimization import get_scheduler
+from torch.optim.lr_scheduler import LambdaLR
 
 from hfpolicy.datasets.batch_images import frames_to_float
 from hfpolicy.datasets.mixture import MixtureDataset
@@ -87,6 +89,31 @@ def make_optimizer(policy: Policy, device: torch.device) -> torch.optim.Optimize
     )
 
 
+def lr_factor(cfg: TrainConfig) -> Callable[[int], float]:
+    """The learning rate's factor at each step: the policy's schedule (--policy.scheduler_name, a diffusers one) over
+    --steps, with --policy.scheduler_warmup_steps; a run whose --budget.minutes chose its steps keeps the schedule it
+    planned for the steps before the choice (hfpolicy.training.budget), so a rerun from its train_config.json gives
+    every step the same learning rate."""
+
+    def schedule(steps: int) -> Callable[[int], float]:
+        probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)  # the factor alone, no real optimizer
+        name, warmup = cfg.policy.scheduler_name, cfg.policy.scheduler_warmup_steps
+        return get_scheduler(name, probe, num_warmup_steps=warmup, num_training_steps=steps).lr_lambdas[0]
+
+    final, budget = schedule(cfg.steps), cfg.budget
+    if budget.chosen_steps is None or budget.chosen_at_step is None or budget.planned_steps is None:
+        return final
+    planned, chosen_at = schedule(budget.planned_steps), budget.chosen_at_step
+    return lambda step: planned(step) if step < chosen_at else final(step)
+
+
+def make_lr_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer, last_step: int = 0) -> LambdaLR:
+    """The run's learning-rate scheduler (`lr_factor`), at `last_step` (the steps already taken)."""
+    if last_step > 0:  # the optimizer's starting lr is already recorded in it (initial_lr)
+        return LambdaLR(optimizer, lr_factor(cfg), last_epoch=last_step - 1)
+    return LambdaLR(optimizer, lr_factor(cfg))
+
+
 def configure_eval_env(env_cfg: EnvConfig, policy_cfg: PolicyConfig) -> EnvConfig:
     """The eval env with an observation type that gives the policy's inputs, in the policy's shapes."""
     try:
@@ -124,6 +151,7 @@ class Training:
     online: Any = None  # hfpolicy.training.online.OnlineTraining with --online.every > 0, else None
     image_keys: tuple[str, ...] = ()  # the camera keys of the batches: uint8 until move_to_device
     threads: int = 1  # torch intra-op threads of this process (CPU)
+    started_at: float = dataclasses.field(default_factory=time.monotonic)  # when training started (--budget.minutes)
 
     @property
     def state(self) -> dict[str, Any]:
@@ -151,10 +179,7 @@ def build_training(cfg: TrainConfig, run: RunFolder) -> Training:
     if cfg.compile:
         policy.compile()  # in place: forward (training) is compiled; acting and the state dict stay as they are
     optimizer = make_optimizer(policy, accelerator.device)
-    warmup, steps = cfg.policy.scheduler_warmup_steps, cfg.steps
-    lr_scheduler = get_scheduler(
-        cfg.policy.scheduler_name, optimizer, num_warmup_steps=warmup, num_training_steps=steps
-    )
+    lr_scheduler = make_lr_scheduler(cfg, optimizer)
     policy, optimizer = accelerator.prepare(policy, optimizer)
     ema = EMA(policy, power=cfg.policy.ema_power, max_decay=cfg.policy.ema_max_decay) if cfg.policy.use_ema else None
     env_cfg = configure_eval_env(cfg.env, cfg.policy) if cfg.eval.freq > 0 else None

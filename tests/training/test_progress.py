@@ -7,6 +7,8 @@ import logging
 import os
 import subprocess
 import sys
+import threading
+import time
 import warnings
 
 import pytest
@@ -15,10 +17,13 @@ from policies.toy_policy import make_toy_policy
 from tqdm import tqdm
 from training.test_train_faults import flags
 
+from hfpolicy.envs import PushTEnvConfig
+from hfpolicy.ticker import ticking
 from hfpolicy.training import main
 from hfpolicy.training.progress import (
     COMPILING_NOTE,
     TrainingClock,
+    format_duration,
     timed_eval_episode_s,
     warnings_above_the_bar,
     without_torchs_cuda_home_note,
@@ -28,19 +33,47 @@ from hfpolicy.training.progress import (
 def test_the_first_estimate_counts_the_evaluation_episodes():
     policy = make_toy_policy()
     rng_before = torch.get_rng_state()
-    per_episode = timed_eval_episode_s(policy, episode_length=300, device=torch.device("cpu"))
+    env_cfg = PushTEnvConfig(obs_type="pixels_agent_pos", episode_length=300)
+    per_episode = timed_eval_episode_s(policy, env_cfg, batch_size=2)
     assert torch.equal(torch.get_rng_state(), rng_before) and policy.training  # RNG and mode as they were
-    assert 300 / 500 <= per_episode < 30  # the simulator steps at least
+    assert 0 < per_episode < 300  # a real rollout's steps, scaled to 300 steps per env
     clock = TrainingClock(total_steps=110, eval_plan={50: 10, 110: 100})
     clock.estimate_eval(per_episode)
-    for _ in range(11):
+    for _ in range(TrainingClock.SKIPPED_STEPS + 10):
         clock.add_step(2.0)
-    left, with_evals = clock.remaining_s(10)
-    assert with_evals and left == 200.0 + 110 * per_episode
+    left, complete = clock.remaining_s(10)
+    assert complete and left == 200.0 + 110 * per_episode
     line = clock.announcement(10, torch.device("cpu"))
     assert "110 evaluation episodes" in line and "plus evaluations" not in line
     clock.add_eval(10, 30.0)  # a timed evaluation replaces the guess
     assert clock.remaining_s(50) == (120.0 + 300.0, True) and not clock.eval_estimated
+
+
+def test_the_time_left_counts_the_online_rounds_and_leaves_out_the_first_steps():
+    clock = TrainingClock(total_steps=100, eval_plan={100: 10}, round_plan={40: 5, 80: 5})
+    for seconds in (300.0, 30.0, 9.0):  # compiling, then warming up: left out
+        clock.add_step(seconds)
+    assert clock.remaining_s(3) == (None, False)
+    clock.add_step(1.0)
+    assert clock.remaining_s(4) == (96.0, False)  # the evaluation and rounds cannot be estimated yet
+    assert clock.postfix(4) == "~2 min left + evals"
+    clock.add_eval(10, 20.0)  # 2 s per episode; the rounds' episodes at that rate until a round is timed
+    assert clock.remaining_s(4) == (96.0 + 20.0 + 10 * 2.0, True)
+    clock.add_round(5, 50.0)  # 10 s per online episode
+    assert clock.remaining_s(50) == (50.0 + 20.0 + 5 * 10.0, True)  # the round at step 80 is still to come
+    assert "1 online round of 5 episodes" in clock.announcement(50, torch.device("cpu"))
+
+
+def test_durations_read_as_people_say_them():
+    assert format_duration(0) == "0 s" and format_duration(44.6) == "45 s"
+    assert format_duration(60) == "1 min" and format_duration(3 * 60 + 20) == "3 min"
+    assert format_duration(59 * 60 + 50) == "1 h 0 min"  # 60 minutes, rounded
+    assert format_duration(21 * 3600 + 28 * 60) == "21 h 28 min"
+    assert format_duration(18.5 * 86400) == "18 d 12 h"
+    clock = TrainingClock(total_steps=5000, eval_plan={})
+    for _ in range(TrainingClock.SKIPPED_STEPS + 1):
+        clock.add_step(15.46)
+    assert clock.postfix(1).startswith("~21 h 28 min left")  # not a clock time (21:28:00 read as one)
 
 
 def test_the_bar_shows_the_current_loss_and_lr():
@@ -58,13 +91,36 @@ def test_a_compiled_run_says_compiling_until_its_first_step_is_done():
     assert clock.postfix(0) == COMPILING_NOTE  # the bar at its start, while the first step compiles
     clock.add_step(240.0)  # the first step: four minutes of compiling
     clock.note_current(torch.tensor(0.5), 1e-3)
-    assert clock.postfix(1) == "eta ?, loss=0.5000, lr=1.00e-03"  # done compiling; no estimate from that step
+    assert clock.postfix(1) == "time left ?, loss=0.5000, lr=1.00e-03"  # done compiling; no estimate from that step
     for _ in range(9):
-        clock.add_step(0.5)
-    assert clock.postfix(10).startswith("eta 00:45, ")  # 90 steps x 0.5 s: the compiling step is left out
+        clock.add_step(4.0)
+    assert clock.postfix(10).startswith("~6 min left, ")  # 90 steps x 4 s: the compiling step is left out
     resumed = TrainingClock(total_steps=100, eval_plan={}, compiles=True)  # a resumed process compiles again
     assert resumed.postfix(50) == COMPILING_NOTE
-    assert TrainingClock(total_steps=100, eval_plan={}).postfix(0) == "eta ?"  # not compiled: no note
+    assert TrainingClock(total_steps=100, eval_plan={}).postfix(0) == "time left ?"  # not compiled: no note
+
+
+def test_a_ticking_bar_moves_while_its_owner_waits():
+    """The compile ticker: a bar whose count does not move is redrawn (its elapsed time moving) until the wait ends;
+    waited for without any assumption on how fast the machine is."""
+    out = io.StringIO()
+    bar = tqdm(total=3, file=out, desc="train", bar_format="{n_fmt}/{total_fmt} [{elapsed}{postfix}]")
+    bar.set_postfix_str(COMPILING_NOTE)
+    drawn_before = out.getvalue().count("\r")
+    deadline = time.monotonic() + 60
+    with ticking(bar, interval=0.01):  # the "compiling" wait: nothing updates the bar
+        while "00:01" not in out.getvalue():  # the elapsed time reached a second, drawn by the ticker alone
+            assert time.monotonic() < deadline, out.getvalue()
+            time.sleep(0.05)
+    drawn = out.getvalue().count("\r")
+    time.sleep(0.05)
+    assert out.getvalue().count("\r") == drawn  # the ticker stopped with the block
+    bar.close()
+    states = out.getvalue().replace("\r", "\n").splitlines()
+    assert drawn > drawn_before and any(line.startswith("0/3 [00:01") and COMPILING_NOTE in line for line in states)
+    quiet = tqdm(total=3, disable=True)
+    with ticking(quiet, interval=0.01):  # a disabled bar gets no ticker thread
+        assert not any(thread.name == "hfpolicy-ticker" for thread in threading.enumerate())
 
 
 def bar_lines(err: str) -> list[str]:
@@ -83,7 +139,8 @@ def test_a_compiled_run_shows_compiling_on_its_bar_until_the_first_step(pusht_st
     compiling = [i for i, line in enumerate(lines) if COMPILING_NOTE in line]
     assert compiling, lines  # shown while the bar sat at its start
     assert all("0/3" in lines[i] for i in compiling)  # ... and only there
-    assert "3/3" in lines[-1] and "eta " in lines[-1] and "loss=" in lines[-1]  # then the time left and the loss
+    assert len(set(compiling)) >= 2 and len({lines[i] for i in compiling}) >= 2  # redrawn: the elapsed time moved
+    assert "3/3" in lines[-1] and " left" in lines[-1] and "loss=" in lines[-1]  # then the time left and the loss
     assert all(line.endswith("]") for line in lines), lines  # no warning or log record spliced into the bar's line
 
 
