@@ -1,5 +1,6 @@
-"""Train a PushT policy, evaluate it in gym-pusht, and optionally share it. Two recipes:
+"""Train a PushT policy, evaluate it in gym-pusht, and optionally share it. Three recipes:
 
+    accelerate launch examples/train_pusht.py --recipe=smoke   # every stage in about two minutes (not a good policy)
     accelerate launch examples/train_pusht.py                  # --recipe=auto: `paper` with a CUDA GPU, else `cpu`
     accelerate launch examples/train_pusht.py --recipe=paper   # Diffusion Policy's image setup on lerobot/pusht
     accelerate launch examples/train_pusht.py --recipe=cpu     # agent position + block keypoints from scripted demos
@@ -10,8 +11,11 @@
 `paper` is the diffusion_policy paper's PushT image setup: 206 human demonstrations (lerobot/pusht from the Hub),
 ResNet18 + U-Net (263 M parameters), 200k steps at batch 64; about a day on one GPU, weeks on a CPU.
 `cpu` needs neither a GPU nor the Hub: the scripted expert records demonstrations once (reused by later runs), and a
-small state-input Diffusion Policy learns from them; the whole command (record + train + a 500-episode evaluation)
-is measured by bench/learning.py (docs/results.md).
+small state-input Diffusion Policy learns from them for as many steps as fit its time budget (--budget.minutes: the
+steps are chosen from the step time measured at the start, so that the whole command, recording included, fits an
+hour); the whole command (record + train + a 500-episode evaluation) is measured by bench/learning.py
+(docs/results.md). `smoke` is the first run to try: the same stages at a toy scale (20 demonstrations, a 0.3 M
+U-Net for 500 steps, a 10-episode evaluation with a video), to see every stage work and where its output goes.
 
 A recipe is a typed preset (a TrainConfig, and per policy type its policy config; hfpolicy.training.recipes): the
 fields it sets are put before your flags as `hfpolicy train` flags, so every flag you give overrides it (`--help`
@@ -70,7 +74,12 @@ RECIPES: dict[str, Recipe] = {
                     scheduler_warmup_steps=200,
                     noise_scheduler_type="DDIM",  # acting: 10 denoising steps instead of 100
                     num_inference_steps=10,
-                )
+                ),
+                # the steps that fit 57 minutes from the start of training (recording, compiling and every evaluation
+                # included), chosen from the measured step time: the whole command fits an hour on a slower CPU and
+                # uses it on a faster one (5000 steps took 34 minutes on one 2-core CPU, 55 on another); at least
+                # 2000 (40%) on a machine too busy for them
+                budget_minutes=57,
             ),
             "act": PolicyPreset(  # a small ACT for 10 Hz PushT (1.5 M parameters; pilots on 50 episodes)
                 ACTConfig(
@@ -88,6 +97,29 @@ RECIPES: dict[str, Recipe] = {
                 steps=3000,  # 77.6% success over 500 seeds in 29 minutes (docs/results.md)
                 compile=False,  # measured no faster for this transformer
             ),
+        },
+    ),
+    "smoke": Recipe(  # every stage at a toy scale, about two minutes on a 2-core CPU: not a policy that works
+        run=TrainConfig(
+            dataset=DatasetConfig(scripted_episodes=20, input_features=[OBS_STATE, OBS_ENV_STATE]),  # ~15 s to record
+            steps=500,  # ~0.05 s each: the loss falls from ~1 to ~0.1
+            batch_size=64,
+            save_freq=0,  # one checkpoint, at the end
+            log_freq=50,
+            eval=TrainEvalConfig(freq=500, n_episodes=10, batch_size=10, n_videos=1),  # one evaluation, one video
+        ),
+        policies={
+            "diffusion": PolicyPreset(
+                DiffusionConfig(
+                    down_dims=(32, 64),  # 0.3 M parameters
+                    diffusion_step_embed_dim=32,
+                    crop_shape=None,  # no images
+                    optimizer_lr=1e-3,
+                    scheduler_warmup_steps=25,  # 5% of the run: at 1e-3 by step 25, then cosine decay
+                    noise_scheduler_type="DDIM",
+                    num_inference_steps=10,
+                )
+            )
         },
     ),
 }
@@ -123,6 +155,7 @@ HUMAN_DEMOS = dataclasses.replace(
     },
 )
 DATA_PRESETS = ("auto", "scripted", "human")
+RECIPE_CHOICES = ("auto", *RECIPES)
 
 
 def choose_data_preset(recipe: str, flags: list[str]) -> tuple[str, list[str]]:
@@ -144,8 +177,8 @@ def choose_data_preset(recipe: str, flags: list[str]) -> tuple[str, list[str]]:
 
 
 def choose_recipe(argv: list[str]) -> tuple[str, str, list[str]]:
-    """(recipe, why it was chosen, the remaining flags) from `--recipe=auto|paper|cpu` (default auto)."""
-    return recipes.choose_recipe(argv, prog=PROG)
+    """(recipe, why it was chosen, the remaining flags) from `--recipe=auto|paper|cpu|smoke` (default auto)."""
+    return recipes.choose_recipe(argv, prog=PROG, choices=RECIPE_CHOICES)
 
 
 def recipe_flags(recipe: str, flags: list[str], data_preset: str = "scripted") -> list[str]:
@@ -173,7 +206,9 @@ def run(argv: list[str] | None = None) -> int:
         return 2
     chosen = ChosenRecipe(recipe, reason, recipe_flags(recipe, flags, data_preset))
     preset_help = f"--preset {{{','.join(DATA_PRESETS)}}}: the cpu recipe's data preset (now {data_preset or 'none'})"
-    return run_recipe(__file__, PROG, argv, num_processes, chosen, flags, help_lines=[preset_help])
+    return run_recipe(
+        __file__, PROG, argv, num_processes, chosen, flags, help_lines=[preset_help], recipe_choices=RECIPE_CHOICES
+    )
 
 
 if __name__ == "__main__":

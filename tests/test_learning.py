@@ -143,7 +143,7 @@ def test_training_clock_counts_evaluations_and_leaves_out_the_first_steps():
         clock.add_step(2.0)
     assert clock.remaining_s(10) == (200.0, False)  # 100 steps x 2 s; evaluations not measured yet
     assert clock.postfix(10) == "~3 min left + evals"
-    clock.add_eval(10, 30.0)  # 3 s per episode
+    clock.add_eval(50, 10, 30.0)  # 3 s per episode
     assert clock.remaining_s(50) == (120.0 + 300.0, True)  # 60 steps + the final 100-episode evaluation
     slow = TrainingClock(total_steps=200_000, eval_plan={})
     for _ in range(13):

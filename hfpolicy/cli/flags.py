@@ -75,7 +75,7 @@ def describe_flag_error(
     if lerobot:  # LeRobot's habits, whichever way draccus reported them (unknown argument, field of no config)
         return f"unrecognized arguments: {' '.join(unknown)}; {lerobot}; `{prog} --help` lists the flags"
     if isinstance(error, DecodingError) and error.key_path:
-        message = f"--{'.'.join(error.key_path)}: {error.message}"
+        message = f"--{'.'.join(error.key_path)}: {optional_value_words(error.message)}"
     elif isinstance(error, argparse.ArgumentError) and error.argument_name:
         message = f"{error.argument_name}: {error.message}"
     else:
@@ -83,9 +83,18 @@ def describe_flag_error(
         if config_class is not None and unknown:
             message = f"unrecognized arguments: {' '.join(unknown)}{did_you_mean(config_class, unknown, argv or [])}"
     message = message.splitlines()[0]
-    if cause is not None and str(cause) and str(cause) not in message:
+    if cause is not None and str(cause) and str(cause) not in message and not message.endswith(", or null"):
         message += f" ({str(cause).splitlines()[0]})"
     return f"{message}; `{prog} --help` lists the flags"
+
+
+def optional_value_words(message: str) -> str:
+    """draccus's "Could not decode the value into any of the given types: float: Couldn't parse 'x' into a float"
+    (over several lines) for an optional flag (`float | None`) as "Couldn't parse 'x' into a float, or null"."""
+    if not message.startswith("Could not decode the value into any of the given types"):
+        return message
+    found = re.search(r"Couldn't parse .*", message)
+    return f"{found.group(0).strip()}, or null" if found else message
 
 
 def config_prefix(config_class: type, target: type) -> str | None:

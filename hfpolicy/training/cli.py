@@ -8,7 +8,8 @@ from hfpolicy.training.config import TrainConfig
 
 
 def run(cfg: TrainConfig) -> str | None:
-    """Trains; the last line the main process prints (None on the other processes)."""
+    """Trains; the last lines the main process prints (None on the other processes): where the policy is, and the
+    command that shows the run (its curves, evaluations and videos) as a page."""
     from accelerate import PartialState
 
     from hfpolicy.training.loop import train  # lazy: torch, not imported by --help (examples/train_pusht.py --help)
@@ -21,6 +22,7 @@ def run(cfg: TrainConfig) -> str | None:
         f"done: {checkpoint / PRETRAINED_DIR if checkpoint is not None else f'no checkpoint in {result.output_dir}'}"
         + (f"; final eval success {summary['pc_success']:.1f}%" if summary else "")
         + (f"; on the Hub: {result.hub_commit}" if result.hub_commit else "")
+        + f"\nlook at the run (curves, evaluations, videos): hfpolicy view {result.output_dir}"
     )
 
 

@@ -110,8 +110,8 @@ class BudgetConfig:
     # evaluations, checkpoints and lr schedule over them; None: --steps as given
     min_steps: int | None = None  # the fewest steps the budget may choose (default: 40% of --steps); a machine too
     # slow for them trains them anyway and says so
-    # The choice, recorded when made (a resume or --config_path with this file reuses it and measures nothing):
-    chosen_steps: int | None = None  # the steps chosen (the run's --steps from then on)
+    chosen_steps: int | None = None  # recorded by the choice (a resume or --config_path with this file reuses it and
+    # measures nothing): the steps chosen (the run's --steps from then on)
     planned_steps: int | None = None  # --steps before the choice (the lr schedule of the steps before it)
     chosen_at_step: int | None = None  # the step after which it was chosen
     step_s: float | None = None  # seconds per step measured

@@ -259,7 +259,7 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
                 except Interrupted:
                     bar.close()
                     raise stopped_during_evaluation(t, stops, step, saved, loss_guard) from None
-                clock.add_eval(t.eval_plan[step], time.perf_counter() - eval_start)
+                clock.add_eval(step, t.eval_plan[step], time.perf_counter() - eval_start)
                 if is_main:
                     eval_summary = result.aggregated
                     aggregated = {f"eval/{k}": v for k, v in eval_summary.items() if k != "pc_success_ci95"}

@@ -130,6 +130,7 @@ class TrainingClock:
         self.n_steps_seen = 0
         self.eval_s_per_episode: float | None = None
         self.eval_estimated = False  # eval_s_per_episode is a first guess, not yet a timed evaluation
+        self.evaluated_through = 0  # the step of the last evaluation done
         self.round_s_per_episode: float | None = None  # None: until a round is timed, the evaluation's
         self.last_log = ""  # the bar's loss and lr: the current step's, refreshed every CURRENT_EVERY_S
         self._current_read_at = -math.inf
@@ -146,9 +147,11 @@ class TrainingClock:
         if self.n_steps_seen > self.SKIPPED_STEPS:
             self.step_times = [*self.step_times[-99:], seconds]
 
-    def add_eval(self, n_episodes: int, seconds: float) -> None:
+    def add_eval(self, step: int, n_episodes: int, seconds: float) -> None:
+        """The evaluation after `step` took `seconds` for `n_episodes`."""
         self.eval_s_per_episode = seconds / max(n_episodes, 1)
         self.eval_estimated = False
+        self.evaluated_through = step
 
     def add_round(self, n_episodes: int, seconds: float) -> None:
         self.round_s_per_episode = seconds / max(n_episodes, 1)
@@ -173,12 +176,17 @@ class TrainingClock:
         if step_s is None:
             return None, False
         left = step_s * (self.total_steps - step)
-        eval_episodes = sum(n for s, n in self.eval_plan.items() if s > step)
+        eval_episodes = self.eval_episodes_left(step)
         round_episodes = sum(n for s, n in self.round_plan.items() if s > step)
         if (eval_episodes or round_episodes) and self.eval_s_per_episode is None:
             return left, False
         round_s = self.round_s_per_episode if self.round_s_per_episode is not None else self.eval_s_per_episode
         return left + eval_episodes * (self.eval_s_per_episode or 0.0) + round_episodes * (round_s or 0.0), True
+
+    def eval_episodes_left(self, step: int) -> int:
+        """The episodes of the evaluations still to run after `step` (the evaluation of `step` itself too, until it
+        is done: it runs after the bar moved to `step`)."""
+        return sum(n for s, n in self.eval_plan.items() if s >= step and s > self.evaluated_through)
 
     def postfix(self, step: int) -> str:
         """The bar's text after `step`: COMPILING_NOTE before a compiling first step, else the time left (with the
@@ -192,11 +200,11 @@ class TrainingClock:
     def announcement(self, step: int, device: torch.device) -> str:
         left, complete = self.remaining_s(step)
         total = f"~{format_duration(left or 0.0)}" + ("" if complete else " plus evaluations")
-        eval_episodes = sum(n for s, n in self.eval_plan.items() if s > step)
+        eval_episodes = self.eval_episodes_left(step)
         rounds = [n for s, n in self.round_plan.items() if s > step]
         parts = [counted(self.total_steps - step, "step") + f" on {device}"]
         if complete and eval_episodes:
-            guess = " (their time from a timed policy call)" if self.eval_estimated else ""
+            guess = " (their time from a short probe rollout)" if self.eval_estimated else ""
             parts.append(counted(eval_episodes, "evaluation episode") + guess)
         if complete and rounds:
             parts.append(f"{counted(len(rounds), 'online round')} of {counted(sum(rounds), 'episode')}")

@@ -17,13 +17,14 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
 from hfpolicy.envs.configs import EnvConfig
 from hfpolicy.field_errors import value_words
 from hfpolicy.policies.config import PolicyConfig
 from hfpolicy.training.cli import main
-from hfpolicy.training.config import TrainConfig, describe_dataset
+from hfpolicy.training.config import BudgetConfig, TrainConfig, describe_dataset
 from hfpolicy.training.launch import check_before_launch, launch, report_result
 
 RECIPE_CHOICES = ("auto", "paper", "cpu")
@@ -36,6 +37,8 @@ class PolicyPreset:
     policy: PolicyConfig
     steps: int | None = None  # None: the recipe's
     compile: bool | None = None  # None: the recipe's
+    budget_minutes: float | None = None  # --budget.minutes (None: none): the steps that fit, chosen by the run;
+    # not added when the user gives --steps
 
 
 @dataclass(frozen=True)
@@ -74,9 +77,10 @@ def changed_flags(preset, base, prefix: str = "") -> list[str]:
 
 
 def user_choices(flags: list[str]) -> argparse.Namespace:
-    """The user's --policy.type, --resume, data and --env.task flags (parsed, not matched), which decide what a
-    recipe adds."""
+    """The user's --policy.type, --resume, data, --steps and --env.task flags (parsed, not matched), which decide what
+    a recipe adds."""
     parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--steps")
     parser.add_argument("--policy.type", dest="policy_type")
     parser.add_argument("--policy.path", dest="policy_path")
     parser.add_argument("--resume", type=lambda text: text.lower() == "true", default=False)
@@ -86,13 +90,13 @@ def user_choices(flags: list[str]) -> argparse.Namespace:
     return parser.parse_known_args(flags)[0]
 
 
-def choose_recipe(argv: list[str], prog: str) -> tuple[str, str, list[str]]:
-    """(recipe, why it was chosen, the remaining flags) from `--recipe=auto|paper|cpu` (default auto: `paper` with a
-    CUDA device, else `cpu`)."""
+def choose_recipe(argv: list[str], prog: str, choices: Sequence[str] = RECIPE_CHOICES) -> tuple[str, str, list[str]]:
+    """(recipe, why it was chosen, the remaining flags) from `--recipe=auto|paper|cpu` (or the script's `choices`;
+    default auto: `paper` with a CUDA device, else `cpu`)."""
     import torch
 
     parser = argparse.ArgumentParser(prog=prog, add_help=False)
-    parser.add_argument("--recipe", choices=RECIPE_CHOICES, default="auto")
+    parser.add_argument("--recipe", choices=choices, default="auto")
     known, rest = parser.parse_known_args(argv)
     if known.recipe != "auto":
         return known.recipe, f"--recipe={known.recipe}", rest
@@ -105,7 +109,8 @@ def preset_flags(chosen: Recipe, flags: list[str]) -> list[str]:
     """Recipe `chosen`'s flags that go before the user's `flags`: none when resuming; the preset of the chosen
     `--policy.type` (none for a type the recipe has no preset for; its `--policy.*` flags none with `--policy.path`:
     the saved policy's config is the base, and only flags the user typed may contradict it); no scripted recording
-    when the user names the data (`--dataset.root=` or `--dataset.repo_id=`)."""
+    when the user names the data (`--dataset.root=` or `--dataset.repo_id=`); no time budget when the user gives
+    `--steps`."""
     user = user_choices(flags)
     if user.resume:
         return []
@@ -117,7 +122,11 @@ def preset_flags(chosen: Recipe, flags: list[str]) -> list[str]:
     preset = chosen.policies.get(policy_type)
     if preset is None:
         return run_flags
-    changes = {name: getattr(preset, name) for name in ("steps", "compile") if getattr(preset, name) is not None}
+    changes: dict[str, Any] = {
+        name: getattr(preset, name) for name in ("steps", "compile") if getattr(preset, name) is not None
+    }
+    if preset.budget_minutes is not None and user.steps is None:
+        changes["budget"] = BudgetConfig(minutes=preset.budget_minutes)
     flags = changed_flags(dataclasses.replace(run, policy=preset.policy, **changes), run)
     if user.policy_path is not None:
         flags = [flag for flag in flags if not flag.startswith("--policy.")]
@@ -165,6 +174,7 @@ def run_recipe(
     chosen: ChosenRecipe,
     flags: list[str],
     help_lines: Sequence[str] = (),
+    recipe_choices: Sequence[str] = RECIPE_CHOICES,
 ) -> int:
     """Trains with the recipe's flags before the user's `flags`: in this process, or with `num_processes` > 1 by
     `accelerate launch` of `script` with `argv` (the flags checked here first; it ends with the training's line and
@@ -173,7 +183,7 @@ def run_recipe(
     if "--help" in flags or "-h" in flags:
         print("--num_processes N: train on N processes (accelerate launch; default 1: this process, no launcher)")
         print(
-            f"--recipe {{{','.join(RECIPE_CHOICES)}}}: defaults for the flags below (now {chosen.name}: {chosen.reason}):"
+            f"--recipe {{{','.join(recipe_choices)}}}: defaults for the flags below (now {chosen.name}: {chosen.reason}):"
         )
         for line in help_lines:
             print(line)

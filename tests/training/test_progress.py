@@ -45,22 +45,24 @@ def test_the_first_estimate_counts_the_evaluation_episodes():
     assert complete and left == 200.0 + 110 * per_episode
     line = clock.announcement(10, torch.device("cpu"))
     assert "110 evaluation episodes" in line and "plus evaluations" not in line
-    clock.add_eval(10, 30.0)  # a timed evaluation replaces the guess
+    clock.add_eval(50, 10, 30.0)  # a timed evaluation replaces the guess
     assert clock.remaining_s(50) == (120.0 + 300.0, True) and not clock.eval_estimated
 
 
 def test_the_time_left_counts_the_online_rounds_and_leaves_out_the_first_steps():
-    clock = TrainingClock(total_steps=100, eval_plan={100: 10}, round_plan={40: 5, 80: 5})
+    clock = TrainingClock(total_steps=100, eval_plan={20: 10, 100: 10}, round_plan={40: 5, 80: 5})
     for seconds in (300.0, 30.0, 9.0):  # compiling, then warming up: left out
         clock.add_step(seconds)
     assert clock.remaining_s(3) == (None, False)
     clock.add_step(1.0)
-    assert clock.remaining_s(4) == (96.0, False)  # the evaluation and rounds cannot be estimated yet
+    assert clock.remaining_s(4) == (96.0, False)  # the evaluations and rounds cannot be estimated yet
     assert clock.postfix(4) == "~2 min left + evals"
-    clock.add_eval(10, 20.0)  # 2 s per episode; the rounds' episodes at that rate until a round is timed
-    assert clock.remaining_s(4) == (96.0 + 20.0 + 10 * 2.0, True)
+    clock.estimate_eval(1.0)  # a guess: 1 s per episode, for the evaluations and the rounds
+    assert clock.remaining_s(20) == (80.0 + 20 * 1.0 + 10 * 1.0, True)  # step 20's evaluation runs after step 20
+    clock.add_eval(20, 10, 20.0)  # 2 s per episode, measured
+    assert clock.remaining_s(20) == (80.0 + 10 * 2.0 + 10 * 2.0, True)  # done: the final one and the rounds left
     clock.add_round(5, 50.0)  # 10 s per online episode
-    assert clock.remaining_s(50) == (50.0 + 20.0 + 5 * 10.0, True)  # the round at step 80 is still to come
+    assert clock.remaining_s(50) == (50.0 + 10 * 2.0 + 5 * 10.0, True)  # the round at step 80 is still to come
     assert "1 online round of 5 episodes" in clock.announcement(50, torch.device("cpu"))
 
 
