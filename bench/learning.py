@@ -20,7 +20,8 @@ paper_last10_avg_max_reward (the mean of the last 10), as the diffusion_policy p
 
 Flags after `--` go to examples/train_pusht.py (examples/train_aloha.py with --env aloha). The recording goes to a
 fresh cache folder (so its time counts) unless --reuse-recording. Prints a table and, last, one JSON line:
-success_rate, avg_max_reward, ci95, n_episodes, wall_min, record_min, train_min, eval_min, train_steps, params_m,
+success_rate, avg_max_reward, ci95, n_episodes, wall_min, record_min, train_min, eval_min, train_steps, budget (the
+--budget.minutes choice recorded in train_config.json: minutes, planned_steps, chosen_steps, step_s, ...), params_m,
 curve ([minutes, success_rate] per evaluation), recipe, policy, dataset, env (pusht, or aloha/<task>), and with
 --online also online_episodes, online_frames, online_min, labels and online_curve ([minutes, success rate of the
 round's 50 policy episodes] per round: the policy measured on fresh seeds while it trains).
@@ -141,6 +142,8 @@ def main() -> None:
         "train_min": round(wall_min - record_min - eval_min - online_min, 2),  # includes start-up and compiling
         "eval_min": round(eval_min, 2),
         "train_steps": train_config["steps"],
+        # --budget.minutes' choice: the minutes, the planned and chosen steps, the measured step and eval episode time
+        "budget": {k: v for k, v in train_config.get("budget", {}).items() if v is not None} or None,
         "params_m": params_m,
         "curve": curve,
         "recipe": train_config.get("recipe"),

@@ -1,5 +1,6 @@
 """`hfpolicy record` with the scripted PushT expert, and the whole offline pipeline: record → train → evaluate."""
 
+import functools
 import json
 import os
 import subprocess
@@ -14,7 +15,7 @@ import torch
 
 from hfpolicy.constants import ACTION, DONE, EVAL_INFO_FILE, OBS_ENV_STATE, OBS_STATE, REWARD, SUCCESS
 from hfpolicy.datasets import PolicyDataset
-from hfpolicy.record import RecordConfig, main, record
+from hfpolicy.record import RecordConfig, main, record, recording
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,6 +80,20 @@ def test_one_recorded_episode_is_said_in_the_singular(tmp_path, capsys):
     args = ["--n_episodes=1", "--max_steps=5", "--images=false", "--environment_state=true", "--progress=false"]
     assert main([f"--output_dir={root}", *args]) == 0
     assert capsys.readouterr().out.startswith(f"recorded 1 episode into {root}\n")
+
+
+def test_the_recording_bar_counts_episodes_and_shows_each_frame(tmp_path, monkeypatch, capsys):
+    """A camera episode can take a minute (ALOHA's: 73 s): the bar shows the frame within the episode, not only the
+    episodes done. The bar drawn at every update (mininterval=0), so that no frame depends on timing."""
+    monkeypatch.setattr(recording, "tqdm", functools.partial(recording.tqdm, mininterval=0))
+    args = ["--n_episodes=2", "--max_steps=6", "--images=true", "--progress=true"]  # PushT's camera, 6 frames each
+    assert main([f"--output_dir={tmp_path / 'rec'}", *args]) == 0
+    states = [line.strip() for line in capsys.readouterr().err.replace("\r", "\n").splitlines() if "recording" in line]
+    first = [line for line in states if line.startswith("recording:   0%")]
+    second = [line for line in states if line.startswith("recording:  50%")]
+    assert [f"frame {t}/6]" in " ".join(first) for t in range(1, 7)] == [True] * 6, first
+    assert all(f"frame {t}/6]" in " ".join(second) for t in range(1, 7)) and "success " in second[-1], second
+    assert states[-1].startswith("recording: 100%|") and "2/2" in states[-1]
 
 
 def test_overwrite_never_replaces_a_folder_that_is_not_a_dataset(tmp_path, capsys):

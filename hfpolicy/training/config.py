@@ -128,8 +128,8 @@ class BudgetConfig:
             )
         if self.min_steps is not None and self.min_steps < 1:
             problems.append(f"--budget.min_steps must be >= 1 (or null: 40% of --steps), got {self.min_steps}")
-        chosen = self.chosen_steps is not None
-        if chosen and (self.planned_steps is None or self.chosen_at_step is None or self.chosen_steps < 1):
+        incomplete = self.planned_steps is None or self.chosen_at_step is None
+        if self.chosen_steps is not None and (incomplete or self.chosen_steps < 1):
             problems.append(
                 "--budget.chosen_steps needs --budget.planned_steps and --budget.chosen_at_step (a budget's choice is "
                 "recorded whole in train_config.json): set --budget.chosen_steps=null to choose again"

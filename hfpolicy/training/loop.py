@@ -77,6 +77,7 @@ class TrainResult:
 
 def train(cfg: TrainConfig) -> TrainResult:
     """Runs (or resumes) a training run; see the module docstring."""
+    started_at = time.monotonic()  # a --budget.minutes run counts from here: recording and set-up included
     validate_train_config(cfg)
     run = RunFolder(cfg.output_dir if cfg.output_dir else default_output_dir(cfg))
     if cfg.hub.repo_id:
@@ -94,7 +95,7 @@ def train(cfg: TrainConfig) -> TrainResult:
                 warnings_above_the_bar(lambda line: tqdm.write(line, file=sys.stderr)),  # not spliced into the bar
                 without_torchs_cuda_home_note(),
             ):
-                return run_loop(start_training(cfg, run, stops), stops)
+                return run_loop(start_training(cfg, run, stops, started_at), stops)
         except BaseException as e:
             if holds_lock and not stops.trained_a_step:
                 run.undo_start()  # a failed or stopped start leaves nothing behind in a folder it created
@@ -106,11 +107,12 @@ def train(cfg: TrainConfig) -> TrainResult:
                 run.unlock()
 
 
-def start_training(cfg: TrainConfig, run: RunFolder, stops: StopControl) -> Training:
+def start_training(cfg: TrainConfig, run: RunFolder, stops: StopControl, started_at: float) -> Training:
     """The checked and built run (hfpolicy.training.setup), its changed flags refused or recorded on a resume."""
     run.check_for(resume=cfg.resume)
     changes = check_resume_flags(cfg, run.config_file) if cfg.resume else {}
     t = build_training(cfg, run)
+    t.started_at = started_at
     if t.accelerator.is_main_process and cfg.resume:
         record_resume(t, run.resume_history_file, changes)
     stops.training(t.accelerator)

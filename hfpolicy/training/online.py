@@ -62,7 +62,7 @@ from hfpolicy.eval.episode_data import (
     RolloutEpisode,
     write_episodes_dataset,
 )
-from hfpolicy.eval.rollouts import rollout
+from hfpolicy.eval.rollouts import EpisodeRecord, rollout
 from hfpolicy.experts import PushTExpert
 from hfpolicy.io.atomic import free_bytes, is_disk_full, temporary_path, write_json_atomically
 from hfpolicy.policies.base import Policy
@@ -359,9 +359,13 @@ def policy_rollouts(
     was_training = policy.training
     policy.eval()
     bar = tqdm(total=len(seeds), desc="online round", unit="episode", leave=False, disable=not progress)
+
+    def episode_ended(slot: int, record: EpisodeRecord) -> None:
+        bar.update(1)
+
     try:
         with bar, ticking(bar):
-            rollout(policy, env, seeds=seeds, step_hook=collector, on_episode_end=lambda slot, record: bar.update(1))
+            rollout(policy, env, seeds=seeds, step_hook=collector, on_episode_end=episode_ended)
         collector.flush()
     finally:
         env.close()

@@ -151,7 +151,8 @@ class Training:
     online: Any = None  # hfpolicy.training.online.OnlineTraining with --online.every > 0, else None
     image_keys: tuple[str, ...] = ()  # the camera keys of the batches: uint8 until move_to_device
     threads: int = 1  # torch intra-op threads of this process (CPU)
-    started_at: float = dataclasses.field(default_factory=time.monotonic)  # when training started (--budget.minutes)
+    started_at: float = dataclasses.field(default_factory=time.monotonic)  # when training started (--budget.minutes
+    # counts from it: `train` sets it to before the recording and set-up)
 
     @property
     def state(self) -> dict[str, Any]:
