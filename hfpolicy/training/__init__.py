@@ -5,6 +5,7 @@
     data.py         `load_training_data`: the run's datasets (one or several, in memory or streamed) as one, its
                     sampler and DataLoader
     progress.py     running means, the NaN/inf guard, the time-left clock, log entries
+    budget.py       --budget.minutes: the steps that fit, chosen once from the measured step time, recorded
     config.py       TrainConfig and its parts, validation, train_config.json
     checkpoints.py  atomic, pickle-free checkpoints and exact resume
     stopping.py     Ctrl-C / SIGTERM: a checkpoint of the current step; the --save_every_minutes timer

@@ -112,7 +112,7 @@ class BudgetConfig:
     # slow for them trains them anyway and says so
     chosen_steps: int | None = None  # recorded by the choice (a resume or --config_path with this file reuses it and
     # measures nothing): the steps chosen (the run's --steps from then on)
-    planned_steps: int | None = None  # --steps before the choice (the lr schedule of the steps before it)
+    planned_steps: int | None = None  # the --steps planned before the choice (the lr schedule of the steps before it)
     chosen_at_step: int | None = None  # the step after which it was chosen
     step_s: float | None = None  # seconds per step measured
     eval_s_per_episode: float | None = None  # seconds per evaluation episode estimated

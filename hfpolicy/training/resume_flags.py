@@ -23,6 +23,7 @@ from hfpolicy.training.config import TrainConfig, TrainConfigError, train_config
 # Flags that may change on resume (a name, or a prefix ending in "."): how long, how often, how fast, where to push.
 MAY_CHANGE = (
     "steps",  # trains longer (or stops sooner); the LR schedule then spans the new --steps (resume_history.json)
+    "budget.",  # how long to train too; a choice already made is kept unless --budget.chosen_steps=null
     "save_freq",
     "save_every_minutes",
     "keep_last_checkpoints",
