@@ -31,10 +31,12 @@ def evaluate_on_all_processes(
     eval_cfg: "TrainEvalConfig",
     eval_dir: Path,
     n_episodes: int,
+    progress: bool = True,
 ) -> EvalResult:
     """Each process runs episodes rank, rank + world, ... of episodes 0..n_episodes-1, with the EMA weights when `ema`
     is given (an object with an `applied_to(model)` context); the records are gathered, and the main process writes
-    eval_info.json (with the rank that ran each episode). Every process must call this."""
+    eval_info.json (with the rank that ran each episode) and, with `progress`, shows its bar. Every process must call
+    this."""
     rank, world = accelerator.process_index, accelerator.num_processes
     indices = list(range(rank, n_episodes, world))
     model = accelerator.unwrap_model(policy)
@@ -51,7 +53,7 @@ def evaluate_on_all_processes(
                     n_videos=eval_cfg.n_videos,
                     videos_dir=eval_dir / "videos",
                     fps=env_cfg.fps,
-                    progress=accelerator.is_main_process,
+                    progress=progress and accelerator.is_main_process,
                 )
         finally:
             env.close()

@@ -221,6 +221,7 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
                 bar.total = cfg.steps
                 if is_main:
                     bar.write(line)
+                    bar.write(clock.announcement(step, accelerator.device))  # the time left of the chosen steps
             if t.online is not None and t.online.is_due(step) and step < cfg.steps:
                 online_round(t, step, bar, clock)  # the policy's rollouts join its data (before this step's checkpoint)
             loss_guard.add(step, torch.as_tensor(loss_sum))  # (a tensor: the sum of the passes' losses)
@@ -229,7 +230,7 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
             clock.note_current(loss, t.lr_scheduler.get_last_lr()[0])
             bar.set_postfix_str(clock.postfix(step), refresh=False)
             bar.update(1)
-            if is_main and step == t.start_step + TrainingClock.ANNOUNCE_AFTER_STEPS:
+            if is_main and step == t.start_step + TrainingClock.ANNOUNCE_AFTER_STEPS and budget.at is None:
                 bar.write(clock.announcement(step, accelerator.device))
 
             is_last = step == cfg.steps
@@ -256,8 +257,9 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
                 try:
                     with stops.interruptible():  # nothing is lost by ending an evaluation at once
                         result = evaluate_on_all_processes(
-                            accelerator, policy, t.ema, t.env_cfg, cfg.eval, run.eval_dir(step), t.eval_plan[step]
-                        )
+                            accelerator, policy, t.ema, t.env_cfg, cfg.eval, run.eval_dir(step), t.eval_plan[step],
+                            progress=cfg.progress,
+                        )  # fmt: skip
                 except Interrupted:
                     bar.close()
                     raise stopped_during_evaluation(t, stops, step, saved, loss_guard) from None
