@@ -10,6 +10,8 @@ With --env aloha the same for ALOHA's cpu recipe (examples/train_aloha.py: 100 s
     python bench/learning.py --human                  # the 206 human demos: ../shared/data zarr, converted first
     python bench/learning.py --env aloha              # accelerate launch examples/train_aloha.py --recipe=cpu
     python bench/learning.py --env aloha --env.task=AlohaInsertion-v0    # the insertion task
+    python bench/learning.py --env xarm               # accelerate launch examples/train_xarm.py --recipe=cpu (TD-MPC)
+    python bench/learning.py --env xarm -- --policy.type=act --steps=1800   # another policy on the same recording
 
 With --human the zarr (--zarr, default ../shared/data/pusht_cchi_v7_replay.zarr beside the repo) is converted with
 `hfpolicy convert pusht-zarr --environment_state=true` into the run's work folder (record_min is then the conversion)
@@ -18,10 +20,10 @@ The JSON line then also has the paper's statistics over the periodic 50-episode 
 paper_best_success / paper_best_avg_max_reward (the best evaluation) and paper_last10_success /
 paper_last10_avg_max_reward (the mean of the last 10), as the diffusion_policy paper reports them (0.95 / 0.91).
 
-Flags after `--` go to examples/train_pusht.py (examples/train_aloha.py with --env aloha). The recording goes to a
+Flags after `--` go to examples/train_pusht.py (examples/train_<env>.py with --env aloha / xarm). The recording goes to a
 fresh cache folder (so its time counts) unless --reuse-recording. Prints a table and, last, one JSON line:
 success_rate, avg_max_reward, ci95, n_episodes, wall_min, record_min, train_min, eval_min, train_steps, params_m,
-curve ([minutes, success_rate] per evaluation), recipe, policy, dataset, env (pusht, or aloha/<task>), and with
+curve ([minutes, success_rate] per evaluation), recipe, policy, dataset, env (pusht, xarm, or aloha/<task>), and with
 --online also online_episodes, online_frames, online_min, labels and online_curve ([minutes, success rate of the
 round's 50 policy episodes] per round: the policy measured on fresh seeds while it trains).
 """
@@ -38,7 +40,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EVAL_LINE = re.compile(r"step (\d+): eval success ([\d.]+)%, avg max reward ([\d.]+) \((\d+) episodes\)")
+EVAL_LINE = re.compile(r"step (\d+): eval success ([\d.]+)%, avg max reward (-?[\d.]+) \((\d+) episodes\)")
 PARAMS = re.compile(r"policy, ([\d.]+) M params")
 ONLINE_LINE = re.compile(r"step (\d+): online round (\d+): success (\d+)%, (\d+) online episodes \((\d+) frames\)")
 # The online preset measured by --online: 3000 steps (the offline recipe's 5000 do not fit 30 minutes), and from
@@ -65,12 +67,14 @@ def main() -> None:
     parser.add_argument("--compare", default=None, help="a JSON line of another run, drawn beside this one")
     parser.add_argument("--human", action="store_true", help="the 206 human demos (converted from --zarr)")
     parser.add_argument("--zarr", default=str(ROOT.parent / "shared" / "data" / "pusht_cchi_v7_replay.zarr"))
-    parser.add_argument("--env", choices=("pusht", "aloha"), default="pusht", help="the task family's example")
+    parser.add_argument("--env", choices=("pusht", "aloha", "xarm"), default="pusht", help="the task family's example")
     parser.add_argument("--env.task", dest="env_task", default=None, help="with --env aloha: AlohaInsertion-v0, ...")
     parser.add_argument("train_flags", nargs="*", help="flags for the example (after --)")
     args = parser.parse_args()
-    if args.env == "aloha" and (args.online or args.human):
-        parser.error("--online and --human are PushT's (its expert, its human demos); leave them out with --env aloha")
+    if args.env != "pusht" and (args.online or args.human):
+        parser.error(
+            f"--online and --human are PushT's (its expert, its human demos); leave them out with --env {args.env}"
+        )
     if args.env_task is not None and args.env != "aloha":
         parser.error("--env.task names an ALOHA task: add --env aloha")
 
@@ -80,7 +84,7 @@ def main() -> None:
     if not args.reuse_recording:
         env["HFPOLICY_CACHE"] = str(work / "cache")
     data_flags = convert_human_demos(Path(args.zarr), work) if args.human else []
-    script = ROOT / "examples" / ("train_aloha.py" if args.env == "aloha" else "train_pusht.py")
+    script = ROOT / "examples" / f"train_{args.env}.py"
     task_flags = [f"--env.task={args.env_task}"] if args.env_task else []
     command = [
         sys.executable, "-m", "accelerate.commands.launch", str(script),
@@ -156,7 +160,7 @@ def main() -> None:
     print()
     print(f"| {'measure':<28} | {'value':<40} |")
     print(f"|{'-' * 30}|{'-' * 42}|")
-    reward_name = "avg max reward (0..4)" if args.env == "aloha" else "avg max overlap"
+    reward_name = {"aloha": "avg max reward (0..4)", "xarm": "avg max reward"}.get(args.env, "avg max overlap")
     rows = [
         (f"success ({result['n_episodes']} seeds)", f"{100 * result['success_rate']:.1f}% (95% CI {result['ci95']})"),
         (reward_name, f"{result['avg_max_reward']:.3f}"),
@@ -192,7 +196,7 @@ def env_name(env: dict) -> str:
     return f"{env['type']}/{env['task']}" if env.get("task") else env["type"]
 
 
-POLICY_NAMES = {"diffusion": "Diffusion Policy", "act": "ACT"}
+POLICY_NAMES = {"diffusion": "Diffusion Policy", "act": "ACT", "tdmpc": "TD-MPC"}
 CONVERSION_MIN = [0.0]  # minutes the --human conversion took (counted in wall_min and reported as record_min)
 
 

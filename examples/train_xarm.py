@@ -18,12 +18,13 @@ scripted demonstrations (~90k frames, a few minutes to record). Not LeRobot's xA
 not gym-xarm's (docs/xarm.md). Planning at these sizes costs seconds per plan on a CPU: a GPU recipe, not measured.
 
 `cpu` needs neither a GPU nor the Hub: narrower networks and a smaller planner, sized by step time on a 2-core CPU
-(docs/xarm.md has the figures; learning is not measured yet). Its reasons are written beside it.
+(docs/xarm.md and docs/results.md have the figures). Its reasons are written beside it.
 
 A recipe is a typed preset whose fields are put before your flags, so every flag you give overrides it (`--help` lists
 them); see hfpolicy.training.recipes.
 """
 
+import dataclasses
 import sys
 
 from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
@@ -31,7 +32,7 @@ from hfpolicy.envs import XarmEnvConfig
 from hfpolicy.policies import TDMPCConfig
 from hfpolicy.training import recipes
 from hfpolicy.training.config import DatasetConfig, TrainConfig, TrainEvalConfig
-from hfpolicy.training.recipes import PolicyPreset, Recipe
+from hfpolicy.training.recipes import CPU_STATE_POLICIES, PolicyPreset, Recipe
 
 PROG = "train_xarm.py"
 STATE_INPUTS = [OBS_STATE, OBS_ENV_STATE]
@@ -48,24 +49,22 @@ PAPER_RECIPE = Recipe(
     policies={"tdmpc": PolicyPreset(TDMPCConfig())},  # LeRobot 0.6.1's defaults (FOWM's sizes, lr 3e-4)
 )
 
-# The cpu recipe, for the 2-core dev machine. Why these settings (measured there, 1 torch thread, other jobs running at
-# load 4-5; docs/xarm.md "examples/train_xarm.py"):
+# The cpu recipe, for the 2-core dev machine. Why these settings (measured there, 1 torch thread; docs/xarm.md
+# "examples/train_xarm.py", docs/results.md):
 # - state inputs (end effector + gripper, the cube's pose): a camera frame costs ~0.13 s to render on this CPU whatever
-#   its size, more than a planning step, and the scripted recordings are state-only;
-# - TD-MPC's planning is the evaluation's cost: every env plans alone (seeded episodes), each plan covers 2 steps
-#   (action repeats), so a 200-step episode that fails is 100 plans. At LeRobot's sizes a plan took 3.0-4.3 s (a
-#   failed episode ~6 minutes); with MLPs 128 wide (state encoder 64) and MPPI with 64 Gaussian + 8 pi samples, 8
-#   elites, 3 iterations it takes 0.05-0.08 s. The latent (50), the 5 Q
-#   functions, the horizon (5), the repeats (2) and all the losses stay LeRobot's;
-# - a training step at batch 256 (LeRobot's) takes 0.16-0.19 s with these networks (1.0-1.9 s at LeRobot's), so 5000
-#   steps cost ~15 minutes; 100 demonstrations (11248 frames, recorded in ~25 s) make that ~110 passes over the data;
+#   its size, more than a training step, and the scripted recordings are state-only;
+# - the shared small TD-MPC (recipes.CPU_STATE_POLICIES): LeRobot's latent, Q ensemble, horizon, repeats and losses,
+#   MLPs 128 wide; it acts with pi (use_mpc=False): trained offline on expert demonstrations, the same checkpoint
+#   succeeded with pi and failed with MPPI planning (docs/results.md); `--policy.use_mpc=true` plans;
+# - a training step at batch 256 (LeRobot's) takes ~0.07 s on an idle core (0.16-0.19 s at load 4-5), so 10000 steps
+#   cost ~12-30 minutes; 100 demonstrations (11248 frames, recorded in ~25 s) make that ~230 passes over the data;
 # - one torch thread: these 128-wide MLPs give a second thread little to share, and on the 2-core machine with other
 #   jobs running 2 threads made a step 1.3-4.2 s instead of 0.16-0.19 s (--num_threads=N overrides it);
-# - a 20-episode evaluation every 1000 steps (the curve) and 100 episodes at the end, one filmed per evaluation: a
-#   failed (200-step) episode took 5.8 s, a filmed one 28.6 s (a 384x384 frame costs ~0.13 s, as an 84x84 one), so
-#   the 4 periodic evaluations cost <= ~9 minutes and the final one <= ~10, less as episodes succeed (the expert's
-#   take ~112 steps). In all <= ~36 minutes, recording included.
-STEPS = 5000
+# - a 20-episode evaluation every 2000 steps (the curve) and 100 episodes at the end, one filmed per evaluation (a
+#   384x384 frame costs ~0.13 s): with pi a 200-step episode costs well under a second unfilmed.
+# `--policy.type=diffusion|act` trains the same small presets as PushT's cpu recipe (docs/results.md compares them at
+# equal minutes).
+STEPS = 10_000
 CPU_RECIPE = Recipe(
     run=TrainConfig(
         dataset=DatasetConfig(scripted_episodes=100, input_features=STATE_INPUTS),  # recorded once
@@ -73,20 +72,13 @@ CPU_RECIPE = Recipe(
         steps=STEPS,
         batch_size=256,
         num_threads=1,
-        save_freq=1000,
+        save_freq=2000,
         eval=TrainEvalConfig(freq=STEPS // 5, n_episodes=20, final_n_episodes=100, batch_size=50, n_videos=1),
     ),
-    policies={
-        "tdmpc": PolicyPreset(
-            TDMPCConfig(
-                mlp_dim=128,
-                state_encoder_hidden_dim=64,
-                n_gaussian_samples=64,
-                n_pi_samples=8,
-                n_elites=8,
-                cem_iterations=3,
-            )
-        )
+    policies={  # TD-MPC first (the default); Diffusion Policy and ACT at about TD-MPC's minutes (docs/results.md)
+        "tdmpc": CPU_STATE_POLICIES["tdmpc"],
+        "diffusion": dataclasses.replace(CPU_STATE_POLICIES["diffusion"], steps=1600),
+        "act": dataclasses.replace(CPU_STATE_POLICIES["act"], steps=1800),
     },
 )
 RECIPES: dict[str, Recipe] = {"paper": PAPER_RECIPE, "cpu": CPU_RECIPE}
