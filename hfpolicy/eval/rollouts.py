@@ -83,7 +83,7 @@ class RandomActions:
             raise ValueError(f"random actions need a bounded Box action space, got {space}")
         self.low, self.high = (
             torch.as_tensor(space.low, dtype=torch.float32),
-            torch.as_tensor(space.high, torch.float32),
+            torch.as_tensor(space.high, dtype=torch.float32),
         )
         self._generators: list[torch.Generator] = []
 

@@ -312,9 +312,14 @@ def pure_online_problems(cfg: "TrainConfig") -> list[str]:
     return problems
 
 
-def describe_dataset(dataset: DatasetConfig, env: EnvConfig | None = None) -> str:
+def describe_dataset(dataset: DatasetConfig, env: EnvConfig | None = None, online: OnlineConfig | None = None) -> str:
     """One phrase for the first line a run prints: where its data comes from (a scripted recording: of `env`'s
-    task, default PushT)."""
+    task, default PushT; none: pure `online`)."""
+    if online is not None and online.pure:
+        return (
+            f"none: pure online, {counted(online.seed_episodes, 'episode')} of random actions first, then the "
+            "policy's own"
+        )
     if dataset.scripted_episodes > 0:
         root = dataset.root or scripted_dataset_root(dataset.scripted_episodes, env)
         state = "reused" if Path(root).exists() else "recorded now, reused by later runs"
