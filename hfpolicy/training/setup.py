@@ -201,14 +201,7 @@ def build_training(cfg: TrainConfig, run: RunFolder) -> Training:
     )
     threads = choose_cpu_threads(cfg.num_threads, accelerator.num_processes)
     set_seed(cfg.seed, device_specific=True)  # seed + rank: different crops and noise on each process
-    data: TrainingData | None = None
-    online: OnlineTraining | None
-    if cfg.online.pure:  # no offline data: the seed round of random actions is the first data
-        cfg, online, stats = make_pure_online_training(cfg, run.root, accelerator)
-    else:
-        cfg, data = load_training_data(cfg, accelerator)
-        online = make_online_training(cfg, run.root, data.dataset) if cfg.online.every > 0 else None
-        stats = data.dataset.stats
+    cfg, data, online, stats = load_data_and_online(cfg, run, accelerator)
     policy = make_policy(cfg.policy, dataset_stats=stats)
     if cfg.policy.pretrained_path and not cfg.resume:  # fine-tuning: the saved weights and stats (a resume: its own)
         load_pretrained_weights(policy, cfg.policy.pretrained_path)
@@ -242,11 +235,7 @@ def build_training(cfg: TrainConfig, run: RunFolder) -> Training:
         optimizer=optimizer,
         lr_scheduler=lr_scheduler,
         ema=ema,
-        batches=None
-        if data is None
-        else endless_batches(
-            data.dataloader, data.batch_sampler, start_step * cfg.gradient_accumulation_steps, cfg.seed
-        ),
+        batches=offline_batches(data, cfg, start_step),
         env_cfg=env_cfg,
         start_step=start_step,
         samples_per_step=cfg.batch_size * cfg.gradient_accumulation_steps * accelerator.num_processes,
@@ -257,6 +246,26 @@ def build_training(cfg: TrainConfig, run: RunFolder) -> Training:
     )
     announce_training(training, data)
     return training
+
+
+def offline_batches(data: TrainingData | None, cfg: TrainConfig, start_step: int) -> Iterator[dict[str, Any]] | None:
+    """The run's endless offline batches from `start_step` on (None: pure online has no offline data)."""
+    if data is None:
+        return None
+    return endless_batches(data.dataloader, data.batch_sampler, start_step * cfg.gradient_accumulation_steps, cfg.seed)
+
+
+def load_data_and_online(
+    cfg: TrainConfig, run: RunFolder, accelerator: Accelerator
+) -> tuple[TrainConfig, TrainingData | None, OnlineTraining | None, dict[str, Any]]:
+    """(the config with the policy's features, the offline data (None: pure online), the online data (None: offline
+    training), the stats that normalize the policy)."""
+    if cfg.online.pure:  # no offline data: the seed round of random actions is the first data
+        cfg, pure, stats = make_pure_online_training(cfg, run.root, accelerator)
+        return cfg, None, pure, stats
+    cfg, data = load_training_data(cfg, accelerator)
+    online = make_online_training(cfg, run.root, data.dataset) if cfg.online.every > 0 else None
+    return cfg, data, online, data.dataset.stats
 
 
 def announce_training(training: Training, data: TrainingData | None) -> None:
