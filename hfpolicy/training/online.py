@@ -466,23 +466,20 @@ def policy_rollouts(
         labeller = PushTExpert
     collector = EpisodeCollector(features, labeller=labeller, expert_drive_prob=cfg.expert_drive_prob)
     env = env_cfg.make(len(seeds), parallel=False)
-    if policy is None:
-        try:
-            rollout(RandomActions(env.single_action_space), env, seeds=seeds, step_hook=collector)
-            collector.flush()
-        finally:
-            env.close()
-        return sorted(collector.episodes(), key=lambda e: e.seed)
-    was_training = policy.training
-    policy.eval()
+    was_training = policy is not None and policy.training
+    exploring = contextlib.nullcontext() if policy is None or exploration is None else policy.exploring(exploration)
     try:
-        with policy.exploring(exploration) if exploration is not None else contextlib.nullcontext():
-            rollout(policy, env, seeds=seeds, step_hook=collector)
+        if policy is not None:
+            policy.eval()
+        with exploring:
+            actor = RandomActions(env.single_action_space) if policy is None else policy
+            rollout(actor, env, seeds=seeds, step_hook=collector)
         collector.flush()
     finally:
         env.close()
-        policy.reset()
-        policy.train(was_training)
+        if policy is not None:
+            policy.reset()
+            policy.train(was_training)
     return sorted(collector.episodes(), key=lambda e: e.seed)
 
 
