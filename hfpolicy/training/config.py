@@ -91,6 +91,8 @@ class OnlineConfig:
     ratio: float | None = None  # the fraction of every training batch drawn from the online data once it has any, in
     # [0, 1]; default 0.5 (1 in pure online: --online.seed_episodes)
     start_seed: int = 1_000_000  # online episode j of round r is seeded start_seed + seed_episodes + r * n_episodes + j
+    seed_episodes: int = 0  # > 0: pure online (reward labels, no demonstrations): the run starts with this many seeded
+    # random-action episodes (TD-MPC's seed steps), which give the normalization stats; every batch is online data
     updates_per_env_step: float = 0.0  # > 0: gradient steps per env step: the next round starts max(every, ceil(this
     # x the env steps of the last round)) steps after it; 0: every `every` steps
     exploration_std: float = 0.0  # reward labels: the planner's std is floored at this (normalized actions, [-1, 1])
@@ -98,10 +100,7 @@ class OnlineConfig:
     # per episode from its seed; annealed linearly to exploration_std_end over exploration_steps online env steps
     exploration_std_end: float | None = None  # ... down to this (default: exploration_std: constant)
     exploration_steps: int = 25_000  # online env steps over which the exploration std anneals (TD-MPC's 25000)
-    capacity: int = 0  # > 0: batches sample only the newest whole online episodes within this many frames (older
-    # episodes stay on disk, unused); 0: all
-    seed_episodes: int = 0  # > 0: pure online (reward labels, no demonstrations): the run starts with this many seeded
-    # random-action episodes (TD-MPC's seed steps), which give the normalization stats; every batch is online data
+    capacity: int = 0  # > 0: sample only the newest whole online episodes within this many frames (files kept); 0: all
 
     @property
     def batch_ratio(self) -> float:
