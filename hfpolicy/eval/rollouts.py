@@ -140,10 +140,10 @@ def rollout(
         raise ValueError(f"render_slots {list(render_slots)} must be among the {n_episodes} slots that get a seed")
     if render_slots and on_frame is None:
         raise ValueError("render_slots needs an on_frame to receive their frames")
-    if isinstance(policy, Policy):
-        device, input_keys = policy_device(policy), set(policy.config.input_features)
-    else:  # random actions: no observation read
+    if isinstance(policy, RandomActions):  # no observation read
         device, input_keys = torch.device("cpu"), set()
+    else:
+        device, input_keys = policy_device(policy), set(policy.config.input_features)
 
     running = np.zeros(n_envs, dtype=bool)
     running[:n_episodes] = True
