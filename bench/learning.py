@@ -12,6 +12,8 @@ With --env aloha the same for ALOHA's cpu recipe (examples/train_aloha.py: 100 s
     python bench/learning.py --env aloha --env.task=AlohaInsertion-v0    # the insertion task
     python bench/learning.py --env xarm               # accelerate launch examples/train_xarm.py --recipe=cpu (TD-MPC)
     python bench/learning.py --env xarm -- --policy.type=act --steps=1800   # another policy on the same recording
+    python bench/learning.py --env xarm --online      # ... --online_rl: offline, then online RL (FOWM)
+    python bench/learning.py --env xarm --pure-online # ... --pure_online: online RL without demonstrations
 
 With --human the zarr (--zarr, default ../shared/data/pusht_cchi_v7_replay.zarr beside the repo) is converted with
 `hfpolicy convert pusht-zarr --environment_state=true` into the run's work folder (record_min is then the conversion)
@@ -24,8 +26,10 @@ Flags after `--` go to examples/train_pusht.py (examples/train_<env>.py with --e
 fresh cache folder (so its time counts) unless --reuse-recording. Prints a table and, last, one JSON line:
 success_rate, avg_max_reward, ci95, n_episodes, wall_min, record_min, train_min, eval_min, train_steps, params_m,
 curve ([minutes, success_rate] per evaluation), recipe, policy, dataset, env (pusht, xarm, or aloha/<task>), and with
---online also online_episodes, online_frames, online_min, labels and online_curve ([minutes, success rate of the
-round's 50 policy episodes] per round: the policy measured on fresh seeds while it trains).
+--online also online_episodes, online_frames, online_env_steps, online_min, labels and online_curve ([minutes,
+success rate of the round's policy episodes] per round: the policy measured on fresh seeds while it trains). With
+--env xarm, --online and --pure-online run examples/train_xarm.py's own online settings (its --online_rl and
+--pure_online; PushT's ONLINE_FLAGS below are PushT's).
 """
 
 import argparse
@@ -67,14 +71,18 @@ def main() -> None:
     parser.add_argument("--compare", default=None, help="a JSON line of another run, drawn beside this one")
     parser.add_argument("--human", action="store_true", help="the 206 human demos (converted from --zarr)")
     parser.add_argument("--zarr", default=str(ROOT.parent / "shared" / "data" / "pusht_cchi_v7_replay.zarr"))
+    parser.add_argument("--pure-online", action="store_true", help="with --env xarm: online RL, no demonstrations")
     parser.add_argument("--env", choices=("pusht", "aloha", "xarm"), default="pusht", help="the task family's example")
     parser.add_argument("--env.task", dest="env_task", default=None, help="with --env aloha: AlohaInsertion-v0, ...")
     parser.add_argument("train_flags", nargs="*", help="flags for the example (after --)")
     args = parser.parse_args()
-    if args.env != "pusht" and (args.online or args.human):
-        parser.error(
-            f"--online and --human are PushT's (its expert, its human demos); leave them out with --env {args.env}"
-        )
+    if args.env == "aloha" and (args.online or args.human):
+        parser.error("--online and --human are PushT's (its expert, its human demos); leave them out with --env aloha")
+    if args.env == "xarm" and args.human:
+        parser.error("--human is PushT's (its human demos); leave it out with --env xarm")
+    if args.pure_online and (args.env != "xarm" or args.online):
+        parser.error("--pure-online is examples/train_xarm.py's (TD-MPC without demonstrations): use it with --env xarm "
+                     "and without --online")  # fmt: skip
     if args.env_task is not None and args.env != "aloha":
         parser.error("--env.task names an ALOHA task: add --env aloha")
 
@@ -88,7 +96,7 @@ def main() -> None:
     task_flags = [f"--env.task={args.env_task}"] if args.env_task else []
     command = [
         sys.executable, "-m", "accelerate.commands.launch", str(script),
-        "--recipe=cpu", f"--output_dir={output_dir}", "--progress=false", *(ONLINE_FLAGS if args.online else []),
+        "--recipe=cpu", f"--output_dir={output_dir}", "--progress=false", *online_flags(args),
         *data_flags, *task_flags, *args.train_flags,
     ]  # fmt: skip
     print("running:", " ".join(command), flush=True)
@@ -149,7 +157,7 @@ def main() -> None:
         "curve": curve,
         "recipe": train_config.get("recipe"),
         "policy": train_config["policy"]["type"],
-        "dataset": train_config["dataset"].get("root") or train_config["dataset"]["repo_id"],
+        "dataset": dataset_name(train_config),
         "env": env_name(train_config["env"]),
         **online_result(train_config, rounds, online_min, online_curve),
         **paper_statistics(evals),
@@ -189,6 +197,22 @@ def main() -> None:
         others = [json.loads(Path(args.compare).read_text().splitlines()[-1])] if args.compare else []
         plot_curve([result, *others], Path(args.plot))
     print(json.dumps(result))
+
+
+def dataset_name(train_config: dict) -> str:
+    """The JSON line's `dataset`: the local folder, the Hub repo id, or none (pure online)."""
+    online = train_config.get("online", {})
+    if online.get("every") and online.get("seed_episodes"):
+        return f"none (pure online: {online['seed_episodes']} random-action episodes first)"
+    return train_config["dataset"].get("root") or train_config["dataset"]["repo_id"]
+
+
+def online_flags(args: argparse.Namespace) -> list[str]:
+    """The example's flags for --online / --pure-online: PushT's ONLINE_FLAGS, or examples/train_xarm.py's own
+    online settings (its --online_rl / --pure_online run its cpu recipe)."""
+    if args.env == "xarm":
+        return ["--online_rl"] if args.online else ["--pure_online"] if args.pure_online else []
+    return ONLINE_FLAGS if args.online else []
 
 
 def env_name(env: dict) -> str:
@@ -239,6 +263,7 @@ def online_result(train_config: dict, rounds: list[dict], online_min: float, onl
         "labels": online["labels"],
         "online_episodes": int(rounds[-1]["online/episodes"]) if rounds else 0,
         "online_frames": int(rounds[-1]["online/frames"]) if rounds else 0,
+        "online_env_steps": int(rounds[-1].get("online/env_steps", 0)) if rounds else 0,
         "online_min": round(online_min, 2),
         "online_curve": online_curve,
     }

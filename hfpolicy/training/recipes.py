@@ -239,7 +239,7 @@ def run_recipe(
         lambda: main(
             train_flags,
             announce=lambda cfg: (
-                f"recipe {chosen.name} ({chosen.reason}); data: {describe_dataset(cfg.dataset, cfg.env)}"
+                f"recipe {chosen.name} ({chosen.reason}); data: {describe_dataset(cfg.dataset, cfg.env, cfg.online)}"
             ),
             prog=prog,
         ),
@@ -252,16 +252,16 @@ def run_example(
     argv: list[str] | None,
     choose_recipe: Callable[[list[str]], tuple[str, str, list[str]]],
     recipe_flags: Callable[[str, list[str]], list[str]],
+    help_lines: Sequence[str] = (),
 ) -> int:
     """An example script's run: --num_processes split off, its recipe chosen (`choose_recipe(argv)`: name, reason,
     the user's flags), a state recipe without state inputs refused, then `run_recipe` with `recipe_flags(recipe,
-    flags)` before the user's."""
+    flags)` before the user's (`help_lines`: the script's own, for --help)."""
     num_processes, argv = split_num_processes(sys.argv[1:] if argv is None else argv, prog=prog)
     recipe, reason, flags = choose_recipe(argv)
     problem = state_inputs_missing(recipe, flags, prog=prog)
     if problem is not None:
         print(problem, file=sys.stderr)
         return 2
-    return run_recipe(
-        script, prog, argv, num_processes, ChosenRecipe(recipe, reason, recipe_flags(recipe, flags)), flags
-    )
+    chosen = ChosenRecipe(recipe, reason, recipe_flags(recipe, flags))
+    return run_recipe(script, prog, argv, num_processes, chosen, flags, help_lines)
