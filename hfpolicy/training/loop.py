@@ -193,11 +193,11 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
             step += 1
             step_start = time.perf_counter()
             loss_sum, data_s, grad_norm = 0.0, 0.0, None
-            for _ in range(cfg.gradient_accumulation_steps):
+            for part in range(cfg.gradient_accumulation_steps):
                 data_start = time.perf_counter()
-                batch = next(t.batches)
-                if t.online is not None:
-                    batch = t.online.mix(batch, step, accelerator.process_index)
+                offline = next(t.batches) if t.batches is not None else None  # None: pure online
+                batch = offline if t.online is None else t.online.mix(offline, step, accelerator.process_index, part)
+                assert batch is not None  # a run without offline data is an online one
                 batch = move_to_device(batch, accelerator.device, t.image_keys)
                 data_s += time.perf_counter() - data_start
                 with accelerator.accumulate(policy), accelerator.autocast():
@@ -301,16 +301,18 @@ def online_round(t: Training, step: int, bar: tqdm, clock: TrainingClock) -> Non
     episodes (the main bar says which round runs)."""
     online, accelerator = t.online, t.accelerator
     start = time.perf_counter()
-    bar.set_postfix_str(f"online round {online.round_index(step)}", refresh=False)
+    bar.set_postfix_str(f"online round {online.n_rounds}", refresh=False)
     stats = online.collect(accelerator, t.policy, t.ema, step, progress=accelerator.is_main_process and t.cfg.progress)
     stats["online/round_s"] = time.perf_counter() - start
     clock.add_round(online.cfg.n_episodes, stats["online/round_s"])
+    clock.round_plan = online.planned_rounds(step, t.cfg.steps)  # the next round's step depends on this one
     log_entry(accelerator, t.run, step, stats)
     if accelerator.is_main_process:
         bar.write(
-            f"step {step}: online round {online.round_index(step)}: success {100 * stats['online/round_success']:.0f}%, "
+            f"step {step}: online round {online.n_rounds - 1}: success {100 * stats['online/round_success']:.0f}%, "
             f"{counted(online.n_episodes, 'online episode')} ({counted(online.n_frames, 'frame')}), "
-            f"{stats['online/round_s']:.0f} s"
+            f"{stats['online/round_s']:.0f} s; {counted(online.env_steps, 'online env step')}, next round after step "
+            f"{online.next_round}"
         )
 
 
