@@ -39,7 +39,7 @@ from hfpolicy.policies.ema import EMA
 from hfpolicy.record.scripted_cache import scripted_dataset_root
 from hfpolicy.runs.curve import draw_training_curve
 from hfpolicy.runs.run_folder import PRETRAINED_DIR, RunFolder
-from hfpolicy.training.checkpoints import save_checkpoint, save_shareable_policy
+from hfpolicy.training.checkpoints import checkpoint_size_line, save_checkpoint, save_shareable_policy
 from hfpolicy.training.config import TrainConfig, TrainConfigError, validate_train_config
 from hfpolicy.training.progress import (
     NonFiniteLossGuard,
@@ -176,6 +176,7 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
     eval_summary, hub_commit = None, None
     window = RunningMeans()  # losses and timings since the last log entry
     loss_guard = NonFiniteLossGuard(accelerator.device)
+    saved_before = False  # the first save of this process says what a checkpoint takes
     for step in range(t.start_step + 1, cfg.steps + 1):
         step_start = time.perf_counter()
         loss_sum, data_s, grad_norm = 0.0, 0.0, None
@@ -224,8 +225,11 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
             log_entry(accelerator, run, step, entry)
 
         if saved:  # before the evaluation: a stop during it keeps this step
-            save_training_checkpoint(t, step)
+            checkpoint = save_training_checkpoint(t, step)
             stops.saved()
+            if is_main and not saved_before:
+                bar.write(checkpoint_size_line(checkpoint, cfg.keep_last_checkpoints))
+            saved_before = True
 
         if evaluated and t.env_cfg is not None:
             eval_start = time.perf_counter()
@@ -285,10 +289,10 @@ def online_round(t: Training, step: int, bar: tqdm) -> None:
         )
 
 
-def save_training_checkpoint(t: Training, step: int) -> None:
+def save_training_checkpoint(t: Training, step: int) -> Path:
     """checkpoints/step_<step>: the shareable policy and the state an exact resume restores."""
     accelerator = t.accelerator
-    save_checkpoint(
+    return save_checkpoint(
         accelerator,
         t.run.root,
         step,
