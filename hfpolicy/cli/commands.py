@@ -90,7 +90,7 @@ COMMANDS: dict[str, Command] = {
     "push": Command(
         config="hfpolicy.hub.push_config:PushConfig",
         run="hfpolicy.hub.push:push_command",
-        help="push a training run (policy, evaluation, curve, card) to the Hub",
+        help="push a training run (policy, evaluation, curve, card), or a dataset folder, to the Hub",
         bad_input=("hfpolicy.hub.push:PushError",),
     ),
     "export": Command(

@@ -75,15 +75,22 @@ def camera_spans(meta: DatasetMeta, episode: int, file_ids: dict[str, int]) -> d
 
 
 def dataset_page_data(
-    root: str | Path, link_video: Callable[[Path], str], title: str | None = None, repo_id: str | None = None
+    root: str | Path,
+    link_video: Callable[[Path], str],
+    title: str | None = None,
+    repo_id: str | None = None,
+    *,
+    episodes: list[int] | None = None,
+    source: str | None = None,
 ) -> dict[str, Any]:
-    """The page data of the LeRobot v3.0 dataset at `root`; `link_video(mp4 path)` gives the page's video URL."""
+    """The page data of the LeRobot dataset at `root` (of its `episodes`, default all); `link_video(mp4 path)` gives
+    the page's video URL; `source` says where the dataset is (default: `root`)."""
     root = Path(root)
-    dataset = PolicyDataset(repo_id or root.resolve().name, root=root, download_videos=False)
+    dataset = PolicyDataset(repo_id or root.resolve().name, root=root, episodes=episodes, download_videos=False)
     meta = dataset.meta
     keys = plotted_keys(meta)
     file_ids: dict[str, int] = {}
-    episodes, budget = [], MAX_SERIES_VALUES
+    shown, budget = [], MAX_SERIES_VALUES
     values_per_frame = sum(int(np.prod(meta.features[k]["shape"])) for k in keys)
     for position, episode in enumerate(dataset.episodes):
         start, end = (int(i) for i in dataset.episode_bounds[position])
@@ -103,7 +110,7 @@ def dataset_page_data(
         if budget >= (end - start) * values_per_frame:
             record["series"] = episode_series(batch, keys)
             budget -= (end - start) * values_per_frame
-        episodes.append(record)
+        shown.append(record)
     missing = [path for path in file_ids if not (root / path).is_file()]
     if missing:
         raise DatasetFormatError(
@@ -113,10 +120,11 @@ def dataset_page_data(
     return {
         "kind": "dataset",
         "title": title or f"dataset: {meta.repo_id}",
-        "source": str(root),
+        "source": source or str(root),
         "repo_id": meta.repo_id,
         "fps": meta.fps,
         "n_episodes": meta.total_episodes,
+        "n_shown": len(shown),
         "n_frames": meta.total_frames,
         "codebase_version": meta.info.get("codebase_version"),
         "robot_type": meta.info.get("robot_type"),
@@ -125,5 +133,5 @@ def dataset_page_data(
         "series_keys": [{"key": k, "names": dimension_names(meta.features[k])} for k in keys],
         "features": feature_table(meta),
         "video_files": [link_video(root / path) for path, _ in sorted(file_ids.items(), key=lambda kv: kv[1])],
-        "episodes": episodes,
+        "episodes": shown,
     }

@@ -80,7 +80,7 @@ class VideoLinker:
         video = Path(video)
         if self.embed:
             return "data:video/mp4;base64," + base64.b64encode(video.read_bytes()).decode("ascii")
-        relative = os.path.relpath(video.resolve(), self.page_dir)
+        relative = os.path.relpath(os.path.abspath(video), self.page_dir)  # a link's own name (a Hub cache's .mp4)
         return Path(relative).as_posix()
 
 

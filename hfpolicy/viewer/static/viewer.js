@@ -250,7 +250,8 @@
     const withSuccess = eps.filter((e) => e.success !== null);
     const nSuccess = withSuccess.filter((e) => e.success).length;
     root.append(el("div", { class: "cards" },
-      card(String(DATA.n_episodes), "episodes"), card(String(DATA.n_frames), "frames"), card(fmt(DATA.fps), "fps"),
+      card(String(DATA.n_episodes), "episodes", DATA.n_shown < DATA.n_episodes ? `${DATA.n_shown} shown here (--episodes)` : null),
+      card(String(DATA.n_frames), "frames"), card(fmt(DATA.fps), "fps"),
       withSuccess.length ? card(pct(100 * nSuccess / withSuccess.length), "episodes that succeed") : null,
       card(String(DATA.cameras.length), "cameras", DATA.cameras.join(", ")),
       card(String(DATA.tasks.length), "tasks", DATA.tasks.length === 1 ? DATA.tasks[0] : null),
