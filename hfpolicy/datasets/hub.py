@@ -90,6 +90,19 @@ def code_block(text: str, language: str = "") -> list[str]:
     return [f"{fence}{language}", text, fence]
 
 
+def feature_rows(features: dict[str, Any]) -> list[str]:
+    """The card's table rows of the features (key, dtype, shape, names), escaped."""
+    rows = []
+    for key, feature in features.items():
+        names = feature.get("names")
+        shown = ", ".join(map(str, names)) if isinstance(names, list) else (json.dumps(names) if names else "")
+        rows.append(
+            f"| {markdown_code(key)} | {markdown_text(feature['dtype'])} | {markdown_text(list(feature['shape']))} "
+            f"| {markdown_text(shown)} |"
+        )
+    return rows
+
+
 def make_dataset_card(
     info: dict[str, Any],
     repo_id: str,
@@ -107,14 +120,6 @@ def make_dataset_card(
         configs=[{"config_name": "default", "data_files": DATA_FILES_GLOB}],
     )
     version = str(info.get("codebase_version", CODEBASE_VERSION))
-    rows = []
-    for key, feature in info["features"].items():
-        names = feature.get("names")
-        shown = ", ".join(map(str, names)) if isinstance(names, list) else (json.dumps(names) if names else "")
-        rows.append(
-            f"| {markdown_code(key)} | {markdown_text(feature['dtype'])} | {markdown_text(list(feature['shape']))} "
-            f"| {markdown_text(shown)} |"
-        )
     robot = f", robot type {markdown_code(info['robot_type'])}" if info.get("robot_type") else ""
     counts = [markdown_text(info.get(key, "?")) for key in ("total_episodes", "total_frames", "total_tasks")]
     fps = markdown_text(info["fps"])
@@ -129,7 +134,7 @@ def make_dataset_card(
         "",
         "| key | dtype | shape | names |",
         "|---|---|---|---|",
-        *rows,
+        *feature_rows(info["features"]),
         "",
         "## Use",
         "",

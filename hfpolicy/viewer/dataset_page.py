@@ -74,6 +74,22 @@ def camera_spans(meta: DatasetMeta, episode: int, file_ids: dict[str, int]) -> d
     return spans
 
 
+def episode_record(meta: DatasetMeta, episode: int, batch: dict[str, Any], file_ids: dict[str, int]) -> dict[str, Any]:
+    """One row of the episode table (its series added by the caller, within the page's budget)."""
+    row = meta.episode_row(episode)
+    tasks = row.get(EP_TASKS)
+    return {
+        "index": episode,
+        "length": int(row[EP_LENGTH]),
+        "task": " / ".join(tasks) if tasks is not None and len(tasks) else sorted(set(batch["task"]))[0],
+        "success": bool(batch[SUCCESS].any()) if SUCCESS in batch else None,
+        "max_reward": rounded(float(batch[REWARD].max())) if REWARD in batch else None,
+        "sum_reward": rounded(float(batch[REWARD].sum())) if REWARD in batch else None,
+        "cameras": camera_spans(meta, episode, file_ids),
+        "series": None,
+    }
+
+
 def dataset_page_data(
     root: str | Path,
     link_video: Callable[[Path], str],
@@ -95,18 +111,7 @@ def dataset_page_data(
     for position, episode in enumerate(dataset.episodes):
         start, end = (int(i) for i in dataset.episode_bounds[position])
         batch = dataset.get_batch(range(start, end))
-        row = meta.episode_row(episode)
-        tasks = row.get(EP_TASKS)
-        record = {
-            "index": episode,
-            "length": int(row[EP_LENGTH]),
-            "task": " / ".join(tasks) if tasks is not None and len(tasks) else sorted(set(batch["task"]))[0],
-            "success": bool(batch[SUCCESS].any()) if SUCCESS in batch else None,
-            "max_reward": rounded(float(batch[REWARD].max())) if REWARD in batch else None,
-            "sum_reward": rounded(float(batch[REWARD].sum())) if REWARD in batch else None,
-            "cameras": camera_spans(meta, episode, file_ids),
-            "series": None,
-        }
+        record = episode_record(meta, episode, batch, file_ids)
         if budget >= (end - start) * values_per_frame:
             record["series"] = episode_series(batch, keys)
             budget -= (end - start) * values_per_frame
