@@ -43,6 +43,7 @@ from hfpolicy.io.paths import contained_path
 from hfpolicy.io.staging import shared_staging_destination, shared_staging_path, shared_staging_pattern
 from hfpolicy.io.tensor_tree import load_tree, save_tree
 from hfpolicy.policies.ema import EMA
+from hfpolicy.policies.module import WeightsOrigin
 from hfpolicy.runs.run_folder import (  # noqa: F401 (CHECKPOINTS_DIR, list_checkpoints: re-exported)
     CHECKPOINTS_DIR,
     PRETRAINED_DIR,
@@ -412,10 +413,12 @@ def describe_save_error(error: OSError | SafetensorError, where: Path, run: RunF
 
 
 def save_shareable_policy(
-    accelerator: Accelerator, policy: torch.nn.Module, ema: EMA | None, cfg: TrainConfig, folder: Path
+    accelerator: Accelerator, policy: torch.nn.Module, ema: EMA | None, cfg: TrainConfig, folder: Path, step: int
 ) -> None:
-    """save_pretrained with the EMA weights (when EMA is on) and the train_config.json beside them."""
+    """save_pretrained with the EMA weights (when EMA is on), recorded as those of `step`, and the
+    train_config.json beside them."""
     model = accelerator.unwrap_model(policy)
+    model.weights_origin = WeightsOrigin(training_step=step, ema=ema is not None)
     card = {"repo_id": str(published_path(folder))}  # the card loads it from where it ends up, not the staging folder
     with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
         model.save_pretrained(folder, model_card_kwargs=card)

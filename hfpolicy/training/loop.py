@@ -20,8 +20,6 @@ recorded (hfpolicy.training.resume_flags). A NaN or inf loss stops the run befor
 
 import contextlib
 import dataclasses
-import os
-import shlex
 import shutil
 import sys
 import time
@@ -32,10 +30,12 @@ import torch
 from accelerate import Accelerator
 from tqdm.auto import tqdm
 
+from hfpolicy.cli.commands import command_line
 from hfpolicy.eval.distributed import evaluate_on_all_processes
 from hfpolicy.hub.push import PushError, check_push_access, push_run
 from hfpolicy.policies import Policy
 from hfpolicy.policies.ema import EMA
+from hfpolicy.policies.module import WeightsOrigin
 from hfpolicy.record.scripted_cache import scripted_dataset_root
 from hfpolicy.runs.curve import draw_training_curve
 from hfpolicy.runs.run_folder import PRETRAINED_DIR, RunFolder
@@ -236,8 +236,9 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
             try:
                 with stops.interruptible():  # nothing is lost by ending an evaluation at once
                     result = evaluate_on_all_processes(
-                        accelerator, policy, t.ema, t.env_cfg, cfg.eval, run.eval_dir(step), t.eval_plan[step]
-                    )
+                        accelerator, policy, t.ema, t.env_cfg, cfg.eval, run.eval_dir(step), t.eval_plan[step],
+                        run_dir=run.root, step=step,
+                    )  # fmt: skip
             except Interrupted:
                 bar.close()
                 raise stopped_during_evaluation(t, stops, step, saved, loss_guard) from None
@@ -296,7 +297,7 @@ def save_training_checkpoint(t: Training, step: int) -> Path:
         accelerator,
         t.run.root,
         step,
-        save_policy=lambda folder: save_shareable_policy(accelerator, t.policy, t.ema, t.cfg, folder),
+        save_policy=lambda folder: save_shareable_policy(accelerator, t.policy, t.ema, t.cfg, folder, step),
         keep_last=t.cfg.keep_last_checkpoints,
         extra_state=t.online.state() if t.online is not None else None,
         **t.state,
@@ -337,6 +338,7 @@ def push_trained_policy(
 ) -> str:
     """Pushes the run (hfpolicy.hub.push) with the policy's EMA weights, its evaluation up to `step` and this command."""
     model = accelerator.unwrap_model(policy)
+    model.weights_origin = WeightsOrigin(training_step=step, ema=ema is not None)
     with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
         return push_run(
             output_dir,
@@ -344,19 +346,8 @@ def push_trained_policy(
             policy=model,
             private=cfg.hub.private,
             branch=cfg.hub.branch,
-            train_command=reproduce_command(),
+            train_command=command_line(),
             up_to_step=step,
             check_access=False,  # checked before step 1
             online_data_repo_id=cfg.hub.online_data_repo_id,
         )
-
-
-def reproduce_command() -> str:
-    """The command line of this run, as `accelerate launch ...` when launched by accelerate."""
-    argv = [shlex.quote(a) for a in sys.argv]
-    script = argv[0]
-    if os.environ.get("ACCELERATE_MIXED_PRECISION") is not None or int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        return " ".join(["accelerate", "launch", script, *argv[1:]])
-    if script.endswith(".py"):
-        return " ".join(["python", script, *argv[1:]])
-    return " ".join(["hfpolicy", "train", *argv[1:]])

@@ -13,10 +13,9 @@ from hfpolicy.constants import DONE, EPISODE_INDEX, FRAME_INDEX, INDEX, REWARD, 
 from hfpolicy.datasets import DatasetMeta, PolicyDataset
 from hfpolicy.datasets.features import STRING, is_visual
 from hfpolicy.datasets.format import EP_LENGTH, EP_TASKS, DatasetFormatError, ep_video_column
-from hfpolicy.viewer.page import rounded, rounded_list
+from hfpolicy.viewer.page import MAX_SERIES_VALUES, rounded, rounded_list
 
 BOOKKEEPING = (INDEX, EPISODE_INDEX, FRAME_INDEX, TIMESTAMP, TASK_INDEX, DONE)  # columns not worth a plot
-MAX_SERIES_VALUES = 1_500_000  # numbers embedded in the page at most (~9 MB); later episodes are listed without plots
 STAT_NAMES = ("mean", "std", "min", "max")
 
 

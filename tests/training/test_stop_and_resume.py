@@ -22,6 +22,8 @@ from training.test_train_faults import TINY as FAULT_TEST_FLAGS
 from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, TRAIN_CONFIG_FILE
 from hfpolicy.io.run_lock import LOCK_FILE, RunLock, RunLockedError
 from hfpolicy.io.tensor_tree import save_tree
+from hfpolicy.policies import Policy
+from hfpolicy.policies.module import WeightsOrigin
 from hfpolicy.runs.run_folder import RESUME_HISTORY_FILE
 from hfpolicy.training import main
 from hfpolicy.training.checkpoints import list_checkpoints
@@ -116,6 +118,16 @@ def test_the_final_checkpoint_comes_before_the_final_evaluation(pusht_state_data
     assert main(flags(pusht_state_dataset, out, "--steps=2", *evaluation, "--env.episode_length=8")) == 0
     checkpoint = out / "checkpoints" / "step_000002" / "training_state"
     assert checkpoint.stat().st_mtime_ns < (out / "eval" / "step_000002" / EVAL_INFO_FILE).stat().st_mtime_ns
+    # The evaluation says what it evaluated: this run's EMA weights of step 2, kept in that step's checkpoint.
+    provenance = json.loads((out / "eval" / "step_000002" / EVAL_INFO_FILE).read_text())["provenance"]
+    policy_dir = checkpoint.parent / "pretrained_model"
+    assert provenance["policy"] == str(out) and provenance["folder"] == str(policy_dir.resolve())
+    assert (provenance["checkpoint_step"], provenance["ema_weights"], provenance["policy_type"]) == (
+        2,
+        True,
+        "diffusion",
+    )
+    assert Policy.from_pretrained(policy_dir).weights_origin == WeightsOrigin(training_step=2, ema=True)
 
 
 def test_a_resume_is_exact_across_an_evaluation_that_came_after_its_checkpoint(pusht_state_dataset, tmp_path):
