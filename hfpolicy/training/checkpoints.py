@@ -314,12 +314,19 @@ def _restore(folder: Path, name: str, apply: Callable[[Any], Any], device: Any =
 
 # --- the EMA weights, stored once ------------------------------------------------------------------------------
 def holds_weights(path: Path, weights: dict[str, torch.Tensor]) -> bool:
-    """Whether the safetensors file at `path` holds exactly `weights` (the same names, dtypes and values)."""
+    """Whether the safetensors file at `path` holds exactly `weights`: the same names, dtypes, shapes and bits (a
+    NaN, such as the normalizer's "no stats" marker, equals itself here)."""
     if not Path(path).is_file():
         return False
     saved = safetensors.torch.load_file(str(path))
+
+    def bits(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+
     return saved.keys() == weights.keys() and all(
-        saved[name].dtype == tensor.dtype and torch.equal(saved[name], tensor.detach().cpu())
+        saved[name].dtype == tensor.dtype
+        and saved[name].shape == tensor.shape
+        and torch.equal(bits(saved[name]), bits(tensor))
         for name, tensor in weights.items()
     )
 

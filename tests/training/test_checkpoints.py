@@ -179,6 +179,17 @@ def test_the_ema_weights_are_stored_once_and_resume_exactly(tmp_path):
         load_checkpoint(accelerator, checkpoint, **dict(zip(objects, make_training(seed=99), strict=True)))
 
 
+def test_nan_buffers_are_the_same_weights(tmp_path):
+    """A policy without stats keeps NaN in its normalizer's buffers: the policy file still holds the EMA's weights."""
+    accelerator = Accelerator(cpu=True)
+    model, optimizer, scheduler, _ = make_training()
+    model.register_buffer("no_stats_yet", torch.full((3,), math.nan))
+    ema = EMA(model)
+    objects = {"model": model, "optimizer": optimizer, "lr_scheduler": scheduler, "ema": ema}
+    checkpoint = save_checkpoint(accelerator, tmp_path, 1, save_ema_weights(ema, model), keep_last=0, **objects)
+    assert not (checkpoint / "training_state" / "ema.safetensors").exists()
+
+
 def test_ema_weights_that_the_policy_file_does_not_hold_are_kept_as_a_copy(tmp_path):
     """A save_policy that writes other weights (or none): the training state keeps the EMA's own copy."""
     accelerator = Accelerator(cpu=True)
