@@ -17,10 +17,9 @@ from accelerate.utils import gather_object
 from hfpolicy.constants import EVAL_INFO_FILE
 from hfpolicy.envs import EnvConfig
 from hfpolicy.eval.config import TrainEvalConfig
-from hfpolicy.eval.evaluation import EvalResult, evaluate
+from hfpolicy.eval.evaluation import EvalResult, evaluate, write_eval_info
 from hfpolicy.eval.provenance import eval_provenance
 from hfpolicy.eval.rollouts import EpisodeRecord
-from hfpolicy.io.atomic import write_json_atomically
 from hfpolicy.io.episode_videos import episode_videos
 from hfpolicy.runs.run_folder import PRETRAINED_DIR, RunFolder
 
@@ -80,5 +79,5 @@ def evaluate_on_all_processes(
             )  # fmt: skip
         info = merged.to_dict()
         info["per_episode"] = sorted(records, key=lambda r: r["index"])  # with the rank that ran each episode
-        write_json_atomically(eval_dir / EVAL_INFO_FILE, info)
+        write_eval_info(eval_dir / EVAL_INFO_FILE, info)
     return merged

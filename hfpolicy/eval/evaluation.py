@@ -2,6 +2,7 @@
 
 import contextlib
 import functools
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -16,7 +17,7 @@ from hfpolicy.constants import DEFAULT_EVAL_START_SEED
 from hfpolicy.envs import LockstepVectorEnv, episode_step_limit
 from hfpolicy.eval.rollouts import EpisodeRecord, StepHook, action_bounds, rollout
 from hfpolicy.eval.videos import VideoRecorder
-from hfpolicy.io.atomic import write_json_atomically
+from hfpolicy.io.atomic import write_atomically
 from hfpolicy.io.episode_videos import episode_video_path
 from hfpolicy.io.termination import raise_if_terminated
 from hfpolicy.policies.base import Policy
@@ -52,8 +53,22 @@ class EvalResult:
         return info
 
     def save(self, path: str | Path) -> Path:
-        """Writes `to_dict()` as JSON to `path` (eval_info.json), atomically."""
-        return write_json_atomically(path, self.to_dict())
+        """Writes `to_dict()` as JSON to `path` (eval_info.json), atomically (see `write_eval_info`)."""
+        return write_eval_info(path, self.to_dict())
+
+
+def write_eval_info(path: str | Path, info: dict[str, Any]) -> Path:
+    """eval_info.json, atomically: its summaries (provenance, aggregated, ...) indented for reading, and each episode
+    record on one line (a record's per-step series, indented, would take a line per number)."""
+    entries = []
+    for key, value in info.items():
+        if key == "per_episode" and value:
+            records = ",\n".join(f"    {json.dumps(record, ensure_ascii=False)}" for record in value)
+            entries.append(f'  "per_episode": [\n{records}\n  ]')
+        else:
+            text = json.dumps(value, indent=2, ensure_ascii=False).replace("\n", "\n  ")
+            entries.append(f"  {json.dumps(key)}: {text}")
+    return write_atomically(path, "{\n" + ",\n".join(entries) + "\n}\n")
 
 
 def evaluate(
