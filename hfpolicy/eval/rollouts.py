@@ -190,9 +190,9 @@ def rollout(
                     f"(seed {int(seeds[bad])}) at step {int(length[bad]) + 1}: its weights or inputs hold NaN/inf, "
                     "or its normalization stats are degenerate; check the checkpoint and the dataset stats"
                 )
-            outside = np.zeros(n_envs, dtype=bool)
+            outside: np.ndarray = np.zeros(n_envs, dtype=bool)
             if low is not None:
-                outside = ((action < low) | (action > high)).reshape(n_envs, -1).any(axis=1)
+                outside = np.asarray(((action < low) | (action > high)).reshape(n_envs, -1).any(axis=1))
                 n_outside[running & outside] += 1
             commanded = np.round(action.reshape(n_envs, -1).astype(np.float64), STEP_DECIMALS).tolist()
             if step_hook is not None:

@@ -97,6 +97,9 @@ def test_push_a_v21_dataset_folder_keeps_its_card_and_version(hub_server, tmp_pa
     remote = PolicyDataset("user/pushed-v21", revision="v2.1", delta_timestamps=deltas)
     local = PolicyDataset("local/old", root=root, delta_timestamps=deltas)
     assert_same_frames(remote, local, ("action", "action_is_pad", "observation.images.top", "observation.state"))
+    page = tmp_path / "v21.html"
+    assert cli_main(["view", "user/pushed-v21", f"--output={page}", "--embed_videos=false"]) == 0
+    assert [e["length"] for e in page_data(page)["episodes"]] == [12, 7, 15]  # the fixture's episodes
 
 
 def test_a_folder_that_is_not_a_complete_dataset_is_refused_in_one_line(hub_server, tmp_path, capsys):
