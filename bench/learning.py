@@ -10,6 +10,10 @@ With --env aloha the same for ALOHA's cpu recipe (examples/train_aloha.py: 100 s
     python bench/learning.py --human                  # the 206 human demos: ../shared/data zarr, converted first
     python bench/learning.py --env aloha              # accelerate launch examples/train_aloha.py --recipe=cpu
     python bench/learning.py --env aloha --env.task=AlohaInsertion-v0    # the insertion task
+    python bench/learning.py --env xarm               # accelerate launch examples/train_xarm.py --recipe=cpu (TD-MPC)
+    python bench/learning.py --env xarm -- --policy.type=act --steps=1800   # another policy on the same recording
+    python bench/learning.py --env xarm --online      # ... --online_rl: offline, then online RL (FOWM)
+    python bench/learning.py --env xarm --pure-online # ... --pure_online: online RL without demonstrations
 
 With --human the zarr (--zarr, default ../shared/data/pusht_cchi_v7_replay.zarr beside the repo) is converted with
 `hfpolicy convert pusht-zarr --environment_state=true` into the run's work folder (record_min is then the conversion)
@@ -18,12 +22,14 @@ The JSON line then also has the paper's statistics over the periodic 50-episode 
 paper_best_success / paper_best_avg_max_reward (the best evaluation) and paper_last10_success /
 paper_last10_avg_max_reward (the mean of the last 10), as the diffusion_policy paper reports them (0.95 / 0.91).
 
-Flags after `--` go to examples/train_pusht.py (examples/train_aloha.py with --env aloha). The recording goes to a
+Flags after `--` go to examples/train_pusht.py (examples/train_<env>.py with --env aloha / xarm). The recording goes to a
 fresh cache folder (so its time counts) unless --reuse-recording. Prints a table and, last, one JSON line:
 success_rate, avg_max_reward, ci95, n_episodes, wall_min, record_min, train_min, eval_min, train_steps, params_m,
-curve ([minutes, success_rate] per evaluation), recipe, policy, dataset, env (pusht, or aloha/<task>), and with
---online also online_episodes, online_frames, online_min, labels and online_curve ([minutes, success rate of the
-round's 50 policy episodes] per round: the policy measured on fresh seeds while it trains).
+curve ([minutes, success_rate] per evaluation), recipe, policy, dataset, env (pusht, xarm, or aloha/<task>), and with
+--online also online_episodes, online_frames, online_env_steps, online_min, labels and online_curve ([minutes,
+success rate of the round's policy episodes] per round: the policy measured on fresh seeds while it trains). With
+--env xarm, --online and --pure-online run examples/train_xarm.py's own online settings (its --online_rl and
+--pure_online; PushT's ONLINE_FLAGS below are PushT's).
 """
 
 import argparse
@@ -38,7 +44,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EVAL_LINE = re.compile(r"step (\d+): eval success ([\d.]+)%, avg max reward ([\d.]+) \((\d+) episodes\)")
+EVAL_LINE = re.compile(r"step (\d+): eval success ([\d.]+)%, avg max reward (-?[\d.]+) \((\d+) episodes\)")
 PARAMS = re.compile(r"policy, ([\d.]+) M params")
 ONLINE_LINE = re.compile(r"step (\d+): online round (\d+): success (\d+)%, (\d+) online episodes \((\d+) frames\)")
 # The online preset measured by --online: 3000 steps (the offline recipe's 5000 do not fit 30 minutes), and from
@@ -65,12 +71,18 @@ def main() -> None:
     parser.add_argument("--compare", default=None, help="a JSON line of another run, drawn beside this one")
     parser.add_argument("--human", action="store_true", help="the 206 human demos (converted from --zarr)")
     parser.add_argument("--zarr", default=str(ROOT.parent / "shared" / "data" / "pusht_cchi_v7_replay.zarr"))
-    parser.add_argument("--env", choices=("pusht", "aloha"), default="pusht", help="the task family's example")
+    parser.add_argument("--pure-online", action="store_true", help="with --env xarm: online RL, no demonstrations")
+    parser.add_argument("--env", choices=("pusht", "aloha", "xarm"), default="pusht", help="the task family's example")
     parser.add_argument("--env.task", dest="env_task", default=None, help="with --env aloha: AlohaInsertion-v0, ...")
     parser.add_argument("train_flags", nargs="*", help="flags for the example (after --)")
     args = parser.parse_args()
     if args.env == "aloha" and (args.online or args.human):
         parser.error("--online and --human are PushT's (its expert, its human demos); leave them out with --env aloha")
+    if args.env == "xarm" and args.human:
+        parser.error("--human is PushT's (its human demos); leave it out with --env xarm")
+    if args.pure_online and (args.env != "xarm" or args.online):
+        parser.error("--pure-online is examples/train_xarm.py's (TD-MPC without demonstrations): use it with --env xarm "
+                     "and without --online")  # fmt: skip
     if args.env_task is not None and args.env != "aloha":
         parser.error("--env.task names an ALOHA task: add --env aloha")
 
@@ -80,11 +92,11 @@ def main() -> None:
     if not args.reuse_recording:
         env["HFPOLICY_CACHE"] = str(work / "cache")
     data_flags = convert_human_demos(Path(args.zarr), work) if args.human else []
-    script = ROOT / "examples" / ("train_aloha.py" if args.env == "aloha" else "train_pusht.py")
+    script = ROOT / "examples" / f"train_{args.env}.py"
     task_flags = [f"--env.task={args.env_task}"] if args.env_task else []
     command = [
         sys.executable, "-m", "accelerate.commands.launch", str(script),
-        "--recipe=cpu", f"--output_dir={output_dir}", "--progress=false", *(ONLINE_FLAGS if args.online else []),
+        "--recipe=cpu", f"--output_dir={output_dir}", "--progress=false", *online_flags(args),
         *data_flags, *task_flags, *args.train_flags,
     ]  # fmt: skip
     print("running:", " ".join(command), flush=True)
@@ -145,7 +157,7 @@ def main() -> None:
         "curve": curve,
         "recipe": train_config.get("recipe"),
         "policy": train_config["policy"]["type"],
-        "dataset": train_config["dataset"].get("root") or train_config["dataset"]["repo_id"],
+        "dataset": dataset_name(train_config),
         "env": env_name(train_config["env"]),
         **online_result(train_config, rounds, online_min, online_curve),
         **paper_statistics(evals),
@@ -156,7 +168,7 @@ def main() -> None:
     print()
     print(f"| {'measure':<28} | {'value':<40} |")
     print(f"|{'-' * 30}|{'-' * 42}|")
-    reward_name = "avg max reward (0..4)" if args.env == "aloha" else "avg max overlap"
+    reward_name = {"aloha": "avg max reward (0..4)", "xarm": "avg max reward"}.get(args.env, "avg max overlap")
     rows = [
         (f"success ({result['n_episodes']} seeds)", f"{100 * result['success_rate']:.1f}% (95% CI {result['ci95']})"),
         (reward_name, f"{result['avg_max_reward']:.3f}"),
@@ -187,12 +199,28 @@ def main() -> None:
     print(json.dumps(result))
 
 
+def dataset_name(train_config: dict) -> str:
+    """The JSON line's `dataset`: the local folder, the Hub repo id, or none (pure online)."""
+    online = train_config.get("online", {})
+    if online.get("every") and online.get("seed_episodes"):
+        return f"none (pure online: {online['seed_episodes']} random-action episodes first)"
+    return train_config["dataset"].get("root") or train_config["dataset"]["repo_id"]
+
+
+def online_flags(args: argparse.Namespace) -> list[str]:
+    """The example's flags for --online / --pure-online: PushT's ONLINE_FLAGS, or examples/train_xarm.py's own
+    online settings (its --online_rl / --pure_online run its cpu recipe)."""
+    if args.env == "xarm":
+        return ["--online_rl"] if args.online else ["--pure_online"] if args.pure_online else []
+    return ONLINE_FLAGS if args.online else []
+
+
 def env_name(env: dict) -> str:
     """The JSON line's `env`: "pusht", or "aloha/<task>" (from train_config.json's env)."""
     return f"{env['type']}/{env['task']}" if env.get("task") else env["type"]
 
 
-POLICY_NAMES = {"diffusion": "Diffusion Policy", "act": "ACT"}
+POLICY_NAMES = {"diffusion": "Diffusion Policy", "act": "ACT", "tdmpc": "TD-MPC"}
 CONVERSION_MIN = [0.0]  # minutes the --human conversion took (counted in wall_min and reported as record_min)
 
 
@@ -235,6 +263,7 @@ def online_result(train_config: dict, rounds: list[dict], online_min: float, onl
         "labels": online["labels"],
         "online_episodes": int(rounds[-1]["online/episodes"]) if rounds else 0,
         "online_frames": int(rounds[-1]["online/frames"]) if rounds else 0,
+        "online_env_steps": int(rounds[-1].get("online/env_steps", 0)) if rounds else 0,
         "online_min": round(online_min, 2),
         "online_curve": online_curve,
     }

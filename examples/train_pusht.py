@@ -32,10 +32,18 @@ import sys
 from pathlib import Path
 
 from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
-from hfpolicy.policies import ACTConfig, DiffusionConfig
+from hfpolicy.policies import DiffusionConfig
 from hfpolicy.training import recipes
 from hfpolicy.training.config import DatasetConfig, TrainConfig, TrainEvalConfig
-from hfpolicy.training.recipes import ChosenRecipe, PolicyPreset, Recipe, run_recipe, split_num_processes, user_choices
+from hfpolicy.training.recipes import (
+    CPU_STATE_POLICIES,
+    ChosenRecipe,
+    PolicyPreset,
+    Recipe,
+    run_recipe,
+    split_num_processes,
+    user_choices,
+)
 
 PROG = "train_pusht.py"
 
@@ -60,34 +68,12 @@ RECIPES: dict[str, Recipe] = {
             # a 50-episode check every 1000 steps, 500 episodes at the end
             eval=TrainEvalConfig(freq=1000, n_episodes=50, final_n_episodes=500, batch_size=125, n_videos=4),
         ),
-        policies={
-            "diffusion": PolicyPreset(
-                DiffusionConfig(
-                    down_dims=(64, 128, 256),  # 4.5 M parameters
-                    crop_shape=None,  # no images
-                    n_action_steps=4,  # closed loop every 4 steps: 58% vs 51% success with 8 (same weights)
-                    optimizer_lr=1e-3,
-                    scheduler_warmup_steps=200,
-                    noise_scheduler_type="DDIM",  # acting: 10 denoising steps instead of 100
-                    num_inference_steps=10,
-                )
+        policies={  # the small state-input presets shared by the cpu recipes
+            "diffusion": CPU_STATE_POLICIES["diffusion"],
+            "act": dataclasses.replace(  # 77.6% success over 500 seeds in 29 minutes (docs/results.md)
+                CPU_STATE_POLICIES["act"], steps=3000
             ),
-            "act": PolicyPreset(  # a small ACT for 10 Hz PushT (1.5 M parameters; pilots on 50 episodes)
-                ACTConfig(
-                    chunk_size=16,
-                    n_action_steps=8,
-                    dim_model=128,
-                    n_heads=4,
-                    dim_feedforward=512,
-                    n_vae_encoder_layers=2,
-                    dropout=0.0,
-                    optimizer_lr=1e-3,
-                    scheduler_name="cosine",
-                    scheduler_warmup_steps=300,
-                ),
-                steps=3000,  # 77.6% success over 500 seeds in 29 minutes (docs/results.md)
-                compile=False,  # measured no faster for this transformer
-            ),
+            "tdmpc": CPU_STATE_POLICIES["tdmpc"],  # PushT's scripted recordings carry next.reward
         },
     ),
 }

@@ -6,6 +6,7 @@ here, before any test module imports them.
 """
 
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -29,6 +30,11 @@ os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
 os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+
+# Ctrl-C as under a terminal, for this process and every command a test starts (an exec keeps only an ignored signal
+# ignored): a suite run as a background job of a script (`bash .ci/run &`) starts with SIGINT ignored, which hfpolicy's
+# commands keep ignored on purpose (hfpolicy/training/stopping.py), so the tests that press Ctrl-C would wait forever.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from shared_data import PUSHT_ZARR  # noqa: E402 ($HFPOLICY_SHARED_DIR, default ../shared)
 

@@ -79,12 +79,16 @@ def test_a_killed_recording_leaves_staging_that_the_next_run_removes(tmp_path, c
     argv = [sys.executable, "-m", "hfpolicy.cli", "record", f"--output_dir={root}", "--n_episodes=100000", *RECORD]
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
         proc = subprocess.Popen(argv, env=env_with_worktree(), stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 180  # a loaded machine: imports alone can take a minute
-        while not list(tmp_path.glob(".ds.writing-*/data")) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert list(tmp_path.glob(".ds.writing-*/data")), "the recording never started"
-        proc.send_signal(sig)
-        proc.wait(60)
+        try:  # a failed assertion must not leave the 100000-episode recording running
+            deadline = time.monotonic() + 180  # a loaded machine: imports alone can take a minute
+            while not list(tmp_path.glob(".ds.writing-*/data")) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert list(tmp_path.glob(".ds.writing-*/data")), "the recording never started"
+            proc.send_signal(sig)
+            proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
         staging = list(tmp_path.glob(".ds.writing-*"))
         if sig != signal.SIGKILL:  # caught: the recording cleans up after itself, and says why it stopped
             assert proc.returncode == 128 + sig and staging == [] and not root.exists()

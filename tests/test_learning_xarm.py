@@ -15,6 +15,7 @@ from hfpolicy.envs import XarmEnvConfig
 from hfpolicy.policies import Policy
 from hfpolicy.policies.tdmpc import TDMPCPolicy
 from hfpolicy.training.config import parse_train_config
+from hfpolicy.training.recipes import CPU_STATE_POLICIES
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_TDMPC = ["--policy.latent_dim=8", "--policy.mlp_dim=32", "--policy.state_encoder_hidden_dim=16"]
@@ -77,8 +78,9 @@ def test_recipe_choice_and_the_flags_of_each_recipe():
     assert tdmpc.type == "tdmpc" and (tdmpc.mlp_dim, tdmpc.state_encoder_hidden_dim, tdmpc.latent_dim) == (128, 64, 50)
     planner = (tdmpc.n_gaussian_samples, tdmpc.n_pi_samples, tdmpc.n_elites, tdmpc.cem_iterations)
     assert planner == (64, 8, 8, 3) and (tdmpc.q_ensemble_size, tdmpc.horizon, tdmpc.n_action_repeats) == (5, 5, 2)
-    assert (cpu.steps, cpu.batch_size, cpu.num_threads) == (5000, 256, 1)
-    assert (cpu.eval.freq, cpu.eval.n_episodes, cpu.eval.final_n_episodes, cpu.eval.n_videos) == (1000, 20, 100, 1)
+    assert not tdmpc.use_mpc  # acts with pi (planning failed offline, docs/results.md)
+    assert (cpu.steps, cpu.batch_size, cpu.num_threads) == (10_000, 256, 1)
+    assert (cpu.eval.freq, cpu.eval.n_episodes, cpu.eval.final_n_episodes, cpu.eval.n_videos) == (2000, 20, 100, 1)
 
     paper = parse_train_config(example.recipe_flags("paper", []))
     assert paper.policy.type == "tdmpc" and (paper.policy.mlp_dim, paper.policy.n_gaussian_samples) == (512, 512)
@@ -88,5 +90,8 @@ def test_recipe_choice_and_the_flags_of_each_recipe():
     assert example.recipe_flags("cpu", ["--output_dir=x", "--resume=true"]) == []
     named = example.recipe_flags("cpu", ["--dataset.root=data/xarm_mine"])
     assert not any(flag.startswith("--dataset.scripted_episodes") for flag in named)
-    diffusion = example.recipe_flags("cpu", ["--policy.type=diffusion"])  # no preset: the run's flags only
-    assert "--env.type=xarm" in diffusion and not any(flag.startswith("--policy.") for flag in diffusion)
+    # Diffusion Policy and ACT: the small state presets PushT's cpu recipe trains, at about TD-MPC's minutes.
+    for policy_type, steps in [("diffusion", 1600), ("act", 1800)]:
+        other = parse_train_config(example.recipe_flags("cpu", [f"--policy.type={policy_type}"]))
+        assert (other.policy.type, other.steps, other.env.type) == (policy_type, steps, "xarm")
+        assert other.policy == CPU_STATE_POLICIES[policy_type].policy

@@ -157,7 +157,7 @@ def shell_commands(page: Path) -> list[list[str]]:
 EXAMPLE_OWN_FLAGS = {
     "examples/train_pusht.py": ("--preset", "--num_processes"),
     "examples/train_aloha.py": ("--num_processes",),
-    "examples/train_xarm.py": ("--num_processes",),
+    "examples/train_xarm.py": ("--num_processes", "--online_rl", "--pure_online"),
 }
 BENCH_TRAIN_FLAGS_AFTER = {"bench/learning.py": "--"}  # its flags after `--` go to the example it runs
 

@@ -41,7 +41,7 @@ from hfpolicy.io.paths import check_apart
 from hfpolicy.io.run_lock import RunLock
 from hfpolicy.policies.base import Policy
 from hfpolicy.policies.device import check_device
-from hfpolicy.policies.errors import PolicyLoadError
+from hfpolicy.policies.errors import PolicyLoadError, UnknownOverrideError
 from hfpolicy.words import counted
 
 
@@ -53,6 +53,7 @@ class PolicyLoadConfig:
     revision: str | None = None  # Hub branch, tag or commit when `path` is a repo id
     device: str | None = None  # torch device (cpu, cuda, cuda:1, mps); default: cuda when available, else cpu
     n_action_steps: int | None = None  # override the saved number of actions executed per predicted chunk
+    use_mpc: bool | None = None  # TD-MPC: override the saved choice (true: plan with MPPI; false: act with pi alone)
 
 
 @dataclass
@@ -242,16 +243,20 @@ def load_policy_and_env_config(config: EvalPipelineConfig) -> tuple[Policy, EnvC
     if problems:
         raise ValueError("; ".join(problem.flags("eval.") for problem in problems))
     device = check_device(config.policy.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    overrides = {} if config.policy.n_action_steps is None else {"n_action_steps": config.policy.n_action_steps}
+    chosen = {"n_action_steps": config.policy.n_action_steps, "use_mpc": config.policy.use_mpc}
+    overrides = {name: value for name, value in chosen.items() if value is not None}
     try:
         policy = Policy.from_pretrained(
             config.policy.path, revision=config.policy.revision, map_location=device, config_overrides=overrides
         )
     except PolicyLoadError as e:
-        if overrides and isinstance(e.__cause__, ConfigFieldError) and "n_action_steps" in e.__cause__.fields:
+        if isinstance(e.__cause__, ConfigFieldError) and set(overrides) & set(e.__cause__.fields):
             # the flag, not the saved config.json, holds the value that does not fit
             problem = error_in_flags(e.__cause__, PolicyLoadConfig, "policy.")
             raise ValueError(f"{problem} (the policy in {config.policy.path})") from e
+        if isinstance(e, UnknownOverrideError):
+            flags = " ".join(f"--policy.{name}" for name in e.fields)
+            raise ValueError(f"{flags}: {e}; leave the flag out for this policy") from e
         raise
     env_config = config.env.for_policy(policy.config.input_features, policy.config.output_features)
     return policy, env_config

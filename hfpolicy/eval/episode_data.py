@@ -48,6 +48,10 @@ class RolloutEpisode:
     def length(self) -> int:
         return len(self.frames.get(ACTION, []))
 
+    @property
+    def total_reward(self) -> float:
+        return float(sum(np.sum(r) for r in self.frames.get(REWARD, [])))
+
 
 class EpisodeCollector:
     """A rollout `StepHook` that keeps every running slot's frames (see the module docstring).

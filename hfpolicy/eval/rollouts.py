@@ -79,8 +79,35 @@ class StepHook(Protocol):
         """What the step gave, for the slots that took it."""
 
 
+class RandomActions:
+    """Acts without a policy: actions drawn uniformly from a Box action space, env slot i's from a generator seeded
+    with its episode's seed by `reset(seeds=...)` (TD-MPC's seed steps: a pure-online run's first round). Reads no
+    observation."""
+
+    def __init__(self, space: gym.spaces.Space):
+        if not isinstance(space, gym.spaces.Box) or not (
+            np.isfinite(space.low).all() and np.isfinite(space.high).all()
+        ):
+            raise ValueError(f"random actions need a bounded Box action space, got {space}")
+        self.low, self.high = (
+            torch.as_tensor(space.low, dtype=torch.float32),
+            torch.as_tensor(space.high, dtype=torch.float32),
+        )
+        self._generators: list[torch.Generator] = []
+
+    def reset(self, seeds: Sequence[int] | None = None) -> None:
+        if seeds is None:
+            raise ValueError("random actions are drawn per episode: pass reset(seeds=...)")
+        self._generators = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
+
+    def select_action(self, observation: dict[str, torch.Tensor]) -> torch.Tensor:
+        del observation  # random: the same whatever the env shows
+        draws = torch.stack([torch.rand(self.low.shape, generator=g) for g in self._generators])
+        return self.low + (self.high - self.low) * draws
+
+
 def rollout(
-    policy: Policy,
+    policy: Policy | RandomActions,
     env: LockstepVectorEnv,
     seeds: Sequence[int],
     max_steps: int | None = None,
@@ -121,8 +148,10 @@ def rollout(
         raise ValueError(f"render_slots {list(render_slots)} must be among the {n_episodes} slots that get a seed")
     if render_slots and on_frame is None:
         raise ValueError("render_slots needs an on_frame to receive their frames")
-    device = policy_device(policy)
-    input_keys = set(policy.config.input_features)
+    if isinstance(policy, RandomActions):  # no observation read
+        device, input_keys = torch.device("cpu"), set()
+    else:
+        device, input_keys = policy_device(policy), set(policy.config.input_features)
 
     running = np.zeros(n_envs, dtype=bool)
     running[:n_episodes] = True

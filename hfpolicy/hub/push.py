@@ -142,14 +142,15 @@ def run_artifacts(run: RunFolder, train_config: dict, up_to_step: int | None, tr
         contained_path(eval_dir, EVAL_INFO_FILE, what=f"the evaluation's {EVAL_INFO_FILE}")
         for video in episode_videos((eval_dir / "videos").glob("*.mp4")):
             videos.append(contained_path(eval_dir, video.relative_to(eval_dir), what=f"the eval video {video.name}"))
-    dataset = train_config.get("dataset") or {}
+    dataset, online = train_config.get("dataset") or {}, train_config.get("online") or {}
+    pure_online = bool(online.get("every") and online.get("seed_episodes"))  # no dataset: its own rollouts only
     return PolicyArtifacts(
         eval_info=eval_dir / EVAL_INFO_FILE if eval_dir is not None else None,
         videos=videos,
         train_config=train_config,
         training_curve=draw_training_curve(run.metrics_file, run.curve_file),
         env_type=(train_config.get("env") or {}).get("type"),
-        dataset_repo_id=dataset.get("repo_id") if not dataset.get("root") else None,  # local data: in the card
+        dataset_repo_id=dataset.get("repo_id") if not (dataset.get("root") or pure_online) else None,  # local: card
         train_command=train_command or f"hfpolicy train --config_path={run.config_file}",
         eval_page=eval_page_for_hub(eval_dir) if eval_dir is not None else None,
     )

@@ -7,6 +7,7 @@ policy (or its class) to the hub-I/O modules below it: checkpoint_files (config.
 Those never import this module: they get the policy or the class they work on.
 """
 
+import contextlib
 import functools
 import inspect
 from collections import deque
@@ -135,6 +136,11 @@ class Policy(
 
     def after_optimizer_step(self) -> None:
         """Called by the training loop after every optimizer step (TD-MPC: its target network's EMA step)."""
+
+    def exploring(self, std: float) -> contextlib.AbstractContextManager[None]:
+        """A context in which the policy acts with exploration noise of `std` (online reinforcement learning,
+        `--online.labels=reward`); policies that learn from rewards (TD-MPC) implement it."""
+        raise NotImplementedError(f"the {self.config.type} policy does not explore (it does not learn from rewards)")
 
     def get_optim_params(self) -> Any:
         """Parameters (or param groups) for the optimizer."""

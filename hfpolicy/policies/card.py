@@ -280,12 +280,24 @@ def _online_summary(online: dict[str, Any], artifacts: PolicyArtifacts) -> str |
         "expert": "labelled by the scripted expert (DAgger)",
         "recovery": "failures replaced by the scripted expert's demonstrations from where they ended",
         "policy": "successful episodes only, own actions",
+        "reward": "every episode with its actions and the env's rewards: reinforcement learning",
     }
+    pure = bool(online.get("seed_episodes"))
+    ratio = online.get("ratio")
+    ratio = (1.0 if pure else 0.5) if ratio is None else ratio
+    every = f"every {online['every']} steps"
+    if online.get("updates_per_env_step"):
+        every = f"every max({online['every']}, {online['updates_per_env_step']} x the last round's env steps) steps"
     text = (
-        f"from step {online.get('start_step') or online['every']} on, every {online['every']} steps, "
+        f"from step {online.get('start_step') or online['every']} on, {every}, "
         f"{online['n_episodes']} episodes of the policy ({labels.get(online['labels'], online['labels'])}) joined "
-        f"its data, {100 * online['ratio']:.0f}% of every batch"
+        f"its data, {100 * ratio:.0f}% of every batch"
     )  # fmt: skip
+    if pure:
+        text = (
+            f"pure online, without demonstrations: {online['seed_episodes']} episodes of random actions first, then "
+            + text
+        )
     if artifacts.online_episodes is not None:
         text += f"; it trained on {artifacts.online_episodes} online episodes"
     if artifacts.online_data_repo_id:

@@ -5,6 +5,14 @@ class PolicyLoadError(RuntimeError):
     """A saved policy (config.json / model.safetensors) cannot be loaded as it is."""
 
 
+class UnknownOverrideError(PolicyLoadError):
+    """`config_overrides` names fields the saved policy's type does not have (`fields`)."""
+
+    def __init__(self, message: str, fields: list[str]):
+        super().__init__(message)
+        self.fields = fields
+
+
 class LeRobotConversionError(PolicyLoadError):
     """A LeRobot checkpoint (or an hfpolicy policy to export) uses something the other library cannot reproduce."""
 

@@ -22,7 +22,7 @@ from hfpolicy.policies.checkpoint_files import (
     weights_origin,
 )
 from hfpolicy.policies.config import PolicyConfig
-from hfpolicy.policies.errors import PolicyLoadError
+from hfpolicy.policies.errors import PolicyLoadError, UnknownOverrideError
 from hfpolicy.policies.module import PolicyModule
 from hfpolicy.policies.registry import get_policy_class
 from hfpolicy.runs.run_folder import CHECKPOINTS_DIR, LAST_LINK, PRETRAINED_DIR
@@ -52,6 +52,11 @@ def load_policy(
         )
         return policy.to(map_location).eval()
     if config_overrides:
+        unknown = sorted(set(config_overrides) - set(config_data))  # a saved config.json lists every field
+        if unknown:
+            raise UnknownOverrideError(
+                f"{source} holds a {config_data.get('type')!r} policy, without {unknown}", unknown
+            )
         config_data.update(config_overrides)
     try:
         config = PolicyConfig.from_dict(config_data)

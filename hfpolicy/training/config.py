@@ -71,22 +71,55 @@ class DatasetConfig:
     stream_retries: int = 4  # streaming: attempts per file (exponential backoff) before the run stops, naming it
 
 
-ONLINE_LABELS = ("expert", "recovery", "policy")
+ONLINE_LABELS = ("expert", "recovery", "policy", "reward")
+DEFAULT_ONLINE_RATIO = 0.5  # FOWM's balanced sampling: half of every batch from the online data
 
 
 @dataclass
 class OnlineConfig:
     """Online training: rounds of rollouts of the policy being trained (EMA weights) join its training data."""
 
-    every: int = 0  # steps between rounds of online rollouts; 0: offline training only
+    every: int = 0  # steps between rounds of online rollouts (with --online.updates_per_env_step: at least); 0: offline
+    # training only
     start_step: int | None = None  # the first round runs after this step (default: `every`)
     n_episodes: int = 50  # episodes per round, over all processes (each process steps its share in lockstep)
     labels: str = "expert"  # expert: the scripted expert labels every state the policy visited (DAgger); policy:
     # the policy's own actions, successful episodes only (self-imitation: needs no expert); recovery: the expert's
-    # demonstrations from the states where the policy's failed episodes ended
+    # demonstrations from the states where the policy's failed episodes ended; reward (online RL): every episode with
+    # the actions executed and the env's rewards, which a policy that learns from rewards (TD-MPC) trains on
     expert_drive_prob: float = 0.0  # expert labels: the fraction of steps the expert's action drives, not the policy's
-    ratio: float = 0.5  # the fraction of every training batch drawn from the online data, once it has any
-    start_seed: int = 1_000_000  # online episode j of round r is seeded start_seed + r * n_episodes + j
+    ratio: float | None = None  # the fraction of every training batch drawn from the online data once it has any, in
+    # [0, 1]; default 0.5 (1 in pure online: --online.seed_episodes)
+    start_seed: int = 1_000_000  # online episode j of round r is seeded start_seed + seed_episodes + r * n_episodes + j
+    seed_episodes: int = 0  # > 0: pure online (reward labels, no demonstrations): the run starts with this many seeded
+    # random-action episodes (TD-MPC's seed steps), which give the normalization stats; every batch is online data
+    updates_per_env_step: float = 0.0  # > 0: gradient steps per env step: the next round starts max(every, ceil(this
+    # x the env steps of the last round)) steps after it; 0: every `every` steps
+    exploration_std: float = 0.0  # reward labels: the planner's std is floored at this (normalized actions, [-1, 1])
+    # and noise of the planner's std joins the executed action (use_mpc=false: noise of this std on pi's action), drawn
+    # per episode from its seed; annealed linearly to exploration_std_end over exploration_steps online env steps
+    exploration_std_end: float | None = None  # ... down to this (default: exploration_std: constant)
+    exploration_steps: int = 25_000  # online env steps over which the exploration std anneals (TD-MPC's 25000)
+    capacity: int = 0  # > 0: sample only the newest whole online episodes within this many frames (files kept); 0: all
+
+    @property
+    def batch_ratio(self) -> float:
+        """The fraction of every batch from the online data: --online.ratio, its default, or 1 in pure online."""
+        if self.ratio is not None:
+            return self.ratio
+        return 1.0 if self.seed_episodes > 0 else DEFAULT_ONLINE_RATIO
+
+    @property
+    def pure(self) -> bool:
+        """Pure online: no offline data; the run starts from --online.seed_episodes random-action episodes."""
+        return self.every > 0 and self.seed_episodes > 0
+
+    def exploration_at(self, env_steps: int) -> float:
+        """The exploration std after `env_steps` online env steps: linear from exploration_std to exploration_std_end
+        over exploration_steps, then constant."""
+        end = self.exploration_std if self.exploration_std_end is None else self.exploration_std_end
+        mix = min(env_steps / self.exploration_steps, 1.0) if self.exploration_steps > 0 else 1.0
+        return (1.0 - mix) * self.exploration_std + mix * end
 
 
 @dataclass
@@ -175,6 +208,8 @@ def online_config_problems(cfg: "TrainConfig") -> list[str]:
     """What is wrong with the --online.* flags (nothing when online training is off)."""
     online = cfg.online
     if online.every == 0:
+        if online.labels == "reward" or online.seed_episodes:
+            return ["--online.labels=reward and --online.seed_episodes need --online.every=N (steps between rounds)"]
         return []
     problems = []
     if online.every < 0 or online.n_episodes < 1:
@@ -183,15 +218,27 @@ def online_config_problems(cfg: "TrainConfig") -> list[str]:
         problems.append(f"--online.start_step must be >= 1 (or null), got {online.start_step}")
     if online.labels not in ONLINE_LABELS:
         problems.append(f"--online.labels={online.labels!r} is not one of {', '.join(ONLINE_LABELS)}")
-    if not 0.0 < online.ratio < 1.0:
-        problems.append(f"--online.ratio must be in (0, 1), got {online.ratio}")
+    if online.ratio is not None and not 0.0 <= online.ratio <= 1.0:
+        problems.append(f"--online.ratio must be in [0, 1], got {online.ratio}")
     if not 0.0 <= online.expert_drive_prob <= 1.0 or (online.expert_drive_prob > 0 and online.labels != "expert"):
         problems.append("--online.expert_drive_prob must be in [0, 1], and > 0 only with --online.labels=expert")
     if online.labels in ("expert", "recovery") and cfg.env.type != "pusht":
         problems.append(f"--online.labels={online.labels} needs a scripted expert, which only --env.type=pusht has")
+    if online.updates_per_env_step < 0:
+        problems.append(f"--online.updates_per_env_step must be >= 0 (0: a round every --online.every steps), got "
+                        f"{online.updates_per_env_step}")  # fmt: skip
+    if online.capacity < 0:
+        problems.append(f"--online.capacity must be >= 0 frames (0: no bound), got {online.capacity}")
+    elif 0 < online.capacity < cfg.env.max_episode_steps:
+        problems.append(
+            f"--online.capacity={online.capacity} frames is smaller than one episode (--env.episode_length="
+            f"{cfg.env.max_episode_steps}): raise it to >= {cfg.env.max_episode_steps}, or 0 for no bound"
+        )
+    problems += reward_label_problems(cfg)
     # Seeds: the online episodes must never be the evaluation's (nor the scripted recording's) episodes.
     n_eval = max(cfg.eval.n_episodes, cfg.eval.final_n_episodes or 0)
-    online_seeds = range(online.start_seed, online.start_seed + online.n_episodes * max(cfg.steps // online.every, 1))
+    n_online = max(online.seed_episodes, 0) + online.n_episodes * max(cfg.steps // max(online.every, 1), 1)
+    online_seeds = range(online.start_seed, online.start_seed + n_online)
     eval_seeds = range(cfg.eval.start_seed, cfg.eval.start_seed + n_eval)
     recorded = range(0, cfg.dataset.scripted_episodes)
     for name, seeds in (("the evaluation's", eval_seeds), ("the scripted recording's", recorded)):
@@ -203,9 +250,75 @@ def online_config_problems(cfg: "TrainConfig") -> list[str]:
     return problems
 
 
-def describe_dataset(dataset: DatasetConfig, env: EnvConfig | None = None) -> str:
+def reward_label_problems(cfg: "TrainConfig") -> list[str]:
+    """What is wrong with online reinforcement learning's flags: reward labels, exploration, pure online."""
+    online, problems = cfg.online, []
+    if online.labels == "reward" and cfg.policy.reward_delta_indices is None:
+        problems.append(
+            f"--online.labels=reward trains on the env's rewards, which the {cfg.policy.type} policy does not learn "
+            "from: use --policy.type=tdmpc, or --online.labels=expert, recovery or policy (imitation)"
+        )
+    end = online.exploration_std if online.exploration_std_end is None else online.exploration_std_end
+    max_std = getattr(cfg.policy, "max_std", None)  # the planner's largest std (TD-MPC)
+    if online.exploration_std < 0 or end < 0:
+        problems.append("--online.exploration_std and --online.exploration_std_end must be >= 0")
+    elif end > online.exploration_std:
+        problems.append(
+            f"--online.exploration_std_end={end} is above --online.exploration_std={online.exploration_std}: "
+            "the exploration std only decreases; lower the end or raise the start"
+        )
+    elif online.exploration_std > 0 and online.labels != "reward":
+        problems.append("--online.exploration_std explores for --online.labels=reward: leave it out (or 0) for "
+                        f"--online.labels={online.labels}")  # fmt: skip
+    elif max_std is not None and online.exploration_std > max_std:
+        problems.append(f"--online.exploration_std={online.exploration_std} is above the planner's --policy.max_std="
+                        f"{max_std}: lower it, or raise --policy.max_std")  # fmt: skip
+    if online.exploration_steps < 1:
+        problems.append(f"--online.exploration_steps must be >= 1, got {online.exploration_steps}")
+    if online.seed_episodes < 0:
+        problems.append(f"--online.seed_episodes must be >= 0 (0: start from the offline data), got "
+                        f"{online.seed_episodes}")  # fmt: skip
+    elif online.seed_episodes > 0:
+        problems += pure_online_problems(cfg)
+    return problems
+
+
+def pure_online_problems(cfg: "TrainConfig") -> list[str]:
+    """Pure online (--online.seed_episodes > 0) trains on no offline data: the flags that would give it some."""
+    online, dataset, problems = cfg.online, cfg.dataset, []
+    if online.labels != "reward":
+        problems.append(
+            f"--online.seed_episodes (pure online: random-action episodes, no demonstrations) needs "
+            f"--online.labels=reward, got --online.labels={online.labels}"
+        )
+    given = [
+        f"--dataset.{name}" for name in ("root", "episodes", "weights", "rename_features") if getattr(dataset, name)
+    ]
+    given += ["--dataset.scripted_episodes"] if dataset.scripted_episodes else []
+    given += ["--dataset.streaming"] if dataset.streaming else []
+    given += ["--dataset.repo_id"] if dataset.repo_id != DatasetConfig.repo_id else []
+    if given:
+        problems.append(
+            f"--online.seed_episodes={online.seed_episodes} starts without demonstrations (pure online), but "
+            f"{', '.join(given)} name offline data: leave them out (--dataset.scripted_episodes=0), or set "
+            "--online.seed_episodes=0 to fine-tune from that data"
+        )
+    if online.ratio is not None and online.ratio != 1.0:
+        problems.append(
+            f"--online.ratio={online.ratio}: pure online (--online.seed_episodes) has no offline data, so every "
+            "batch is online data; leave --online.ratio out (or 1)"
+        )
+    return problems
+
+
+def describe_dataset(dataset: DatasetConfig, env: EnvConfig | None = None, online: OnlineConfig | None = None) -> str:
     """One phrase for the first line a run prints: where its data comes from (a scripted recording: of `env`'s
-    task, default PushT)."""
+    task, default PushT; none: pure `online`)."""
+    if online is not None and online.pure:
+        return (
+            f"none: pure online, {counted(online.seed_episodes, 'episode')} of random actions first, then the "
+            "policy's own"
+        )
     if dataset.scripted_episodes > 0:
         root = dataset.root or scripted_dataset_root(dataset.scripted_episodes, env)
         state = "reused" if Path(root).exists() else "recorded now, reused by later runs"

@@ -180,11 +180,11 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
     for step in range(t.start_step + 1, cfg.steps + 1):
         step_start = time.perf_counter()
         loss_sum, data_s, grad_norm = 0.0, 0.0, None
-        for _ in range(cfg.gradient_accumulation_steps):
+        for part in range(cfg.gradient_accumulation_steps):
             data_start = time.perf_counter()
-            batch = (
-                next(t.batches) if t.online is None else t.online.mix(next(t.batches), step, accelerator.process_index)
-            )
+            offline = next(t.batches) if t.batches is not None else None  # None: pure online
+            batch = offline if t.online is None else t.online.mix(offline, step, accelerator.process_index, part)
+            assert batch is not None  # a run without offline data is an online one
             batch = move_to_device(batch, accelerator.device, t.image_keys)
             data_s += time.perf_counter() - data_start
             with accelerator.accumulate(policy), accelerator.autocast():
@@ -284,9 +284,10 @@ def online_round(t: Training, step: int, bar: tqdm) -> None:
     log_entry(accelerator, t.run, step, stats)
     if accelerator.is_main_process:
         bar.write(
-            f"step {step}: online round {online.round_index(step)}: success {100 * stats['online/round_success']:.0f}%, "
+            f"step {step}: online round {online.n_rounds - 1}: success {100 * stats['online/round_success']:.0f}%, "
             f"{counted(online.n_episodes, 'online episode')} ({counted(online.n_frames, 'frame')}), "
-            f"{stats['online/round_s']:.0f} s"
+            f"{stats['online/round_s']:.0f} s; {counted(online.env_steps, 'online env step')}, next round after step "
+            f"{online.next_round}"
         )
 
 

@@ -10,36 +10,52 @@ Labels (`--online.labels`):
   (`PushTExpert.label`: it follows its plan while the policy stays on it and re-plans from the state otherwise);
   the policy's action drives the env, or the expert's for a fraction `--online.expert_drive_prob` of the steps.
 - `policy` (self-imitation): the policy's own actions, successful episodes only; needs no expert.
+- `recovery`: for each failed episode, the expert's demonstration from the state where it ended.
+- `reward` (online reinforcement learning): every episode, successful or not, with the actions executed and the env's
+  rewards; a policy that learns from rewards (TD-MPC) trains on them with its own losses. The policy explores while
+  it collects (`Policy.exploring`: TD-MPC's planner std floored at `--online.exploration_std`, annealed to
+  `--online.exploration_std_end` over `--online.exploration_steps` online env steps, and noise on the executed
+  action), its noise drawn from each episode's seeded generator; evaluation never explores.
+
+Cadence: with `--online.updates_per_env_step=U` the next round starts max(every, ceil(U x the env steps of the last
+round)) steps after it (gradient steps per env step, as RL counts them). A checkpoint records the schedule (the next
+round's step, the rounds and env steps so far), so a resumed run collects the same rounds.
 
 Every training batch then takes a fraction `--online.ratio` of its rows from the online data (uniformly over its
-frames, drawn at the step that trains on them from a generator seeded with (seed, step, rank)) and the rest from the
-offline batch. The online data is one more member of the training data: the offline data may be one dataset, a
-mixture of several (`--dataset.repo_id='[a,b]'`; the online rows' `dataset_index` is then the next one), streamed
-from the Hub (`--dataset.streaming=true`) or both; the online data takes the offline data's (shared, renamed)
-features and fps. Its rows are drawn at the step rather than by the offline data's sampler because DataLoader
-workers read batches ahead, before the round that a later batch must see exists. Normalization stays the offline
-data's stats: the policy's inputs and outputs keep their meaning.
+frames, or over the newest whole episodes within `--online.capacity` frames; drawn at the step that trains on them
+from a generator seeded with (seed, step, rank)) and the rest from the offline batch. The online data is one more
+member of the training data: the offline data may be one dataset, a mixture of several (`--dataset.repo_id='[a,b]'`;
+the online rows' `dataset_index` is then the next one), streamed from the Hub (`--dataset.streaming=true`) or both;
+the online data takes the offline data's (shared, renamed) features and fps. Its rows are drawn at the step rather
+than by the offline data's sampler because DataLoader workers read batches ahead, before the round that a later batch
+must see exists. Normalization stays the offline data's stats: the policy's inputs and outputs keep their meaning.
+
+Pure online (`--online.seed_episodes=N`, reward labels): no offline data. Before the first step, N episodes of
+seeded uniform random actions (TD-MPC's seed steps) are the online data's first round (step 0); its stats normalize
+the policy, its features are the env's (`--dataset.input_features` picks among them), and every batch is online data.
 
 The first round writes the dataset (it appears whole, a rename); each later round appends its episodes
 (`DatasetWriter.open`: new data and video files, meta/ rewritten with info.json last), so a round costs the same
 however much online data there is, and a run killed at any moment leaves the online data of its last finished
-round, readable. Its meta/hfpolicy_online.json lists the rounds (step, seeds, episodes kept). A checkpoint records
-how many online episodes it had seen; resuming from it truncates the dataset to them (`truncate_dataset`: the
+round, readable. Its meta/hfpolicy_online.json lists the rounds (step, seeds, episodes kept, env steps). A checkpoint
+records how many online episodes it had seen; resuming from it truncates the dataset to them (`truncate_dataset`: the
 rounds collected after it dropped, files and all), so the resumed run trains on exactly the data the uninterrupted
 one did. With several processes each collects its share of a round's seeds, the main process writes the dataset,
 and every process then reads the same dataset.
 
-Online episode j of round r is seeded `--online.start_seed + r * n_episodes + j` (validated not to overlap the
-evaluation's seeds).
+Online episode j of round r is seeded `--online.start_seed + seed_episodes + r * n_episodes + j` (the seed round's
+episode j: `--online.start_seed + j`), validated not to overlap the evaluation's seeds.
 """
 
 import contextlib
 import json
+import math
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -61,7 +77,7 @@ from hfpolicy.eval.episode_data import (
     RolloutEpisode,
     write_episodes_dataset,
 )
-from hfpolicy.eval.rollouts import rollout
+from hfpolicy.eval.rollouts import RandomActions, rollout
 from hfpolicy.experts import PushTExpert
 from hfpolicy.io.atomic import free_bytes, is_disk_full, temporary_path, write_json_atomically
 from hfpolicy.policies.base import Policy
@@ -71,6 +87,9 @@ from hfpolicy.training.config import OnlineConfig, TrainConfigError
 ONLINE_DATA_DIR = "online_data"
 ONLINE_STATE_KEY = "online_episodes"  # in a checkpoint's step.json: online episodes the run had seen
 ONLINE_LAST_ROUND_KEY = "online_last_round"  # and the step of its last round (0: none yet)
+ONLINE_NEXT_ROUND_KEY = "online_next_round"  # the step of its next round
+ONLINE_ROUNDS_KEY = "online_rounds"  # the rounds it had collected (the seed round not counted)
+ONLINE_ENV_STEPS_KEY = "online_env_steps"  # the online env steps it had played (the seed round's too)
 
 
 def online_features(dataset_features: dict[str, Any], policy_inputs: list[str]) -> dict[str, Any]:
@@ -103,28 +122,38 @@ class OnlineTraining:
         drop_n_last_frames: int,
         seed: int,
         member_index: int | None = None,
+        batch_size: int | None = None,
     ):
         self.cfg, self.env_cfg, self.features, self.fps = cfg, env_cfg, features, fps
         self.root = Path(output_dir) / ONLINE_DATA_DIR
         self.delta_timestamps, self.drop_n_last_frames, self.seed = delta_timestamps, drop_n_last_frames, seed
         self.member_index = member_index  # offline data of several datasets: the online rows' dataset_index
+        self.batch_size = batch_size  # the rows of a batch made of online data alone (pure online)
         self.first_step = cfg.start_step if cfg.start_step is not None else cfg.every
-        self.rounds: list[dict[str, Any]] = []  # {step, seeds, kept}: what meta/hfpolicy_online.json lists
+        self.rounds: list[dict[str, Any]] = []  # {step, seeds, kept, ...}: what meta/hfpolicy_online.json lists
         self.last_round = 0  # the step of the last round collected (kept episodes or not)
+        self.next_round = self.first_step  # the step after which the next round runs
+        self.n_rounds = 0  # rounds collected (the pure-online seed round not counted): the next round's seeds
+        self.env_steps = 0  # online env steps played (the seed round's too): the exploration schedule
         self.dataset: MixtureDataset | None = None  # the online data read so far: one member per reload
         self._parts: list[PolicyDataset] = []
         self._valid: np.ndarray = np.zeros(0, dtype=np.int64)  # dataset positions a training sample may start at
+        self._starts: np.ndarray = np.zeros(0, dtype=np.int64)  # each episode's first position, in order
+        self._window_first = 0  # --online.capacity: the first frame of the newest whole episodes that fit it ...
+        self._sampled_from = 0  # ... and the first of `_valid` there
 
     # --- schedule and state ------------------------------------------------------------------------------------------
     def is_due(self, step: int) -> bool:
-        return step >= self.first_step and (step - self.first_step) % self.cfg.every == 0
+        return step == self.next_round
 
-    def round_index(self, step: int) -> int:
-        return (step - self.first_step) // self.cfg.every
-
-    def round_seeds(self, step: int) -> list[int]:
-        base = self.cfg.start_seed + self.round_index(step) * self.cfg.n_episodes
+    def round_seeds(self) -> list[int]:
+        """The seeds of the next round."""
+        base = self.cfg.start_seed + self.cfg.seed_episodes + self.n_rounds * self.cfg.n_episodes
         return list(range(base, base + self.cfg.n_episodes))
+
+    def exploration_std(self) -> float:
+        """The exploration std of the next round (reward labels)."""
+        return self.cfg.exploration_at(self.env_steps)
 
     @property
     def n_episodes(self) -> int:
@@ -134,9 +163,20 @@ class OnlineTraining:
     def n_frames(self) -> int:
         return 0 if self.dataset is None else self.dataset.num_frames
 
+    @property
+    def n_sampled_frames(self) -> int:
+        """The frames batches draw from: all, or the newest whole episodes within --online.capacity."""
+        return self.n_frames - self._window_first
+
     def state(self) -> dict[str, int]:
         """What a checkpoint records (its step.json)."""
-        return {ONLINE_STATE_KEY: self.n_episodes, ONLINE_LAST_ROUND_KEY: self.last_round}
+        return {
+            ONLINE_STATE_KEY: self.n_episodes,
+            ONLINE_LAST_ROUND_KEY: self.last_round,
+            ONLINE_NEXT_ROUND_KEY: self.next_round,
+            ONLINE_ROUNDS_KEY: self.n_rounds,
+            ONLINE_ENV_STEPS_KEY: self.env_steps,
+        }
 
     def round_skipped(self, step: int, steps: int) -> bool:
         """Whether a run resumed at `step` with `steps` in all must first collect the round due at `step`: a run
@@ -147,9 +187,10 @@ class OnlineTraining:
     def restore(self, accelerator: Accelerator, step: int, checkpoint_state: dict[str, Any]) -> None:
         """Resuming at checkpoint `step`: keep the rounds collected up to it (which must hold the online episodes
         the checkpoint recorded in its `state()`), truncate the dataset to them (remove it when it keeps none),
-        reload."""
+        reload, and take up the schedule where the checkpoint left it."""
         seen_episodes = int(checkpoint_state.get(ONLINE_STATE_KEY, 0))
         self.last_round = int(checkpoint_state.get(ONLINE_LAST_ROUND_KEY, step))  # older checkpoints: no catching up
+        self._restore_schedule(checkpoint_state)
         meta = self.root / ONLINE_META_PATH
         if seen_episodes == 0 and not meta.is_file():
             return
@@ -176,34 +217,87 @@ class OnlineTraining:
         self.rounds = rounds
         self._reload()
 
+    def _restore_schedule(self, checkpoint_state: dict[str, Any]) -> None:
+        """The next round's step, the rounds and env steps so far, as the checkpoint recorded them (a checkpoint of
+        an older version, with rounds every --online.every steps only: from its last round's step)."""
+        if ONLINE_NEXT_ROUND_KEY in checkpoint_state:
+            self.next_round = int(checkpoint_state[ONLINE_NEXT_ROUND_KEY])
+            self.n_rounds = int(checkpoint_state[ONLINE_ROUNDS_KEY])
+            self.env_steps = int(checkpoint_state[ONLINE_ENV_STEPS_KEY])
+        elif self.last_round >= self.first_step:
+            self.n_rounds = (self.last_round - self.first_step) // self.cfg.every + 1
+            self.next_round = self.last_round + self.cfg.every
+
     # --- collecting ----------------------------------------------------------------------------------------------------
     def collect(self, accelerator: Accelerator, policy: torch.nn.Module, ema: Any, step: int) -> dict[str, float]:
         """One round (every process must call it): rollouts of this process's share of the round's seeds with the
-        EMA weights, gathered; the main process adds them to the dataset; everyone reloads it. Returns its stats."""
-        seeds = self.round_seeds(step)
-        share = seeds[accelerator.process_index :: accelerator.num_processes]
-        model = accelerator.unwrap_model(policy)
-        local: tuple[list, list] = ([], [])
-        if share:
+        EMA weights (exploring, with reward labels), gathered; the main process adds them to the dataset; everyone
+        reloads it. Returns its stats."""
+        seeds, model = self.round_seeds(), accelerator.unwrap_model(policy)
+        exploration = self.exploration_std() if self.cfg.labels == "reward" else None
+
+        def play(share: list[int]) -> tuple[list[RolloutEpisode], list[RolloutEpisode]]:
             with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
-                local = collect_episodes(model, self.env_cfg, share, self.cfg, self.features)
+                return collect_episodes(model, self.env_cfg, share, self.cfg, self.features, exploration)
+
+        episodes = self._round(
+            accelerator, step, seeds, play, {} if exploration is None else {"exploration_std": exploration}
+        )
+        round_steps = sum(e.length for e in episodes)
+        self.last_round, self.n_rounds = step, self.n_rounds + 1
+        self.next_round = step + max(self.cfg.every, math.ceil(self.cfg.updates_per_env_step * round_steps))
+        n_steps = max(round_steps, 1)
+        stats = {
+            "online/round_success": sum(e.success for e in episodes) / len(episodes),  # the policy's, on new seeds
+            "online/round_return": sum(e.total_reward for e in episodes) / len(episodes),
+            "online/episodes": float(self.n_episodes),
+            "online/frames": float(self.n_frames),
+            "online/sampled_frames": float(self.n_sampled_frames),
+            "online/env_steps": float(self.env_steps),
+            "online/replans_per_step": sum(e.n_replans for e in episodes) / n_steps,
+        }
+        if exploration is not None:
+            stats["online/exploration_std"] = exploration
+        return stats
+
+    def collect_seed_round(self, accelerator: Accelerator) -> None:
+        """Pure online's first round, at step 0 (every process must call it): --online.seed_episodes episodes of
+        seeded uniform random actions (TD-MPC's seed steps), every one kept."""
+        seeds = list(range(self.cfg.start_seed, self.cfg.start_seed + self.cfg.seed_episodes))
+
+        def play(share: list[int]) -> tuple[list[RolloutEpisode], list[RolloutEpisode]]:
+            episodes = policy_rollouts(None, self.env_cfg, share, self.cfg, self.features)
+            return episodes, episodes
+
+        self._round(accelerator, 0, seeds, play, {"random": True})
+
+    def _round(
+        self,
+        accelerator: Accelerator,
+        step: int,
+        seeds: list[int],
+        play: Callable[[list[int]], tuple[list[RolloutEpisode], list[RolloutEpisode]]],
+        note: dict[str, Any],
+    ) -> list[RolloutEpisode]:
+        """Plays this process's share of `seeds` (`play(share)`: the episodes played, those kept), gathers every
+        process's, records the round (with `note`), appends the kept episodes (main process), reloads; returns the
+        episodes played, in seed order."""
+        share = seeds[accelerator.process_index :: accelerator.num_processes]
+        local: tuple[list, list] = play(share) if share else ([], [])
         gathered = gather_object([local])  # [(played, data)] of every process
         episodes = sorted((e for played, _ in gathered for e in played), key=lambda e: e.seed)
         kept = sorted((e for _, data in gathered for e in data), key=lambda e: e.seed)
-        self.rounds.append({"step": step, "seeds": seeds, "kept": [e.seed for e in kept]})
-        self.last_round = step
+        round_steps = sum(e.length for e in episodes)
+        self.env_steps += round_steps
+        self.rounds.append(
+            {"step": step, "seeds": seeds, "kept": [e.seed for e in kept], "env_steps": round_steps, **note}
+        )
         if accelerator.is_main_process and kept:
             self._append(kept)
         accelerator.wait_for_everyone()
         if kept:
             self._reload()
-        n_steps = max(sum(e.length for e in episodes), 1)
-        return {
-            "online/round_success": sum(e.success for e in episodes) / len(episodes),  # the policy's, on new seeds
-            "online/episodes": float(self.n_episodes),
-            "online/frames": float(self.n_frames),
-            "online/replans_per_step": sum(e.n_replans for e in episodes) / n_steps,
-        }
+        return episodes
 
     def _online_meta(self) -> dict[str, Any]:
         """meta/hfpolicy_online.json: the labels, the flags and the rounds."""
@@ -211,11 +305,9 @@ class OnlineTraining:
 
     def _append(self, episodes: list[RolloutEpisode]) -> None:
         """Writes the first round's episodes as the dataset, appends each later round's."""
-        from hfpolicy.datasets.pusht_zarr import PUSHT_TASK  # lazy: optional heavy dependency (zarr, gym-pusht)
-
         try:
             write_episodes_dataset(
-                self.root, f"local/{ONLINE_DATA_DIR}", self.fps, self.features, episodes, PUSHT_TASK,
+                self.root, f"local/{ONLINE_DATA_DIR}", self.fps, self.features, episodes, task_sentence(self.env_cfg),
                 append=True, extra_meta=self._online_meta(),
             )  # fmt: skip
         except OSError as e:
@@ -239,22 +331,41 @@ class OnlineTraining:
         self.dataset = MixtureDataset(self._parts, [f"{ONLINE_DATA_DIR}[{i}]" for i in range(len(self._parts))])
         ranges = [np.arange(start, end - self.drop_n_last_frames) + offset for start, end in part.episode_bounds]
         self._valid = np.concatenate([self._valid, *ranges]).astype(np.int64)
+        self._starts = np.concatenate([self._starts, part.episode_bounds[:, 0] + offset]).astype(np.int64)
+        if self.cfg.capacity > 0:  # the newest whole episodes whose frames fit the capacity
+            fits = self._starts[self.n_frames - self._starts <= self.cfg.capacity]
+            self._window_first = int(fits[0]) if len(fits) else self.n_frames
+            self._sampled_from = int(np.searchsorted(self._valid, self._window_first))
 
     # --- mixing ---------------------------------------------------------------------------------------------------------
-    def mix(self, batch: dict[str, Any], step: int, rank: int) -> dict[str, Any]:
-        """The offline `batch` with its last `ratio` share of rows replaced by online samples (none yet: unchanged).
-        The online rows are a function of (seed, step, rank) and the online data alone: resume stays exact."""
-        if self.dataset is None or len(self._valid) == 0:
+    def mix(self, batch: dict[str, Any] | None, step: int, rank: int, part: int = 0) -> dict[str, Any]:
+        """The offline `batch` with its last `ratio` share of rows replaced by online samples (none yet: unchanged);
+        `batch` None (pure online): a batch of online samples alone. The online rows are a function of (seed, step,
+        rank, `part`: the gradient accumulation pass) and the online data alone: resume stays exact."""
+        pool = self._valid[self._sampled_from :]
+        if self.dataset is None or len(pool) == 0:
+            if batch is None:
+                raise RuntimeError("pure online training has no online data yet: collect the seed round first")
             return batch
-        n = len(batch[ACTION])
-        k = min(max(int(round(self.cfg.ratio * n)), 1), n - 1)
+        n = len(batch[ACTION]) if batch is not None else self.batch_size
+        if n is None:
+            raise ValueError("a batch of online data alone needs the batch size: OnlineTraining(batch_size=...)")
+        ratio = 1.0 if batch is None else self.cfg.batch_ratio
+        k = int(round(ratio * n))
+        k = min(max(k, 1), n - 1) if 0 < ratio < 1 else k
+        if k == 0:
+            return cast(dict[str, Any], batch)
         generator = torch.Generator().manual_seed(
-            int(np.random.SeedSequence([self.seed, step, rank]).generate_state(1)[0])
+            int(np.random.SeedSequence([self.seed, step, rank, *([part] if part else [])]).generate_state(1)[0])
         )
-        picks = torch.randint(len(self._valid), (k,), generator=generator).numpy()
-        uint8_images = any(batch[key].dtype == torch.uint8 for key in self.dataset.camera_keys if key in batch)
-        online = self.dataset.get_batch(self._valid[picks], uint8_images=uint8_images)  # frames as the batch's
+        picks = torch.randint(len(pool), (k,), generator=generator).numpy()
+        uint8_images = batch is None or any(
+            batch[key].dtype == torch.uint8 for key in self.dataset.camera_keys if key in batch
+        )
+        online = self.dataset.get_batch(pool[picks], uint8_images=uint8_images)  # frames as the batch's
         del online[DATASET_INDEX]  # which reload read them: nothing the training data knows of
+        if batch is None:
+            return online
         if DATASET_INDEX in batch and self.member_index is not None:  # the member after the offline datasets
             online[DATASET_INDEX] = torch.full((k,), self.member_index, dtype=batch[DATASET_INDEX].dtype)
         mixed: dict[str, Any] = {}
@@ -268,15 +379,31 @@ class OnlineTraining:
         return mixed
 
 
+def task_sentence(env_cfg: EnvConfig) -> str:
+    """The task sentence the online episodes carry: the env's own (ALOHA, xArm), PushT's otherwise."""
+    description = getattr(env_cfg, "description", None)
+    if isinstance(description, str):
+        return description
+    from hfpolicy.datasets.pusht_zarr import PUSHT_TASK  # lazy: optional heavy dependency (zarr, gym-pusht)
+
+    return PUSHT_TASK
+
+
 def collect_episodes(
-    policy: Policy, env_cfg: EnvConfig, seeds: list[int], cfg: OnlineConfig, features: dict[str, Any]
+    policy: Policy,
+    env_cfg: EnvConfig,
+    seeds: list[int],
+    cfg: OnlineConfig,
+    features: dict[str, Any],
+    exploration: float | None = None,
 ) -> tuple[list[RolloutEpisode], list[RolloutEpisode]]:
     """(the policy's episodes on `seeds`, the episodes that join the data): rollouts in one lockstep batch of serial
-    envs, the policy in eval mode. The data are the expert-labelled episodes (expert), the successful ones
-    (policy), or, for each failed episode, the expert's demonstration from the state where it ended (recovery;
+    envs, the policy in eval mode (exploring with noise of `exploration`, when given). The data are the
+    expert-labelled episodes (expert), every episode with its executed actions and rewards (reward), the successful
+    ones (policy), or, for each failed episode, the expert's demonstration from the state where it ended (recovery;
     left out when the expert fails from there too)."""
-    episodes = policy_rollouts(policy, env_cfg, seeds, cfg, features)
-    if cfg.labels == "expert":
+    episodes = policy_rollouts(policy, env_cfg, seeds, cfg, features, exploration)
+    if cfg.labels in ("expert", "reward"):
         return episodes, episodes
     if cfg.labels == "policy":
         return episodes, [e for e in episodes if e.success]
@@ -325,23 +452,34 @@ def reset_argument(state: np.ndarray) -> np.ndarray:
 
 
 def policy_rollouts(
-    policy: Policy, env_cfg: EnvConfig, seeds: list[int], cfg: OnlineConfig, features: dict[str, Any]
+    policy: Policy | None,
+    env_cfg: EnvConfig,
+    seeds: list[int],
+    cfg: OnlineConfig,
+    features: dict[str, Any],
+    exploration: float | None = None,
 ) -> list[RolloutEpisode]:
-    """The policy's episodes on `seeds` (expert-labelled with --online.labels=expert)."""
+    """The policy's episodes on `seeds` (expert-labelled with --online.labels=expert; exploring with noise of
+    `exploration` when given); no policy: uniform random actions (the pure-online seed round)."""
     labeller = None
     if cfg.labels == "expert":
         labeller = PushTExpert
     collector = EpisodeCollector(features, labeller=labeller, expert_drive_prob=cfg.expert_drive_prob)
     env = env_cfg.make(len(seeds), parallel=False)
-    was_training = policy.training
-    policy.eval()
+    was_training = policy is not None and policy.training
+    exploring = contextlib.nullcontext() if policy is None or exploration is None else policy.exploring(exploration)
     try:
-        rollout(policy, env, seeds=seeds, step_hook=collector)
+        if policy is not None:
+            policy.eval()
+        with exploring:
+            actor = RandomActions(env.single_action_space) if policy is None else policy
+            rollout(actor, env, seeds=seeds, step_hook=collector)
         collector.flush()
     finally:
         env.close()
-        policy.reset()
-        policy.train(was_training)
+        if policy is not None:
+            policy.reset()
+            policy.train(was_training)
     return sorted(collector.episodes(), key=lambda e: e.seed)
 
 

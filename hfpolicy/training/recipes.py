@@ -21,6 +21,7 @@ from pathlib import Path
 from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
 from hfpolicy.envs.configs import EnvConfig
 from hfpolicy.field_errors import value_words
+from hfpolicy.policies import ACTConfig, DiffusionConfig, TDMPCConfig
 from hfpolicy.policies.config import PolicyConfig
 from hfpolicy.training.cli import main
 from hfpolicy.training.config import TrainConfig, describe_dataset
@@ -45,6 +46,53 @@ class Recipe:
 
     run: TrainConfig
     policies: dict[str, PolicyPreset] = field(default_factory=dict)
+
+
+# The small state-input policies of the cpu recipes (PushT's and xArm's; ALOHA's ACT is this one with longer chunks),
+# sized by measurement on a 2-core CPU (docs/recipes.md, docs/xarm.md). Each recipe sets its own steps.
+CPU_STATE_POLICIES: dict[str, PolicyPreset] = {
+    "diffusion": PolicyPreset(
+        DiffusionConfig(
+            down_dims=(64, 128, 256),  # 4.5 M parameters
+            crop_shape=None,  # no images
+            n_action_steps=4,  # closed loop every 4 steps: 58% vs 51% PushT success with 8 (same weights)
+            optimizer_lr=1e-3,
+            scheduler_warmup_steps=200,
+            noise_scheduler_type="DDIM",  # acting: 10 denoising steps instead of 100
+            num_inference_steps=10,
+        )
+    ),
+    "act": PolicyPreset(  # 1.5 M parameters (pilots on 50 PushT episodes)
+        ACTConfig(
+            chunk_size=16,
+            n_action_steps=8,
+            dim_model=128,
+            n_heads=4,
+            dim_feedforward=512,
+            n_vae_encoder_layers=2,
+            dropout=0.0,
+            optimizer_lr=1e-3,
+            scheduler_name="cosine",
+            scheduler_warmup_steps=300,
+        ),
+        compile=False,  # measured no faster for this transformer
+    ),
+    # LeRobot's latent (50), 5 Q functions, horizon 5, action repeats 2 and losses; MLPs 128 wide and a small planner
+    # (a plan 0.05-0.08 s instead of 3-4 s); acting with pi: offline, planning with values learnt from expert-only
+    # data failed where pi succeeded (docs/results.md), `hfpolicy eval --policy.use_mpc=true` plans.
+    "tdmpc": PolicyPreset(
+        TDMPCConfig(
+            mlp_dim=128,
+            state_encoder_hidden_dim=64,
+            n_gaussian_samples=64,
+            n_pi_samples=8,
+            n_elites=8,
+            cem_iterations=3,
+            use_mpc=False,
+        ),
+        compile=False,
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -191,7 +239,7 @@ def run_recipe(
         lambda: main(
             train_flags,
             announce=lambda cfg: (
-                f"recipe {chosen.name} ({chosen.reason}); data: {describe_dataset(cfg.dataset, cfg.env)}"
+                f"recipe {chosen.name} ({chosen.reason}); data: {describe_dataset(cfg.dataset, cfg.env, cfg.online)}"
             ),
             prog=prog,
         ),
@@ -204,16 +252,16 @@ def run_example(
     argv: list[str] | None,
     choose_recipe: Callable[[list[str]], tuple[str, str, list[str]]],
     recipe_flags: Callable[[str, list[str]], list[str]],
+    help_lines: Sequence[str] = (),
 ) -> int:
     """An example script's run: --num_processes split off, its recipe chosen (`choose_recipe(argv)`: name, reason,
     the user's flags), a state recipe without state inputs refused, then `run_recipe` with `recipe_flags(recipe,
-    flags)` before the user's."""
+    flags)` before the user's (`help_lines`: the script's own, for --help)."""
     num_processes, argv = split_num_processes(sys.argv[1:] if argv is None else argv, prog=prog)
     recipe, reason, flags = choose_recipe(argv)
     problem = state_inputs_missing(recipe, flags, prog=prog)
     if problem is not None:
         print(problem, file=sys.stderr)
         return 2
-    return run_recipe(
-        script, prog, argv, num_processes, ChosenRecipe(recipe, reason, recipe_flags(recipe, flags)), flags
-    )
+    chosen = ChosenRecipe(recipe, reason, recipe_flags(recipe, flags))
+    return run_recipe(script, prog, argv, num_processes, chosen, flags, help_lines)

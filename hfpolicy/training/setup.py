@@ -4,6 +4,7 @@ the eval env, and the endless stream of batches that an exact resume continues."
 
 import dataclasses
 import os
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -14,9 +15,13 @@ from accelerate import Accelerator
 from accelerate.utils import ProjectConfiguration, set_seed
 from diffusers.optimization import get_scheduler
 
+from hfpolicy.datasets import DatasetMeta
 from hfpolicy.datasets.batch_images import frames_to_float
+from hfpolicy.datasets.format import INFO_PATH
 from hfpolicy.datasets.mixture import MixtureDataset
+from hfpolicy.datasets.stats import stats_to_torch
 from hfpolicy.envs import EnvConfig
+from hfpolicy.eval.episode_data import rollout_features
 from hfpolicy.io.atomic import write_json_atomically
 from hfpolicy.policies import Policy, PolicyConfig, make_policy
 from hfpolicy.policies.device import accelerator_device_options
@@ -25,7 +30,7 @@ from hfpolicy.runs.hparams import flat_hparams
 from hfpolicy.runs.run_folder import RunFolder
 from hfpolicy.training.checkpoints import checkpoint_extra_state, load_checkpoint
 from hfpolicy.training.config import TrainConfig, TrainConfigError, train_config_to_dict
-from hfpolicy.training.data import TrainingData, endless_batches, load_training_data
+from hfpolicy.training.data import TrainingData, configure_policy_features, endless_batches, load_training_data
 from hfpolicy.training.finetune import describe_pretrained, load_pretrained_weights
 from hfpolicy.training.online import OnlineTraining, online_features
 from hfpolicy.training.progress import planned_evaluations
@@ -52,19 +57,72 @@ def make_online_training(cfg: TrainConfig, output_dir: Path, dataset: MixtureDat
     the features of the offline `dataset` (the shared features of its datasets, streamed or not), and, after its
     datasets, the next dataset_index."""
     policy_cfg, fps = cfg.policy, dataset.fps
-    window = max((max(d) for d in policy_cfg.delta_timestamps(fps).values()), default=0.0)
+    check_episodes_fill_a_window(cfg, fps)
+    features = online_features(dataset.features, list(policy_cfg.input_features))
+    return OnlineTraining(
+        cfg.online, output_dir, configure_eval_env(cfg.env, policy_cfg), features, fps,
+        policy_cfg.delta_timestamps(fps), policy_cfg.drop_n_last_frames, cfg.seed,
+        member_index=len(dataset.datasets), batch_size=cfg.batch_size,
+    )  # fmt: skip
+
+
+def make_pure_online_training(
+    cfg: TrainConfig, output_dir: Path, accelerator: Accelerator
+) -> tuple[TrainConfig, OnlineTraining, dict[str, Any]]:
+    """Pure online (--online.seed_episodes > 0): (the config with the policy's features, the online data, the stats
+    that normalize the policy). The features are the env's observations (--dataset.input_features picks among them);
+    the online data's first round is the seed round of random actions, played now (or, resuming, on disk), and its
+    stats are the policy's."""
+    env, keys = cfg.env, cfg.dataset.input_features
+    try:
+        obs_type = env.obs_type or (env.obs_type_for(keys) if keys else env.obs_types[0])
+    except ValueError as e:
+        raise TrainConfigError(f"--dataset.input_features: {e}") from e
+    offered = env.observation_features(obs_type)
+    missing = [key for key in keys or [] if key not in offered]
+    if missing:
+        raise TrainConfigError(
+            f"--dataset.input_features asks for {missing}, which --env.type={env.type} with --env.obs_type={obs_type} "
+            f"does not give (it gives {sorted(offered)}); pure online trains on the env's observations"
+        )
+    inputs = {key: feature for key, feature in offered.items() if keys is None or key in keys}
+    features = rollout_features(inputs, env.action_feature.shape)
+    cfg = dataclasses.replace(cfg, policy=configure_policy_features(cfg.policy, features, keys))
+    check_episodes_fill_a_window(cfg, env.fps)
+    policy_cfg = cfg.policy
+    online = OnlineTraining(
+        cfg.online, output_dir, configure_eval_env(env, policy_cfg), features, env.fps,
+        policy_cfg.delta_timestamps(env.fps), policy_cfg.drop_n_last_frames, cfg.seed, batch_size=cfg.batch_size,
+    )  # fmt: skip
+    if not cfg.resume:
+        start = time.perf_counter()
+        online.collect_seed_round(accelerator)
+        if accelerator.is_main_process:
+            print(
+                f"hfpolicy train: pure online: {counted(online.n_episodes, 'random-action episode')} "
+                f"({counted(online.n_frames, 'frame')}) played in {time.perf_counter() - start:.0f} s: the first "
+                "online data and the policy's normalization stats"
+            )
+    elif not (online.root / INFO_PATH).is_file():
+        raise TrainConfigError(
+            f"{online.root} (the seed round of this pure-online run) is missing: the run folder was changed; start "
+            "a new run"
+        )
+    meta = DatasetMeta.load(online.root)  # resuming: any stats of the right shapes (the checkpoint's replace them)
+    if not meta.stats:
+        raise TrainConfigError(f"{online.root} has no meta/stats.json: the run folder was changed; start a new run")
+    return cfg, online, stats_to_torch(meta.stats)
+
+
+def check_episodes_fill_a_window(cfg: TrainConfig, fps: float) -> None:
+    """Online episodes (at most --env.episode_length steps) must fill a training sample of the policy."""
+    window = max((max(d) for d in cfg.policy.delta_timestamps(fps).values()), default=0.0)
     episode_length = getattr(cfg.env, "episode_length", None)
     if episode_length is not None and episode_length / fps <= window:
         raise TrainConfigError(
             f"--env.episode_length={episode_length} is shorter than the policy's action window "
             f"({round(window * fps) + 1} steps): online episodes could not fill a training sample; raise it"
         )
-    features = online_features(dataset.features, list(policy_cfg.input_features))
-    return OnlineTraining(
-        cfg.online, output_dir, configure_eval_env(cfg.env, policy_cfg), features, fps,
-        policy_cfg.delta_timestamps(fps), policy_cfg.drop_n_last_frames, cfg.seed,
-        member_index=len(dataset.datasets),
-    )  # fmt: skip
 
 
 def is_launch_main_process() -> bool:
@@ -116,7 +174,7 @@ class Training:
     optimizer: torch.optim.Optimizer
     lr_scheduler: Any
     ema: EMA | None
-    batches: Iterator[dict[str, Any]]  # endless, continuing where a resumed run stopped
+    batches: Iterator[dict[str, Any]] | None  # endless, continuing where a resumed run stopped; None: pure online
     env_cfg: EnvConfig | None  # the eval env; None: no evaluation
     start_step: int  # the step the run resumes from (0: a new run)
     samples_per_step: int  # over all processes and accumulation steps
@@ -143,9 +201,8 @@ def build_training(cfg: TrainConfig, run: RunFolder) -> Training:
     )
     threads = choose_cpu_threads(cfg.num_threads, accelerator.num_processes)
     set_seed(cfg.seed, device_specific=True)  # seed + rank: different crops and noise on each process
-    cfg, data = load_training_data(cfg, accelerator)
-    online = make_online_training(cfg, run.root, data.dataset) if cfg.online.every > 0 else None
-    policy = make_policy(cfg.policy, dataset_stats=data.dataset.stats)
+    cfg, data, online, stats = load_data_and_online(cfg, run, accelerator)
+    policy = make_policy(cfg.policy, dataset_stats=stats)
     if cfg.policy.pretrained_path and not cfg.resume:  # fine-tuning: the saved weights and stats (a resume: its own)
         load_pretrained_weights(policy, cfg.policy.pretrained_path)
     if cfg.compile:
@@ -178,32 +235,53 @@ def build_training(cfg: TrainConfig, run: RunFolder) -> Training:
         optimizer=optimizer,
         lr_scheduler=lr_scheduler,
         ema=ema,
-        batches=endless_batches(
-            data.dataloader, data.batch_sampler, start_step * cfg.gradient_accumulation_steps, cfg.seed
-        ),
+        batches=offline_batches(data, cfg, start_step),
         env_cfg=env_cfg,
         start_step=start_step,
         samples_per_step=cfg.batch_size * cfg.gradient_accumulation_steps * accelerator.num_processes,
         eval_plan=planned_evaluations(cfg, start_step) if env_cfg is not None else {},
         online=online,
-        image_keys=tuple(data.dataset.camera_keys),
+        image_keys=tuple(data.dataset.camera_keys if data is not None else cfg.policy.image_features),
         threads=threads,
     )
     announce_training(training, data)
     return training
 
 
-def announce_training(training: Training, data: TrainingData) -> None:
+def offline_batches(data: TrainingData | None, cfg: TrainConfig, start_step: int) -> Iterator[dict[str, Any]] | None:
+    """The run's endless offline batches from `start_step` on (None: pure online has no offline data)."""
+    if data is None:
+        return None
+    return endless_batches(data.dataloader, data.batch_sampler, start_step * cfg.gradient_accumulation_steps, cfg.seed)
+
+
+def load_data_and_online(
+    cfg: TrainConfig, run: RunFolder, accelerator: Accelerator
+) -> tuple[TrainConfig, TrainingData | None, OnlineTraining | None, dict[str, Any]]:
+    """(the config with the policy's features, the offline data (None: pure online), the online data (None: offline
+    training), the stats that normalize the policy)."""
+    if cfg.online.pure:  # no offline data: the seed round of random actions is the first data
+        cfg, pure, stats = make_pure_online_training(cfg, run.root, accelerator)
+        return cfg, None, pure, stats
+    cfg, data = load_training_data(cfg, accelerator)
+    online = make_online_training(cfg, run.root, data.dataset) if cfg.online.every > 0 else None
+    return cfg, data, online, data.dataset.stats
+
+
+def announce_training(training: Training, data: TrainingData | None) -> None:
     """The run's first line (main process): policy, data, processes, folder, and where it resumes."""
     cfg, accelerator, start_step = training.cfg, training.accelerator, training.start_step
     if not accelerator.is_main_process:
         return
     n_params = sum(p.numel() for p in training.policy.parameters()) / 1e6
-    source = f"{data.name}, streamed from the Hub as training reads it" if cfg.dataset.streaming else data.name
+    if data is None:  # pure online
+        source = "no offline data (pure online: every batch from the online data)"
+    else:
+        name = f"{data.name}, streamed from the Hub as training reads it" if cfg.dataset.streaming else data.name
+        n_samples = len(data.sampler) * accelerator.num_processes
+        source = f"{name}: {counted(data.dataset.num_episodes, 'episode')}, {n_samples} samples per epoch"
     print(
-        f"hfpolicy train: {cfg.policy.type} policy, {n_params:.1f} M params; {source}: "
-        f"{counted(data.dataset.num_episodes, 'episode')}, {len(data.sampler) * accelerator.num_processes} samples "
-        "per epoch; "
+        f"hfpolicy train: {cfg.policy.type} policy, {n_params:.1f} M params; {source}; "
         f"{accelerator.num_processes} process(es) on {accelerator.device}"
         + (f" ({training.threads} thread(s) each)" if accelerator.device.type == "cpu" else "")
         + f", {training.samples_per_step} samples per step; output {training.run.root}"

@@ -263,6 +263,12 @@ def test_eval_cli_end_to_end(tmp_path, capsys):
     assert "observation.environment_state" in err and "--env.obs_type=environment_state_agent_pos" in err
     assert not (tmp_path / "bad").exists()
 
+    # A TD-MPC flag on another policy type: one line naming the flag, before anything is written.
+    assert main([*argv[:2], "--policy.use_mpc=true", f"--output_dir={tmp_path / 'mpc'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--policy.use_mpc" in err and "'toy' policy" in err
+    assert not (tmp_path / "mpc").exists()
+
 
 def test_eval_cli_errors(tmp_path, capsys):
     assert main(["--env.type=pusht"]) == 2

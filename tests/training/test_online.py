@@ -74,8 +74,9 @@ def test_policy_driven_expert_labels_differ_from_the_actions_applied():
 def test_rounds_write_a_dataset_that_counts_what_they_collected(tmp_path):
     online = online_training(tmp_path, labels="expert")
     accelerator, policy = Accelerator(cpu=True), make_toy_policy("environment_state_agent_pos")
-    assert online.is_due(10) and online.is_due(20) and not online.is_due(15) and not online.is_due(5)
+    assert online.is_due(10) and not online.is_due(15) and not online.is_due(5)
     stats = [online.collect(accelerator, policy, None, 10)]
+    assert online.is_due(20) and not online.is_due(10) and online.round_seeds() == list(range(1_000_003, 1_000_006))
     first_round = tmp_path / ONLINE_DATA_DIR / "data" / "chunk-000" / "file-000.parquet"
     written = (first_round.stat().st_ino, first_round.read_bytes())
     stats.append(online.collect(accelerator, policy, None, 20))

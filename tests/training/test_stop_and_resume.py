@@ -40,13 +40,6 @@ def run_env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "1"}
 
 
-def default_sigint() -> None:
-    """preexec_fn of the Ctrl-C tests' runs: SIGINT at its default in the child, as under a terminal. A suite run as a
-    background job of a script (`bash .ci/run &`) starts with SIGINT ignored, which hfpolicy keeps ignored on purpose
-    (stopping.py), so without this the run would never see the Ctrl-C the test sends."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def logged_steps(out: Path, running: bool = False) -> list[int]:
     """The steps in metrics.jsonl (of a run still `running`: the last line may be half-written)."""
     if not (out / METRICS_FILE).is_file():
@@ -197,7 +190,6 @@ def test_ctrl_c_saves_the_current_step_says_how_to_resume_and_exits_130(pusht_st
         env=run_env(),
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=default_sigint,
     )
     wait_for_steps(process, out, 3)
     process.send_signal(signal.SIGINT)
@@ -230,7 +222,6 @@ def test_ctrl_c_during_an_evaluation_keeps_the_step_it_evaluated(pusht_state_dat
         env=run_env(),
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=default_sigint,
     )
     wait_for_steps(process, out, 1)  # step 2 is logged (the line after it is the evaluation's)
     time.sleep(1.0)

@@ -10,6 +10,8 @@ by pi), scores each by its discounted predicted rewards plus a terminal value, m
 refits the Gaussian to the softmax-weighted best (`n_elites`). One elite of the last iteration is drawn by its weight;
 its first action is executed `n_action_repeats` times. The final mean warm-starts the next plan (`reset()` forgets it).
 Every random draw of a plan comes from the per-episode generators of `reset(seeds=...)` when given (see `Policy`).
+Exploring (`exploring(std)`, online reinforcement learning only): the planner's std is floored at `std` and noise of
+the planner's std joins the executed action (use_mpc=false: noise of `std` on pi's action), as TD-MPC collects data.
 
 Training (FOWM): from a window of horizon + 1 observations, horizon actions and rewards, the latent is rolled out
 through the dynamics; losses: latent consistency with the target network's encodings, reward regression, TD for each
@@ -17,8 +19,9 @@ Q (targets r + discount x V(next)), expectile regression of V towards the target
 advantage-weighted regression of pi. The target network follows the weights by an EMA after each optimizer step.
 """
 
+import contextlib
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import cast
 
 import torch
@@ -44,6 +47,7 @@ class TDMPCPolicy(Policy):
         self.model = WorldModel(config)
         self.target_model = copy.deepcopy(self.model).requires_grad_(False)
         self._plan_mean: Tensor | None = None  # (B, horizon, A): the last plan's mean, warm-starting the next
+        self._exploration_std: float | None = None  # set while exploring (online RL collection); None: no noise
 
     def make_action_buffer(self) -> ActionQueue:
         """A queue of each plan's first n_action_steps actions, each repeated n_action_repeats times."""
@@ -62,6 +66,19 @@ class TDMPCPolicy(Policy):
             params: list[Tensor] = list(self.model.parameters())
             torch._foreach_lerp_(targets, params, weight)
 
+    @contextlib.contextmanager
+    def exploring(self, std: float) -> Iterator[None]:
+        """Acts as TD-MPC collects its data inside the block: the planner's std floored at `std` (and at min_std),
+        noise of the planner's std on the executed action; with use_mpc=false, noise of `std` on pi's action. The
+        noise comes from the per-episode generators, as every draw of a plan. Evaluation never explores."""
+        if std < 0:
+            raise ValueError(f"the exploration std must be >= 0, got {std}")
+        previous, self._exploration_std = self._exploration_std, float(std)
+        try:
+            yield
+        finally:
+            self._exploration_std = previous
+
     # --- acting -----------------------------------------------------------------------------------------------------
     # It takes no `noise`: predict_action_chunk passes only the sources an override declares (noise_parameters).
     def generate_actions(self, observation: dict[str, Tensor], generator: NoiseSource = None) -> Tensor:  # type: ignore[override]
@@ -78,7 +95,10 @@ class TDMPCPolicy(Policy):
             self._plan_mean = torch.cat(cast(list[Tensor], means)) if self.config.use_mpc else None
             return torch.cat(chunks)
         z = self.model.encode({key: observation[key][:, -1] for key in self.config.input_features})
-        actions = self.plan(z, generator) if self.config.use_mpc else self.model.pi(z).unsqueeze(1)
+        if self.config.use_mpc:
+            actions = self.plan(z, generator)
+        else:  # pi alone, with noise of the exploration std while exploring
+            actions = self.model.pi(z, self._exploration_std or 0.0, generator).unsqueeze(1)
         actions = actions.clamp(-1, 1)[:, : self.config.n_action_steps]
         return actions.repeat_interleave(self.config.n_action_repeats, dim=1)
 
@@ -99,6 +119,7 @@ class TDMPCPolicy(Policy):
                 raise RuntimeError("the batch size changed since the last plan: call policy.reset() between episodes")
             mean[:, :-1] = self._plan_mean[:, 1:]
         std = torch.full_like(mean, cfg.max_std)
+        floor = cfg.min_std if self._exploration_std is None else max(cfg.min_std, self._exploration_std)
         z = z.unsqueeze(1).expand(-1, n_gaussian + n_pi, -1)
         for _ in range(cfg.cem_iterations):
             noise = draw(generator, batch_size, z.device, normal((n_gaussian, horizon, self.action_dim)))
@@ -111,11 +132,14 @@ class TDMPCPolicy(Policy):
             elite_mean = (weights * elites).sum(1)
             elite_std = (weights * (elites - elite_mean.unsqueeze(1)) ** 2).sum(1).sqrt()
             mean = cfg.gaussian_mean_momentum * mean + (1 - cfg.gaussian_mean_momentum) * elite_mean
-            std = elite_std.clamp(cfg.min_std, cfg.max_std)
+            std = elite_std.clamp(floor, cfg.max_std)
         self._plan_mean = mean
         weights = weights[:, :, 0, 0]
         chosen = draw(generator, batch_size, z.device, categorical(weights))  # one elite per row, by its weight
-        return elites[torch.arange(batch_size), chosen]
+        plan = elites[torch.arange(batch_size), chosen]
+        if self._exploration_std is not None:  # exploring: the planner's own uncertainty on the executed action
+            plan = plan + std * draw(generator, batch_size, z.device, normal((horizon, self.action_dim)))
+        return plan
 
     def estimate_value(self, z: Tensor, actions: Tensor, generator: NoiseSource = None) -> Tensor:
         """FOWM's value of action sequences (B, N, horizon, A) from latents (B, N, L): discounted rewards, then the

@@ -3,6 +3,7 @@ the same actions), reset() forgets the planner's warm start, each plan's action 
 the target network follows the weights by its EMA, the training window reads next.reward, and configs LeRobot cannot
 express are refused naming their fields."""
 
+import contextlib
 import dataclasses
 
 import pytest
@@ -97,6 +98,41 @@ def test_planning_off_executes_pi_and_repeats_it():
         expected = policy.normalizer.unnormalize(ACTION, policy.model.pi(z).clamp(-1, 1))
     assert torch.equal(actions[:, 3], expected) and torch.equal(actions[:, 3], actions[:, 5])
     assert not torch.equal(actions[:, 0], actions[:, 3])
+
+
+def test_exploring_adds_seeded_noise_to_pi_and_floors_the_planners_std():
+    """Exploring (online RL's collection only): pi's action plus noise of the exploration std from the episode's
+    generator (use_mpc=false); with the planner, its std floored at the exploration std and noise of it on the
+    executed action: more spread for a higher floor. Outside the block, acting is as before."""
+    policy = trained_looking(TDMPCPolicy(state_config(use_mpc=False, n_action_repeats=1), dataset_stats=stats()))
+    obs = observations(2, 1)[0]
+    policy.reset()
+    plain = policy.select_action(obs)
+    policy.reset(seeds=[11, 12])
+    with policy.exploring(0.4):
+        explored = policy.select_action(obs)
+    with torch.no_grad():
+        z = policy.model.encode(policy.normalizer.normalize(obs))
+        noise = torch.stack([torch.randn(1, 2, generator=torch.Generator().manual_seed(s))[0] for s in (11, 12)])
+        expected = policy.normalizer.unnormalize(ACTION, (policy.model.pi(z) + 0.4 * noise).clamp(-1, 1))
+    assert torch.allclose(explored, expected, atol=1e-5) and not torch.allclose(explored, plain)
+    policy.reset()
+    assert torch.equal(policy.select_action(obs), plain)  # nothing left of the exploration
+
+    planner = trained_looking(TDMPCPolicy(state_config(n_action_repeats=1), dataset_stats=stats()))
+    obs, seeds = observations(16, 1)[0], list(range(16))
+
+    def act(std: float | None) -> torch.Tensor:
+        planner.reset(seeds=seeds)
+        with planner.exploring(std) if std is not None else contextlib.nullcontext():
+            return planner.select_action(obs)
+
+    unexplored = act(None)
+    spread = {std: (act(std) - unexplored).abs().mean().item() for std in (0.0, 0.5, 1.5)}
+    assert 0 < spread[0.0] < spread[0.5] < spread[1.5]
+    assert torch.equal(act(0.5), act(0.5)) and torch.equal(act(None), unexplored)  # seeded, and gone after
+    with pytest.raises(ValueError, match="exploration std must be >= 0"), planner.exploring(-1):
+        pass
 
 
 def test_target_network_follows_the_weights_by_its_ema():

@@ -11,9 +11,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from hfpolicy.cli.flags import parse_flags
 from hfpolicy.constants import ACTION, EVAL_INFO_FILE, METRICS_FILE, OBS_ENV_STATE, OBS_STATE, REWARD
 from hfpolicy.datasets import DatasetMeta, PolicyDataset, dataset_to_policy_features
 from hfpolicy.eval import main as eval_main
+from hfpolicy.eval.cli import EvalPipelineConfig, load_policy_and_env_config
 from hfpolicy.policies import NormMode, Policy
 from hfpolicy.policies.tdmpc import TDMPCConfig, TDMPCPolicy
 from hfpolicy.training import main as train_main
@@ -74,6 +76,15 @@ def test_train_resume_and_eval_command_lines_with_tdmpc(pusht_state_dataset, tmp
     assert eval_main([f"--policy.path={saved}", "--env.type=pusht", *eval_flags, f"--output_dir={eval_out}"]) == 0
     again = json.loads((eval_out / EVAL_INFO_FILE).read_text())["per_episode"]
     assert [e["sum_reward"] for e in again] == [e["sum_reward"] for e in info["per_episode"]]  # seeded planning
+
+    # --policy.use_mpc=false acts with pi alone: the saved policy plans (TDMPCConfig's default), the flag overrides it.
+    assert policy.config.use_mpc
+    flags = [f"--policy.path={saved}", "--env.type=pusht", "--policy.use_mpc=false", *eval_flags]
+    pi_only, _ = load_policy_and_env_config(parse_flags(EvalPipelineConfig, flags, prog="hfpolicy eval"))
+    assert not pi_only.config.use_mpc
+    assert eval_main([*flags, f"--output_dir={tmp_path / 'pi'}"]) == 0
+    with_pi = json.loads((tmp_path / "pi" / EVAL_INFO_FILE).read_text())["per_episode"]
+    assert [e["rewards"] for e in with_pi] != [e["rewards"] for e in again]  # other actions than the planner's
 
 
 def test_a_dataset_without_rewards_is_refused_naming_the_feature_and_how_to_record_it(pusht_state_dataset):
