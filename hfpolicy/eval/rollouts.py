@@ -208,9 +208,9 @@ def rollout(
     with torch.inference_mode():
         for _ in range(max_steps):
             states = state_of(observation, n_envs)
-            chunks_before = policy.chunks_predicted
+            chunks_before = chunks_predicted(policy)
             action = policy.select_action(observations_to_batch(observation, device, input_keys)).cpu().numpy()
-            new_chunk = policy.chunks_predicted != chunks_before
+            new_chunk = chunks_predicted(policy) != chunks_before
             finite = np.isfinite(action).reshape(n_envs, -1).all(axis=1)
             if not finite[running].all():
                 bad = int(np.flatnonzero(running & ~finite)[0])
@@ -261,6 +261,11 @@ def rollout(
     for slot in np.flatnonzero(running):  # reached max_steps without ending
         end_episode(int(slot))
     return [records[slot] for slot in range(n_episodes)]
+
+
+def chunks_predicted(actor: Policy | RandomActions) -> int:
+    """The chunks a policy has predicted so far (`Policy.chunks_predicted`); random actions predict none."""
+    return 0 if isinstance(actor, RandomActions) else actor.chunks_predicted
 
 
 def state_of(observation: Any, n_envs: int) -> list[list[float]] | None:
