@@ -82,14 +82,15 @@ def view(
     """Writes the page of the dataset, evaluation or run at `path` (or of the Hub dataset whose repo id `path` is,
     when no such folder exists); returns the page's path. `embed_videos`: put the videos inside the page (True), link
     them (False), or decide by their size (None: under 10 MB, inside). `episodes`: the dataset episodes shown."""
-    if not Path(path).exists() and is_repo_id(str(path)):
+    if not Path(path).exists() and is_repo_id(str(path)) and not Path(Path(path).parts[0]).is_dir():
         return view_hub_dataset(str(path), output, embed_videos, episodes, revision)
     path = Path(path)
     if path.is_file() and path.name == EVAL_INFO_FILE:
         path = path.parent
     if not path.is_dir():
         raise FileNotFoundError(
-            f"{path} does not exist: pass a dataset, evaluation or training run folder, or a Hub dataset's repo id"
+            f"{path} does not exist: pass a dataset, evaluation or training run folder, or a Hub dataset's repo id "
+            "(tried on the Hub when no folder here has its user's name)"
         )
     kind = detect_kind(path)
     if kind != "dataset" and (episodes is not None or revision is not None):

@@ -149,7 +149,7 @@ def test_the_card_shows_what_comes_from_the_dataset_as_text():
     assert json.loads(text.split(f"{fence}json\n", 1)[1].split(f"\n{fence}")[0]) == info
 
 
-def test_view_a_hub_dataset_downloads_only_the_shown_episodes(hub_server, tmp_path, capsys):
+def test_view_a_hub_dataset_downloads_only_the_shown_episodes(hub_server, tmp_path, capsys, monkeypatch):
     root = write_dataset(tmp_path / "tiny")
     assert push(capsys, f"--dataset={root}", "--repo_id=user/viewed")[0] == 0
     page = tmp_path / "pages" / "viewed.html"
@@ -174,6 +174,11 @@ def test_view_a_hub_dataset_downloads_only_the_shown_episodes(hub_server, tmp_pa
     status = cli_main(["view", "user/not-there"])
     err = capsys.readouterr().err
     assert status == 2 and "user/not-there is not a folder here, and as a Hub dataset" in err and err.count("\n") == 1
+    (tmp_path / "data").mkdir()  # a mistyped folder under one that exists here is not looked for on the Hub
+    monkeypatch.chdir(tmp_path)
+    before = len(hub_server.requests)
+    assert cli_main(["view", "data/pusht_typo"]) == 2
+    assert "data/pusht_typo does not exist" in capsys.readouterr().err and len(hub_server.requests) == before
 
 
 def page_data(page: Path) -> dict:
