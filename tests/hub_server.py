@@ -2,9 +2,18 @@
 
 It speaks the subset of the Hugging Face Hub HTTP API that the real `huggingface_hub` (HfApi, hf_hub_download,
 snapshot_download, HfFileSystem, PyTorchModelHubMixin) and `datasets` (load_dataset, Dataset.push_to_hub) clients use,
-so tests exercise those clients unchanged against 127.0.0.1. Repos live in memory as git-like history: every commit
-is a full snapshot {path: blob}, refs are branches / tags / pull-request heads, commit oids are 40-hex. File contents
-are stored once per sha256 under `<root>/objects/`, and each repo's state is mirrored to `<root>/repos/` as JSON.
+so tests exercise those clients unchanged against 127.0.0.1. Repos are git-like history: every commit is a full
+snapshot {path: blob}, refs are branches / tags / pull-request heads, commit oids are 40-hex. File contents are stored
+once per sha256 under `<root>/objects/`, and each repo's state is written to `<root>/repos/` as JSON after every
+change, so a server started again on the same root serves the same repos.
+
+For local use (pushing and loading without an account), run it on a root that stays:
+
+    python tests/hub_server.py --root ~/.cache/hfpolicy-hub [--port 8765]
+
+It prints the token (kept in `<root>/token`, the same on every start) and the line that points the Hub clients at it,
+`export HF_ENDPOINT=http://127.0.0.1:8765 HF_TOKEN=... HF_HUB_DISABLE_XET=1`, and serves until Ctrl-C. The token's
+user is `user`: repo ids are `user/<name>`.
 
 `{t}` is `models`, `datasets` or `spaces`; `{id}` is `namespace/name`; `{prefix}` is `` for models and `datasets/` or
 `spaces/` otherwise; `{rev}` is a branch, tag, `refs/pr/N` or 40-hex commit oid (URL-quoted).
@@ -41,6 +50,7 @@ answers 404 and is logged to stderr and to `HubServer.unhandled`, so a client ch
 crashes the server answers 501 (which the client does not retry), prints its traceback and is logged there too.
 """
 
+import argparse
 import base64
 import fnmatch
 import hashlib
@@ -48,6 +58,7 @@ import itertools
 import json
 import os
 import re
+import secrets
 import sys
 import threading
 import traceback
@@ -135,8 +146,11 @@ class Hub:
         self.root = Path(root)
         (self.root / "objects").mkdir(parents=True, exist_ok=True)
         self.repos: dict[tuple[str, str], Repo] = {}
+        for path in sorted((self.root / "repos").glob("*/**/*.json")):  # the repos a server on this root kept
+            repo = load_repo(json.loads(path.read_text()))
+            self.repos[(repo.type, repo.id)] = repo
         self.lock = threading.RLock()
-        self._counter = itertools.count()
+        self._counter = itertools.count(sum(len(repo.commits) for repo in self.repos.values()))
 
     # --- blobs -------------------------------------------------------------------------------------------
     def object_path(self, sha256: str) -> Path:
@@ -274,6 +288,15 @@ class Hub:
 
     def _state_path(self, repo_type: str, repo_id: str) -> Path:
         return self.root / "repos" / f"{repo_type}s" / f"{repo_id}.json"
+
+
+def load_repo(state: dict) -> Repo:
+    """A Repo from the JSON `Hub.save_state` wrote."""
+    commits = {
+        oid: Commit(**{**commit, "files": {path: Blob(**blob) for path, blob in commit["files"].items()}})
+        for oid, commit in state["commits"].items()
+    }
+    return Repo(**{**state, "commits": commits})
 
 
 def tree_entries(files: dict[str, Blob], folder: str, recursive: bool) -> list[tuple[str, Blob | None]]:
@@ -727,3 +750,50 @@ def _make_handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
             self._send(status, data, "application/octet-stream", headers, length=end + 1 - start)
 
     return Handler
+
+
+DEFAULT_PORT = 8765
+TOKEN_FILE = "token"
+
+
+def stored_token(root: Path) -> str:
+    """The server token of `root`: read from <root>/token, or made and kept there at the first start."""
+    path = Path(root) / TOKEN_FILE
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"hf_local_{secrets.token_hex(16)}\n")
+    return path.read_text().strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python tests/hub_server.py --root DIR [--port P]`: serves until Ctrl-C (see the module docstring)."""
+    parser = argparse.ArgumentParser(
+        prog="python tests/hub_server.py", description="A Hub-protocol server on 127.0.0.1."
+    )
+    parser.add_argument("--root", required=True, type=Path, help="where repos and files are kept (across restarts)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0: any free port")
+    args = parser.parse_args(argv)
+    if args.root.exists() and not args.root.is_dir():
+        parser.error(f"--root {args.root} is a file: pass a folder (it is created if needed)")
+    token = stored_token(args.root)
+    try:
+        server = HubServer(args.root, token=token, port=args.port)
+    except OSError as e:
+        parser.error(f"cannot serve on 127.0.0.1:{args.port} ({e.strerror or e}): choose another --port")
+    n_repos = len(server.hub.repos)
+    print(f"hub_server: the Hub protocol on {server.endpoint}, {n_repos} repo(s) kept in {args.root.resolve()}")
+    print(f"token: {token} (user {USER!r}: push to {USER}/<name>)")
+    print("point the Hub clients (hfpolicy, huggingface_hub, datasets) at it in another shell:")
+    print(f"export HF_ENDPOINT={server.endpoint} HF_TOKEN={token} HF_HUB_DISABLE_XET=1", flush=True)
+    try:
+        server._httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server._httpd.server_close()
+    print("hub_server: stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

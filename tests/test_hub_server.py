@@ -7,8 +7,10 @@ The server lives for the whole session, so each test uses its own repo names; ea
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -415,3 +417,84 @@ def test_dataset_push_to_hub_and_load_back():
     assert datasets.load_dataset("user/pushed-ds", split="train").to_dict() == second.to_dict()
     first.push_to_hub("user/pushed-ds", revision="v1-branch")
     assert datasets.load_dataset("user/pushed-ds", split="train", revision="v1-branch").to_dict() == first.to_dict()
+
+
+def test_repos_history_and_files_persist_across_a_restart(tmp_path):
+    """A server started again on the same root serves the repos the first one kept: files, history, tags, LFS."""
+    from hub_server import HubServer
+
+    root, token = tmp_path / "hub", "hf_restart_token"
+    with HubServer(root, token=token) as server:
+        api = HfApi(endpoint=server.endpoint, token=token)
+        api.create_repo("user/kept", repo_type="dataset")
+        api.upload_file(path_or_fileobj=b"small", path_in_repo="a.txt", repo_id="user/kept", repo_type="dataset")
+        api.upload_file(path_or_fileobj=b"w" * 2000, path_in_repo="w.safetensors", repo_id="user/kept",
+                        repo_type="dataset")  # fmt: skip
+        api.create_tag("user/kept", tag="v3.0", repo_type="dataset")
+        before = api.list_repo_commits("user/kept", repo_type="dataset")
+    with HubServer(root, token=token) as server:  # a new process would see the same: all of it is on disk
+        api = HfApi(endpoint=server.endpoint, token=token)
+        assert [c.commit_id for c in api.list_repo_commits("user/kept", repo_type="dataset")] == [
+            c.commit_id for c in before
+        ]
+        assert [t.name for t in api.list_repo_refs("user/kept", repo_type="dataset").tags] == ["v3.0"]
+        for name, data in (("a.txt", b"small"), ("w.safetensors", b"w" * 2000)):
+            path = hf_hub_download("user/kept", name, repo_type="dataset", revision="v3.0", endpoint=server.endpoint)
+            assert read_bytes(path) == data
+        commit = api.upload_file(
+            path_or_fileobj=b"more", path_in_repo="b.txt", repo_id="user/kept", repo_type="dataset"
+        )
+        history = api.list_repo_commits("user/kept", repo_type="dataset")
+        assert history[0].commit_id == commit.oid and history[1].commit_id == before[0].commit_id
+
+
+def read_lines(process: subprocess.Popen, n: int, timeout: float = 60) -> list[str]:
+    """The first `n` lines the process prints (AssertionError if it exits or takes longer), read by a thread."""
+    import queue
+    import threading
+
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
+    got = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n:
+        try:
+            got.append(lines.get(timeout=max(0.0, deadline - time.monotonic())).rstrip("\n"))
+        except queue.Empty:
+            raise AssertionError(f"{n} lines expected within {timeout} s; got {got} (exit {process.poll()})") from None
+    return got
+
+
+def test_the_server_command_prints_its_export_line_and_keeps_its_repos_and_token(tmp_path):
+    """`python tests/hub_server.py --root DIR`: the token and the exact `export ...` line; after Ctrl-C and a new
+    start on the same root, the same token and the repos pushed through that line."""
+    command = [
+        sys.executable,
+        str(Path(__file__).parent / "hub_server.py"),
+        "--root",
+        str(tmp_path / "hub"),
+        "--port",
+        "0",
+    ]
+    exports = []
+    for run in range(2):
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            lines = read_lines(process, 4)
+            assert lines[0].endswith(f"{run} repo(s) kept in {(tmp_path / 'hub').resolve()}")
+            export = lines[3]
+            variables = dict(item.split("=", 1) for item in export.removeprefix("export ").split())
+            assert export.startswith("export ") and set(variables) == {"HF_ENDPOINT", "HF_TOKEN", "HF_HUB_DISABLE_XET"}
+            assert (
+                variables["HF_ENDPOINT"].startswith("http://127.0.0.1:")
+                and f"token: {variables['HF_TOKEN']} " in lines[1]
+            )
+            api = HfApi(endpoint=variables["HF_ENDPOINT"], token=variables["HF_TOKEN"])
+            if run == 0:
+                api.create_repo("user/through-the-export-line")
+            assert api.repo_exists("user/through-the-export-line")
+            exports.append(variables)
+        finally:
+            process.send_signal(signal.SIGINT)
+            assert process.wait(timeout=30) == 0
+    assert exports[0]["HF_TOKEN"] == exports[1]["HF_TOKEN"]

@@ -14,10 +14,12 @@ with a checkpoint first (hfpolicy.training.stopping).
 
 import importlib
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hfpolicy.cli.info import environment_report
@@ -90,7 +92,7 @@ COMMANDS: dict[str, Command] = {
     "push": Command(
         config="hfpolicy.hub.push_config:PushConfig",
         run="hfpolicy.hub.push:push_command",
-        help="push a training run (policy, evaluation, curve, card) to the Hub",
+        help="push a training run (policy, evaluation, curve, card), or a dataset folder, to the Hub",
         bad_input=("hfpolicy.hub.push:PushError",),
     ),
     "export": Command(
@@ -213,6 +215,20 @@ def wait_for_the_main_process() -> None:
     process. An error of this process alone is still printed, that much later."""
     if int(os.environ.get("RANK", "0") or 0) > 0 and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
         time.sleep(OTHER_RANK_WAIT_S)
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """The command line of this process (`argv`, default sys.argv), as one would type it again: `hfpolicy ...` (the
+    console script or `python -m hfpolicy`), `python script.py ...`, or `accelerate launch script.py ...` when
+    launched by accelerate."""
+    argv = list(sys.argv if argv is None else argv)
+    args = [shlex.quote(a) for a in argv[1:]]
+    script = argv[0] if argv else "hfpolicy"
+    if os.environ.get("ACCELERATE_MIXED_PRECISION") is not None or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return shlex.join(["accelerate", "launch", script]) + "".join(f" {a}" for a in args)
+    if script.endswith(".py") and Path(script).name != "__main__.py":
+        return " ".join(["python", shlex.quote(script), *args])
+    return " ".join(["hfpolicy", *args])
 
 
 def exit_status(error: BaseException, command: Command) -> int | None:

@@ -38,6 +38,7 @@ CHUNK_FILE_PATTERN = "chunk-{chunk_index:03d}/file-{file_index:03d}"
 EPISODES_PATH = EPISODES_DIR + "/" + CHUNK_FILE_PATTERN + ".parquet"
 DATA_PATH = "data/" + CHUNK_FILE_PATTERN + ".parquet"
 VIDEO_PATH = "videos/{video_key}/" + CHUNK_FILE_PATTERN + ".mp4"
+DATASET_TOP_LEVEL = {"meta", "data", "videos", "images", "README.md", ".gitattributes"}  # what a dataset folder holds
 DATA_FILES_GLOB = "data/*/*.parquet"  # what the dataset card's `configs` point at (datasets.load_dataset, Hub viewer)
 
 DEFAULT_CHUNKS_SIZE = 1000  # files per chunk folder

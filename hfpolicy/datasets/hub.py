@@ -1,13 +1,21 @@
 """Datasets and the Hub: download only what a PolicyDataset needs, push a dataset with its dataset card."""
 
+import html
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from huggingface_hub import CommitOperationAdd, DatasetCard, DatasetCardData, HfApi, snapshot_download
 
-from hfpolicy.datasets.format import CODEBASE_VERSION, DATA_FILES_GLOB, INFO_PATH, load_info
+from hfpolicy.datasets.format import (
+    CODEBASE_VERSION,
+    DATA_FILES_GLOB,
+    DATASET_TOP_LEVEL,
+    INFO_PATH,
+    DatasetFormatError,
+)
 from hfpolicy.datasets.metadata import DatasetMeta
 
 REPO_TYPE = "dataset"
@@ -61,6 +69,40 @@ def download_dataset(
     return Path(root)
 
 
+def markdown_text(value: Any) -> str:
+    """`value` as plain text inside Markdown (a dataset's strings in its card): HTML escaped, Markdown's punctuation
+    backslash-escaped, line breaks as spaces, so that no string of a dataset becomes a tag, a link or a table cell."""
+    text = html.escape(" ".join(str(value).split()), quote=False)
+    return re.sub(r"([\\`*_{}\[\]()#+!|~>-])", r"\\\1", text)
+
+
+def markdown_code(value: Any) -> str:
+    """`value` as an inline code span (its backticks fenced by a longer run, its `|` escaped for a table cell)."""
+    text = " ".join(str(value).split()).replace("|", "\\|")
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def code_block(text: str, language: str = "") -> list[str]:
+    """A fenced code block that no line of `text` can close (its fence is longer than any backtick run in it)."""
+    fence = "`" * max(3, max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return [f"{fence}{language}", text, fence]
+
+
+def feature_rows(features: dict[str, Any]) -> list[str]:
+    """The card's table rows of the features (key, dtype, shape, names), escaped."""
+    rows = []
+    for key, feature in features.items():
+        names = feature.get("names")
+        shown = ", ".join(map(str, names)) if isinstance(names, list) else (json.dumps(names) if names else "")
+        rows.append(
+            f"| {markdown_code(key)} | {markdown_text(feature['dtype'])} | {markdown_text(list(feature['shape']))} "
+            f"| {markdown_text(shown)} |"
+        )
+    return rows
+
+
 def make_dataset_card(
     info: dict[str, Any],
     repo_id: str,
@@ -69,54 +111,63 @@ def make_dataset_card(
     description: str | None = None,
 ) -> DatasetCard:
     """A dataset card whose YAML makes the Hub list it under robotics and lets the viewer and
-    `datasets.load_dataset(repo_id)` read the frames (configs -> data/*/*.parquet)."""
+    `datasets.load_dataset(repo_id)` read the frames (configs -> data/*/*.parquet). What comes from the dataset
+    (feature names, robot type, info.json) is escaped: it reads as text, never as Markdown or HTML."""
     card_data = DatasetCardData(
         license=license,
         task_categories=["robotics"],
         tags=list(dict.fromkeys(["LeRobot", "hfpolicy", *tags])),
         configs=[{"config_name": "default", "data_files": DATA_FILES_GLOB}],
     )
-    rows = []
-    for key, feature in info["features"].items():
-        names = feature.get("names")
-        shown = ", ".join(map(str, names)) if isinstance(names, list) else (json.dumps(names) if names else "")
-        rows.append(f"| `{key}` | {feature['dtype']} | {list(feature['shape'])} | {shown} |")
-    robot = f", robot type `{info['robot_type']}`" if info.get("robot_type") else ""
+    version = str(info.get("codebase_version", CODEBASE_VERSION))
+    robot = f", robot type {markdown_code(info['robot_type'])}" if info.get("robot_type") else ""
+    counts = [markdown_text(info.get(key, "?")) for key in ("total_episodes", "total_frames", "total_tasks")]
+    fps = markdown_text(info["fps"])
     body = [
         f"# {repo_id}",
         "",
-        description or "A robot-learning dataset in the LeRobot v3.0 format.",
+        description or f"A robot-learning dataset in the LeRobot {markdown_text(version)} format.",
         "",
-        f"{info.get('total_episodes', '?')} episodes, {info.get('total_frames', '?')} frames at {info['fps']} fps, "
-        f"{info.get('total_tasks', '?')} task(s){robot}.",
+        f"{counts[0]} episodes, {counts[1]} frames at {fps} fps, {counts[2]} task(s){robot}.",
         "",
         "## Features",
         "",
         "| key | dtype | shape | names |",
         "|---|---|---|---|",
-        *rows,
+        *feature_rows(info["features"]),
         "",
         "## Use",
         "",
         "```python",
         "from hfpolicy.datasets import PolicyDataset",
         "",
-        f'dataset = PolicyDataset("{repo_id}", delta_timestamps={{"action": [i / {info["fps"]} for i in range(16)]}})',
+        f'dataset = PolicyDataset("{repo_id}", delta_timestamps={{"action": [i / {float(info["fps"])} for i in range(16)]}})',
         "```",
         "",
-        f'It loads in LeRobot as `LeRobotDataset("{repo_id}")` (codebase version {info["codebase_version"]}), and '
-        f'its frames (without videos) with `datasets.load_dataset("{repo_id}")`.',
+        f'It loads in LeRobot as `LeRobotDataset("{repo_id}")` (codebase version {markdown_text(version)}), and '
+        f'its frames (without videos) with `datasets.load_dataset("{repo_id}")`; `hfpolicy view {repo_id}` '
+        "draws its episodes.",
         "",
         "## Layout",
         "",
         f"[{INFO_PATH}]({INFO_PATH}):",
-        "```json",
-        json.dumps(info, indent=4),
-        "```",
+        *code_block(json.dumps(info, indent=4), "json"),
         "",
         "Written with hfpolicy in the layout of [LeRobot](https://github.com/huggingface/lerobot).",
     ]
     return DatasetCard(f"---\n{card_data.to_yaml()}\n---\n\n" + "\n".join(body) + "\n")
+
+
+def dataset_files(root: Path) -> list[Path]:
+    """The files a dataset folder holds (under meta/, data/, videos/, images/; README.md): hidden ones (temporary
+    files, caches, .gitattributes) and anything else (an `hfpolicy view` page) left out."""
+    return sorted(
+        path
+        for path in root.rglob("*")
+        if path.is_file()
+        and path.relative_to(root).parts[0] in DATASET_TOP_LEVEL
+        and not any(part.startswith(".") for part in path.relative_to(root).parts)
+    )
 
 
 def push_dataset_to_hub(
@@ -131,25 +182,32 @@ def push_dataset_to_hub(
     tag_version: bool = True,
     commit_message: str | None = None,
 ) -> str:
-    """Uploads a finished dataset root and its dataset card in one commit; returns the commit URL.
+    """Uploads a finished dataset root (LeRobot v3.0 or v2.1) and its dataset card in one commit; returns the commit
+    URL.
 
-    With `tag_version` the commit is tagged with the codebase version ("v3.0"), which LeRobot's loader looks for.
-    Hidden files (temporary files, caches) are not uploaded.
+    The card is the folder's own README.md when it has one (LeRobot's, or one written by hand; `license`, `tags` and
+    `description` are then unused), else `make_dataset_card`'s. With `tag_version` the commit is tagged with the
+    dataset's codebase version ("v3.0", "v2.1"), which LeRobot's loader looks for. Only the dataset's own files are
+    uploaded (see `dataset_files`). A dataset whose meta/ is incomplete, or that lacks a data or video file its
+    meta/ names, raises DatasetFormatError before anything is created on the Hub.
     """
     root = Path(root)
-    info = load_info(root, repo_id)
     meta = DatasetMeta.load(root, repo_id)  # refuses a dataset whose meta is incomplete
-    files = sorted(
-        p
-        for p in root.rglob("*")
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
-    )
-    files = [p for p in files if p.relative_to(root).as_posix() != CARD_FILE]
-    card = make_dataset_card(info, repo_id, license=license, tags=tags, description=description)
+    info = meta.info
+    version = str(info["codebase_version"])
+    missing = [path for path in meta.files_for([int(e) for e in meta.episodes.index]) if not (root / path).is_file()]
+    if missing:
+        raise DatasetFormatError(
+            f"{root} lacks {len(missing)} file(s) that its meta/ names ({', '.join(missing[:3])}"
+            f"{' ...' if len(missing) > 3 else ''}): an incomplete copy or download; push the complete dataset"
+        )
+    files = dataset_files(root)
     operations = [
-        CommitOperationAdd(path_in_repo=p.relative_to(root).as_posix(), path_or_fileobj=str(p)) for p in files
+        CommitOperationAdd(path_in_repo=path.relative_to(root).as_posix(), path_or_fileobj=str(path)) for path in files
     ]
-    operations.append(CommitOperationAdd(path_in_repo=CARD_FILE, path_or_fileobj=str(card).encode()))
+    if not (root / CARD_FILE).is_file():
+        card = make_dataset_card(info, repo_id, license=license, tags=tags, description=description)
+        operations.append(CommitOperationAdd(path_in_repo=CARD_FILE, path_or_fileobj=str(card).encode()))
 
     api = HfApi()
     api.create_repo(repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True)
@@ -161,11 +219,11 @@ def push_dataset_to_hub(
         repo_type=REPO_TYPE,
         revision=branch,
         commit_message=commit_message
-        or f"Upload dataset: {meta.total_episodes} episodes, {meta.total_frames} frames ({CODEBASE_VERSION})",
+        or f"Upload dataset: {meta.total_episodes} episodes, {meta.total_frames} frames ({version})",
     )
     if tag_version:
         refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
-        if any(tag.name == CODEBASE_VERSION for tag in refs.tags):
-            api.delete_tag(repo_id, tag=CODEBASE_VERSION, repo_type=REPO_TYPE)
-        api.create_tag(repo_id, tag=CODEBASE_VERSION, revision=commit.oid, repo_type=REPO_TYPE)
+        if any(tag.name == version for tag in refs.tags):
+            api.delete_tag(repo_id, tag=version, repo_type=REPO_TYPE)
+        api.create_tag(repo_id, tag=version, revision=commit.oid, repo_type=REPO_TYPE)
     return commit.commit_url

@@ -66,6 +66,7 @@ from hfpolicy.datasets.format import (
     BOOKKEEPING_FEATURES,
     CODEBASE_VERSION,
     DATA_PATH,
+    DATASET_TOP_LEVEL,
     DEFAULT_CHUNKS_SIZE,
     DEFAULT_DATA_FILE_SIZE_MB,
     DEFAULT_VIDEO_FILE_SIZE_MB,
@@ -96,7 +97,6 @@ from hfpolicy.io.video import VIDEO_PIX_FMT, Mp4Writer, probe_video
 MB = 1024**2
 
 
-DATASET_TOP_LEVEL = {"meta", "data", "videos", "images", "README.md", ".gitattributes"}  # what a dataset folder holds
 _DATASET_SUFFIXES = {"meta": (".json", ".jsonl", ".parquet"), "data": (".parquet",), "videos": (".mp4",)}
 STAGING_TAG, REPLACED_TAG, APPEND_TAG = (
     "writing",

@@ -32,6 +32,7 @@ from hfpolicy.envs import EnvConfig, PushTEnvConfig
 from hfpolicy.eval.config import EvalConfig
 from hfpolicy.eval.episode_data import EpisodeCollector, rollout_features, write_episode
 from hfpolicy.eval.evaluation import EvalResult, evaluate
+from hfpolicy.eval.provenance import eval_provenance
 from hfpolicy.eval.rollouts import EpisodeRecord
 from hfpolicy.eval.videos import VideoWriteError
 from hfpolicy.field_errors import ConfigFieldError
@@ -151,6 +152,10 @@ def _evaluate_into(config: EvalPipelineConfig, policy: Policy, env_config: EnvCo
             episodes_writer.abort()  # nothing half-written: without finish() the dataset folder never appears
         env.close()
         records_file.close()
+    if config.policy.path:  # (run_eval in Python may hand a policy without a path)
+        result.provenance = eval_provenance(
+            policy, config.policy.path, env_config.type, revision=config.policy.revision
+        )
     result.save(output_dir / EVAL_INFO_FILE)
     return result
 

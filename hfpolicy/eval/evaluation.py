@@ -2,6 +2,7 @@
 
 import contextlib
 import functools
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -14,9 +15,9 @@ from tqdm.auto import tqdm
 
 from hfpolicy.constants import DEFAULT_EVAL_START_SEED
 from hfpolicy.envs import LockstepVectorEnv, episode_step_limit
-from hfpolicy.eval.rollouts import EpisodeRecord, StepHook, rollout
+from hfpolicy.eval.rollouts import EpisodeRecord, StepHook, action_bounds, rollout
 from hfpolicy.eval.videos import VideoRecorder
-from hfpolicy.io.atomic import write_json_atomically
+from hfpolicy.io.atomic import write_atomically
 from hfpolicy.io.episode_videos import episode_video_path
 from hfpolicy.io.termination import raise_if_terminated
 from hfpolicy.policies.base import Policy
@@ -28,26 +29,47 @@ WILSON_Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
 @dataclass
 class EvalResult:
-    """Per-episode records (sorted by index), the wall time, and the videos written."""
+    """Per-episode records (sorted by index), the wall time, the videos written, the env's action space, and what
+    was evaluated (`provenance`, set by whoever knows it: `hfpolicy eval`, a training run's evaluation)."""
 
     episodes: list[EpisodeRecord]  # one record per episode, sorted by index
     eval_s: float  # wall-clock seconds of the whole evaluation
     video_paths: list[Path] = field(default_factory=list)  # mp4 files, one per recorded episode
+    action_space: dict[str, list[float | None]] | None = None  # {"low", "high"} of a Box action space (None: inf)
+    provenance: dict[str, Any] | None = None  # the policy, its checkpoint, the command (hfpolicy.eval.provenance)
 
     @property
     def aggregated(self) -> dict[str, Any]:
         return summarize_episodes(self.episodes, self.eval_s)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        info: dict[str, Any] = {"provenance": self.provenance} if self.provenance is not None else {}
+        info |= {
             "aggregated": self.aggregated,
             "per_episode": [episode.to_dict() for episode in self.episodes],
             "video_paths": [str(path) for path in self.video_paths],
         }
+        if self.action_space is not None:
+            info["action_space"] = self.action_space
+        return info
 
     def save(self, path: str | Path) -> Path:
-        """Writes `to_dict()` as JSON to `path` (eval_info.json), atomically."""
-        return write_json_atomically(path, self.to_dict())
+        """Writes `to_dict()` as JSON to `path` (eval_info.json), atomically (see `write_eval_info`)."""
+        return write_eval_info(path, self.to_dict())
+
+
+def write_eval_info(path: str | Path, info: dict[str, Any]) -> Path:
+    """eval_info.json, atomically: its summaries (provenance, aggregated, ...) indented for reading, and each episode
+    record on one line (a record's per-step series, indented, would take a line per number)."""
+    entries = []
+    for key, value in info.items():
+        if key == "per_episode" and value:
+            records = ",\n".join(f"    {json.dumps(record, ensure_ascii=False)}" for record in value)
+            entries.append(f'  "per_episode": [\n{records}\n  ]')
+        else:
+            text = json.dumps(value, indent=2, ensure_ascii=False).replace("\n", "\n  ")
+            entries.append(f"  {json.dumps(key)}: {text}")
+    return write_atomically(path, "{\n" + ",\n".join(entries) + "\n}\n")
 
 
 def evaluate(
@@ -108,7 +130,16 @@ def evaluate(
         bar.close()
         policy.train(was_training)
     video_paths = [video_of_episode[i] for i in sorted(video_of_episode)]
-    return EvalResult(sorted(records, key=lambda e: e.index), eval_s, video_paths)
+    return EvalResult(sorted(records, key=lambda e: e.index), eval_s, video_paths, action_space_of(env))
+
+
+def action_space_of(env: LockstepVectorEnv) -> dict[str, list[float | None]] | None:
+    """The bounds of a sub-env's Box action space, per dimension (an unbounded side as None); None if unbounded."""
+    low, high = action_bounds(env)
+    if low is None or high is None:
+        return None
+    finite = [[float(v) if np.isfinite(v) else None for v in np.ravel(bound)] for bound in (low, high)]
+    return {"low": finite[0], "high": finite[1]}
 
 
 def _videos_of(batch: list[int], n_videos: int, videos_dir: str | Path | None) -> dict[int, Path]:

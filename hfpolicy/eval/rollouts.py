@@ -1,10 +1,11 @@
-"""One batch of episodes stepped in lockstep: the rollout loop and the per-episode record it produces.
+"""One batch of episodes stepped in lockstep: the rollout loop and the per-episode record it produces (its outcome,
+and step by step the reward, the action, the state it acted on and the steps that began a new predicted chunk).
 
 Actions reach the env exactly as the policy gave them, as in LeRobot's evaluation:
 - a non-finite action (NaN or inf) stops the evaluation with `InvalidActionError` naming the episode and the step;
 - an action outside the env's declared action space (a Box) is applied unchanged, and counted: each episode's record
   carries `n_actions_outside_space`, the number of its steps whose action lay outside the space (0 for a policy that
-  stays inside it). Limits are the env's to apply, where it knows what they are: ALOHA's MuJoCo model clamps each
+  stays inside it), and `outside_steps`, which steps they were. Limits are the env's to apply, where it knows what they are: ALOHA's MuJoCo model clamps each
   actuator's control to its ctrlrange (the declared Box), gym-pusht's PD controller takes any target (its walls
   bound the agent). Clipping here would change what the policy does: a PushT target beyond the window pulls the agent
   harder than the clipped one, and ALOHA's float32 bounds sit up to 5e-8 rad inside some actuators' ranges.
@@ -12,7 +13,7 @@ Actions reach the env exactly as the policy gave them, as in LeRobot's evaluatio
 
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 import gymnasium as gym
@@ -36,12 +37,19 @@ class EpisodeRecord:
     length: int  # steps taken: the first terminated/truncated step's number (1-based), or max_steps
     n_actions_outside_space: int = 0  # steps whose action lay outside the env's declared action space (applied as is)
     rewards: list[float] = field(default_factory=list)  # the reward of each step (rounded to 1e-6): the reward curve
+    actions: list[list[float]] = field(default_factory=list)  # each step's action as the policy gave it (to 1e-4)
+    states: list[list[float]] = field(default_factory=list)  # the state (agent_pos) it acted on; [] if the env has none
+    outside_steps: list[int] = field(default_factory=list)  # the steps (1-based) whose action lay outside the space
+    chunk_steps: list[int] = field(default_factory=list)  # the steps (1-based) whose action began a new predicted chunk
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The record's fields (its step lists shared, not copied: asdict's deep copy took seconds for 500 episodes)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 REWARD_DECIMALS = 6  # per-step rewards are stored rounded (the sums and maxima are exact)
+STEP_DECIMALS = 4  # per-step actions and states are stored rounded to this many decimals
+STATE_KEY = "agent_pos"  # the env observation that becomes observation.state (hfpolicy.envs.observations)
 
 
 class InvalidActionError(RuntimeError):
@@ -153,6 +161,10 @@ def rollout(
     length = np.zeros(n_envs, dtype=np.int64)
     n_outside = np.zeros(n_envs, dtype=np.int64)
     step_rewards: list[list[float]] = [[] for _ in range(n_envs)]
+    step_actions: list[list[list[float]]] = [[] for _ in range(n_envs)]
+    step_states: list[list[list[float]]] = [[] for _ in range(n_envs)]
+    outside_steps: list[list[int]] = [[] for _ in range(n_envs)]
+    chunk_steps: list[list[int]] = [[] for _ in range(n_envs)]
     low, high = action_bounds(env)
     records: dict[int, EpisodeRecord] = {}  # slot -> its episode's record, as episodes end
 
@@ -166,6 +178,10 @@ def rollout(
             length=int(length[slot]),
             n_actions_outside_space=int(n_outside[slot]),
             rewards=step_rewards[slot],
+            actions=step_actions[slot],
+            states=step_states[slot],
+            outside_steps=outside_steps[slot],
+            chunk_steps=chunk_steps[slot],
         )
         if on_episode_end is not None:
             on_episode_end(slot, record)
@@ -191,7 +207,10 @@ def rollout(
 
     with torch.inference_mode():
         for _ in range(max_steps):
+            states = state_of(observation, n_envs)
+            chunks_before = chunks_predicted(policy)
             action = policy.select_action(observations_to_batch(observation, device, input_keys)).cpu().numpy()
+            new_chunk = chunks_predicted(policy) != chunks_before
             finite = np.isfinite(action).reshape(n_envs, -1).all(axis=1)
             if not finite[running].all():
                 bad = int(np.flatnonzero(running & ~finite)[0])
@@ -200,9 +219,11 @@ def rollout(
                     f"(seed {int(seeds[bad])}) at step {int(length[bad]) + 1}: its weights or inputs hold NaN/inf, "
                     "or its normalization stats are degenerate; check the checkpoint and the dataset stats"
                 )
+            outside: np.ndarray = np.zeros(n_envs, dtype=bool)
             if low is not None:
-                outside = ((action < low) | (action > high)).reshape(n_envs, -1).any(axis=1)
+                outside = np.asarray(((action < low) | (action > high)).reshape(n_envs, -1).any(axis=1))
                 n_outside[running & outside] += 1
+            commanded = np.round(action.reshape(n_envs, -1).astype(np.float64), STEP_DECIMALS).tolist()
             if step_hook is not None:
                 action = step_hook.before_step(env, observation, action, running.copy())
             observation, reward, terminated, truncated, info = env.step(action)
@@ -214,6 +235,13 @@ def rollout(
             length[running] += 1
             for slot in np.flatnonzero(running):
                 step_rewards[slot].append(round(float(reward[slot]), REWARD_DECIMALS))
+                step_actions[slot].append(commanded[slot])
+                if states is not None:
+                    step_states[slot].append(states[slot])
+                if outside[slot]:
+                    outside_steps[slot].append(int(length[slot]))
+                if new_chunk:
+                    chunk_steps[slot].append(int(length[slot]))
             if SUCCESS_INFO_KEY in info:
                 success |= running & info[SUCCESS_INFO_KEY].astype(bool)
             if render_slots:
@@ -233,6 +261,18 @@ def rollout(
     for slot in np.flatnonzero(running):  # reached max_steps without ending
         end_episode(int(slot))
     return [records[slot] for slot in range(n_episodes)]
+
+
+def chunks_predicted(actor: Policy | RandomActions) -> int:
+    """The chunks a policy has predicted so far (`Policy.chunks_predicted`); random actions predict none."""
+    return 0 if isinstance(actor, RandomActions) else actor.chunks_predicted
+
+
+def state_of(observation: Any, n_envs: int) -> list[list[float]] | None:
+    """The envs' states (one list per env), rounded to STEP_DECIMALS, from a batch of observations; None without."""
+    if not isinstance(observation, dict) or STATE_KEY not in observation:
+        return None
+    return np.round(np.asarray(observation[STATE_KEY], dtype=np.float64).reshape(n_envs, -1), STEP_DECIMALS).tolist()
 
 
 def action_bounds(env: VectorEnv) -> tuple[np.ndarray | None, np.ndarray | None]:

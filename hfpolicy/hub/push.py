@@ -1,8 +1,9 @@
 """Publishing a training run to the Hub: what `--hub.repo_id` does at the end of training, and `hfpolicy push` for a
-run that has already stopped (a push that failed, or a run trained without `--hub.repo_id`):
+run that has already stopped (a push that failed, or a run trained without `--hub.repo_id`); and a dataset folder:
 
     hfpolicy push --run=outputs/train/pusht                          # to the run's --hub.repo_id
     hfpolicy push --run=outputs/train/pusht --repo_id=user/pusht-dp  # or to another repo
+    hfpolicy push --dataset=data/pusht_scripted --repo_id=user/pusht-scripted  # a LeRobot v3.0 or v2.1 dataset
 
 The pushed repo (see hfpolicy.hub) holds the policy of the run's last checkpoint (EMA weights), its latest
 evaluation (eval_info.json, videos and its `hfpolicy view` page), the training curve drawn from metrics.jsonl, train_config.json and a card.
@@ -20,7 +21,8 @@ from huggingface_hub.utils import validate_repo_id
 
 from hfpolicy.cli.commands import run_command
 from hfpolicy.constants import EVAL_INFO_FILE, TRAIN_CONFIG_FILE
-from hfpolicy.datasets import push_dataset_to_hub
+from hfpolicy.datasets import DatasetMeta, push_dataset_to_hub
+from hfpolicy.datasets.format import INFO_PATH
 from hfpolicy.datasets.writer import truncate_dataset
 from hfpolicy.eval.episode_data import ONLINE_META_PATH
 from hfpolicy.hub.push_config import PushConfig
@@ -33,6 +35,7 @@ from hfpolicy.policies.card import PolicyArtifacts
 from hfpolicy.runs.curve import draw_training_curve
 from hfpolicy.runs.run_folder import PRETRAINED_DIR, RunFolder
 from hfpolicy.viewer import view
+from hfpolicy.words import counted
 
 
 class PushError(RuntimeError):
@@ -197,10 +200,52 @@ def push_online_data(run_dir: Path, repo_id: str, private: bool = False) -> str:
     )  # fmt: skip
 
 
+def push_dataset_folder(root: Path, repo_id: str, private: bool = False, branch: str | None = None) -> str:
+    """Pushes the dataset folder `root` (LeRobot v3.0 or v2.1) with its card, tagged with its version (see
+    `push_dataset_to_hub`); returns the line to print. A folder that is not a complete dataset, a missing token and
+    Hub failures are PushErrors, each one line; all but the last are found before anything is created."""
+    if not (root / INFO_PATH).is_file():
+        what = "does not exist" if not root.exists() else "is not a folder" if not root.is_dir() else None
+        raise PushError(
+            f"--dataset={root} {what or f'is not a LeRobot dataset (it has no {INFO_PATH})'}: pass the folder that "
+            f"holds {INFO_PATH} (a LeRobot v3.0 or v2.1 dataset)"
+        )
+    try:
+        meta = DatasetMeta.load(root, repo_id)
+    except ValueError as e:  # DatasetFormatError, UnsupportedVersionError: said as they are
+        raise PushError(f"--dataset={root}: {e}") from None
+    check_push_access(repo_id, flag="--repo_id")
+    try:
+        url = push_dataset_to_hub(root, repo_id, private=private, branch=branch)
+    except ValueError as e:  # a data or video file missing (checked before anything is created)
+        raise PushError(f"--dataset={root}: {e}") from None
+    except Exception as e:
+        cause = describe_push_error(e, repo_id)
+        if cause is None:
+            raise
+        raise PushError(f"{cause}; nothing of {root} was changed: push it again") from e
+    version = meta.codebase_version
+    return (
+        f"pushed the dataset {root} ({counted(meta.total_episodes, 'episode')}, {counted(meta.total_frames, 'frame')}, "
+        f"LeRobot {version}, tagged {version}): {url}\nlook at it: hfpolicy view {repo_id}"
+    )
+
+
 def push_command(cfg: PushConfig) -> str:
-    """`hfpolicy push --run=DIR [--repo_id=user/name]`; bad input and Hub failures are PushErrors."""
+    """`hfpolicy push --run=DIR [--repo_id=user/name]` or `--dataset=DIR --repo_id=user/name`; bad input and Hub
+    failures are PushErrors."""
+    if cfg.run is not None and cfg.dataset is not None:
+        raise PushError("--run and --dataset both given: push a training run or a dataset folder, one at a time")
+    if cfg.dataset is not None:
+        if not cfg.repo_id:
+            raise PushError(f"--dataset={cfg.dataset} needs --repo_id=user/name: the Hub dataset repo to push it to")
+        if cfg.online_data_repo_id:
+            raise PushError("--online_data_repo_id publishes a run's online data: it goes with --run, not --dataset")
+        return push_dataset_folder(Path(cfg.dataset), cfg.repo_id, bool(cfg.private), cfg.branch)
     if cfg.run is None:
-        raise PushError("--run=DIR is needed: the folder of the training run to push")
+        raise PushError(
+            "--run=DIR or --dataset=DIR is needed: the folder of the training run, or of the dataset, to push"
+        )
     lock = hold_finished_run(Path(cfg.run))  # a run still training is refused, naming it
     try:
         url = push_run(

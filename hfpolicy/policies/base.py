@@ -65,7 +65,7 @@ class Policy(
     Acting step by step: `select_action(observation)` takes one observation per env (tensors with a batch dim) and
     returns one action per env. It keeps the last `n_obs_steps` observations (at an episode's first step the first
     observation is repeated to fill the history) and a queue of `n_action_steps` actions, and predicts a new chunk only
-    when the queue is empty. Call `reset()` at every episode start: it empties both. The queue is the policy's action
+    when the queue is empty (`chunks_predicted` counts them). Call `reset()` at every episode start: it empties both. The queue is the policy's action
     buffer (`hfpolicy.policies.action_selection`); a subclass that executes chunks differently overrides
     `make_action_buffer` (ACT's temporal ensembling predicts a chunk at every step and averages the predictions).
 
@@ -112,6 +112,7 @@ class Policy(
         self._actions: ActionBuffer = self.make_action_buffer()
         self.noise_generator: NoiseSource = None  # set by the user; used when reset() got no seeds
         self._episode_generators: list[torch.Generator] | None = None  # one per env slot, set by reset(seeds=...)
+        self.chunks_predicted = 0  # chunks `select_action` has predicted so far (a rollout marks the steps of new ones)
 
     # --- what subclasses implement --------------------------------------------------------------------------------
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -230,6 +231,7 @@ class Policy(
         else:
             self._obs_history.append(current)
         if self._actions.needs_chunk():
+            self.chunks_predicted += 1
             stacked = {key: torch.stack([obs[key] for obs in self._obs_history], dim=1) for key in current}
             steps = self._actions.steps_per_chunk
             if self._episode_generators is None:

@@ -16,14 +16,17 @@ from hfpolicy.constants import CONFIG_FILE, WEIGHTS_FILE
 from hfpolicy.io.atomic import save_safetensors_atomically, write_json_atomically
 from hfpolicy.policies.config import PolicyConfig
 from hfpolicy.policies.errors import PolicyLoadError
-from hfpolicy.policies.module import PolicyModule
+from hfpolicy.policies.module import PolicyModule, WeightsOrigin
 
 WEIGHTS_CONFIG_METADATA = "hfpolicy_config"  # model.safetensors metadata: the config the weights were trained as
+WEIGHTS_STEP_METADATA = "hfpolicy_training_step"  # ... the optimizer steps the weights were trained for
+WEIGHTS_EMA_METADATA = "hfpolicy_ema_weights"  # ... "true" when they are the EMA of the trained weights
 
 
 def save_policy_files(policy: PolicyModule, folder: str | Path) -> None:
     """config.json (with `type`) and model.safetensors (weights and normalization stats) of `policy` (a Policy) into
-    `folder`, each written atomically; the weights' metadata records the config they were trained as."""
+    `folder`, each written atomically; the weights' metadata records the config they were trained as and the
+    policy's `weights_origin` (its training step, EMA or not) where known."""
     folder = Path(folder)
     write_json_atomically(folder / CONFIG_FILE, policy.config.to_dict())
     state = {k: v.detach().contiguous().cpu() for k, v in policy.state_dict().items()}
@@ -32,7 +35,20 @@ def save_policy_files(policy: PolicyModule, folder: str | Path) -> None:
         "policy_type": policy.config.type,
         WEIGHTS_CONFIG_METADATA: json.dumps(policy.config.to_dict()),  # what the weights were trained as
     }
+    origin = policy.weights_origin
+    if origin.training_step is not None:
+        metadata[WEIGHTS_STEP_METADATA] = str(origin.training_step)
+    if origin.ema is not None:
+        metadata[WEIGHTS_EMA_METADATA] = json.dumps(origin.ema)
     save_safetensors_atomically(state, folder / WEIGHTS_FILE, metadata=metadata)  # honours the umask
+
+
+def weights_origin(weights_metadata: dict[str, str]) -> WeightsOrigin:
+    """The WeightsOrigin that `save_policy_files` recorded (fields it did not record, or cannot be read, are None)."""
+    step, ema = weights_metadata.get(WEIGHTS_STEP_METADATA, ""), weights_metadata.get(WEIGHTS_EMA_METADATA)
+    return WeightsOrigin(
+        training_step=int(step) if step.isdigit() else None, ema={"true": True, "false": False}.get(ema or "")
+    )
 
 
 def read_config_json(config_path: Path) -> dict[str, Any]:

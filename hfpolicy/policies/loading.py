@@ -19,6 +19,7 @@ from hfpolicy.policies.checkpoint_files import (
     check_weights_finite,
     read_config_json,
     read_weights,
+    weights_origin,
 )
 from hfpolicy.policies.config import PolicyConfig
 from hfpolicy.policies.errors import PolicyLoadError, UnknownOverrideError
@@ -73,6 +74,7 @@ def load_policy(
     except ValueError as e:  # settings that do not fit together, e.g. n_action_steps > horizon - n_obs_steps + 1
         raise PolicyLoadError(f"{config_path}: {e}") from e
     policy.load_strict(state_dict, source=str(weights_path))
+    policy.weights_origin = weights_origin(weights_metadata)
     return policy.to(map_location).eval()
 
 

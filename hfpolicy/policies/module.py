@@ -2,6 +2,7 @@
 LeRobot format) know of a policy: an nn.Module built from a registered PolicyConfig, with its normalization stats and a
 strict load of saved weights. `Policy` (hfpolicy.policies.base) derives from it and adds everything else."""
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 from torch import Tensor, nn
@@ -11,12 +12,22 @@ from hfpolicy.policies.errors import PolicyLoadError
 from hfpolicy.policies.normalization import Normalizer
 
 
+@dataclass(frozen=True)
+class WeightsOrigin:
+    """Where a policy's weights stand in their training, as model.safetensors' metadata records it (unknown: None)."""
+
+    training_step: int | None = None  # the optimizer steps the weights were trained for
+    ema: bool | None = None  # whether they are the exponential moving average of the trained weights
+
+
 class PolicyModule(nn.Module):
-    """A policy as the modules below `Policy` see it: `config_class`, `config`, `normalizer` and `load_strict`."""
+    """A policy as the modules below `Policy` see it: `config_class`, `config`, `normalizer` and `load_strict`;
+    `weights_origin` is saved with the weights and read back with them (a training sets it at each checkpoint)."""
 
     config_class: ClassVar[type[PolicyConfig]] = PolicyConfig
     config: PolicyConfig
     normalizer: Normalizer
+    weights_origin: WeightsOrigin = WeightsOrigin()
 
     def load_strict(self, state_dict: dict[str, Tensor], source: str = "state dict") -> None:
         """load_state_dict that names every missing key, unexpected key and shape mismatch in one error."""

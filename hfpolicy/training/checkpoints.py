@@ -3,7 +3,7 @@
     <output_dir>/checkpoints/
         step_000500/
             pretrained_model/   config.json, model.safetensors (EMA weights when EMA is on), train_config.json
-            training_state/     model, optimizer, lr_scheduler, ema: <name>.safetensors + <name>.json each;
+            training_state/     model, optimizer, lr_scheduler: <name>.safetensors + <name>.json each; ema.json;
                                 rng_state_<rank>.safetensors + .json for every process; step.json
         step_001000/ ...
         last -> step_001000
@@ -14,9 +14,15 @@ fails (a full disk, say) removes its temporary folder and says what happened.
 
 The training state is tensors in safetensors files and everything else in JSON (see `hfpolicy.io.tensor_tree`): loading
 a checkpoint never unpickles anything, so a planted file in a run folder cannot run code.
+
+The EMA weights are stored once: pretrained_model/model.safetensors holds them, and training_state/ema.json holds the
+EMA's counters and a reference to that file (with its sha256), written only after the file was read back and found
+equal to the EMA's weights. Checkpoints written before (ema.safetensors beside ema.json: a second copy) resume as they
+are.
 """
 
 import contextlib
+import hashlib
 import json
 import os
 import random
@@ -31,11 +37,13 @@ import torch
 from accelerate import Accelerator
 from safetensors import SafetensorError
 
-from hfpolicy.constants import TRAIN_CONFIG_FILE
+from hfpolicy.constants import TRAIN_CONFIG_FILE, WEIGHTS_FILE
 from hfpolicy.io.atomic import is_disk_full, write_json_atomically
+from hfpolicy.io.paths import contained_path
 from hfpolicy.io.staging import shared_staging_destination, shared_staging_path, shared_staging_pattern
 from hfpolicy.io.tensor_tree import load_tree, save_tree
 from hfpolicy.policies.ema import EMA
+from hfpolicy.policies.module import WeightsOrigin
 from hfpolicy.runs.run_folder import (  # noqa: F401 (CHECKPOINTS_DIR, list_checkpoints: re-exported)
     CHECKPOINTS_DIR,
     PRETRAINED_DIR,
@@ -43,6 +51,7 @@ from hfpolicy.runs.run_folder import (  # noqa: F401 (CHECKPOINTS_DIR, list_chec
     list_checkpoints,
 )
 from hfpolicy.training.config import TrainConfig, train_config_to_dict
+from hfpolicy.words import byte_size
 
 TRAINING_STATE_DIR = "training_state"
 STEP_FILE = "step.json"
@@ -53,6 +62,11 @@ MODEL_STATE, OPTIMIZER_STATE, SCHEDULER_STATE, EMA_STATE, SCALER_STATE = (
     "ema",
     "grad_scaler",
 )
+
+
+EMA_WEIGHTS_FILE = "weights_file"  # ema.json: the file holding the EMA weights, relative to the checkpoint folder
+EMA_WEIGHTS_SHA256 = "weights_sha256"  # ema.json: that file's sha256 when the reference was written
+POLICY_WEIGHTS = f"{PRETRAINED_DIR}/{WEIGHTS_FILE}"  # where a checkpoint keeps the shareable (EMA) weights
 
 
 class CheckpointError(RuntimeError):
@@ -82,7 +96,8 @@ def save_checkpoint(
 ) -> Path:
     """Saves the training state of every process and (on the main process) the policy, atomically.
 
-    `save_policy(directory)` writes the shareable policy (save_pretrained with EMA weights, train_config.json). Every
+    `save_policy(directory)` writes the shareable policy (save_pretrained with EMA weights, train_config.json); the
+    training state then refers to those EMA weights instead of keeping a copy (when they match the EMA's). Every
     process must call this function: each saves its own RNG state. A failed write (OSError: a full disk, ...) removes
     the temporary folder and raises `CheckpointError` saying what happened; earlier checkpoints are untouched.
     `model` (as prepared by the accelerator), `optimizer`, `lr_scheduler` and `ema` (None without EMA) are saved;
@@ -97,6 +112,7 @@ def save_checkpoint(
             for stale in [*folder.glob(shared_staging_pattern(STAGING_TAG)), *folder.glob(_LEGACY_STAGING)]:
                 shutil.rmtree(stale, ignore_errors=True)  # a killed save's
             staging.mkdir(parents=True)
+            save_policy(staging / PRETRAINED_DIR)  # first: the training state refers to its EMA weights
         accelerator.wait_for_everyone()
         save_training_state(
             accelerator,
@@ -105,11 +121,11 @@ def save_checkpoint(
             optimizer=optimizer,
             lr_scheduler=lr_scheduler,
             ema=ema,
+            ema_weights=staging / POLICY_WEIGHTS,
         )
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             (staging / TRAINING_STATE_DIR / STEP_FILE).write_text(json.dumps({"step": step, **(extra_state or {})}))
-            save_policy(staging / PRETRAINED_DIR)
             if final.exists():
                 shutil.rmtree(final)
             os.replace(staging, final)
@@ -164,6 +180,17 @@ def _earlier_checkpoint_hint(checkpoint: Path) -> str:
     )
 
 
+def checkpoint_size_line(checkpoint: Path, keep_last: int) -> str:
+    """What a run's checkpoints take on disk, said at its first save: "checkpoint: 5.61 MB each, ~16.8 MB for the 3
+    kept"."""
+    size = sum(path.stat().st_size for path in Path(checkpoint).rglob("*") if path.is_file())
+    if keep_last > 0:
+        kept = f"~{byte_size(size * keep_last)} for the {keep_last} kept (--keep_last_checkpoints)"
+    else:
+        kept = "all of them kept (--keep_last_checkpoints=0)"
+    return f"checkpoint: {byte_size(size)} each, {kept}"
+
+
 def checkpoint_problem(checkpoint: Path) -> str | None:
     """Why `checkpoint` cannot be resumed from or shared (files missing or unreadable, weights NaN or inf), or None
     when its weights read back finite. Reads the tensors, not the optimizer's JSON: cheap enough for an error path."""
@@ -203,9 +230,12 @@ def save_training_state(
     optimizer: torch.optim.Optimizer,
     lr_scheduler: Any,
     ema: Any = None,
+    ema_weights: Path | None = None,
 ) -> None:
     """Every process writes its RNG states; the main process also the model (raw weights), the optimizer, the LR
-    scheduler, the EMA and the grad scaler (fp16), each as `<name>.safetensors` + `<name>.json`."""
+    scheduler, the EMA and the grad scaler (fp16), each as `<name>.safetensors` + `<name>.json`. `ema_weights`: a
+    safetensors file inside the checkpoint (its pretrained_model/model.safetensors) that holds the EMA weights: when
+    it does, exactly, ema.json refers to it instead of a second copy being written."""
     folder = Path(folder)
     if accelerator.is_main_process:
         folder.mkdir(parents=True, exist_ok=True)
@@ -216,7 +246,10 @@ def save_training_state(
         save_tree(optimizer.state_dict(), folder, OPTIMIZER_STATE)
         save_tree(lr_scheduler.state_dict(), folder, SCHEDULER_STATE)
         if ema is not None:
-            save_tree(ema.state_dict(), folder, EMA_STATE)
+            if ema_weights is not None and holds_weights(ema_weights, ema.shadow):
+                save_ema_reference(ema, folder, ema_weights)
+            else:  # no such file, or other weights in it: the EMA keeps its own copy
+                save_tree(ema.state_dict(), folder, EMA_STATE)
         if accelerator.scaler is not None:
             save_tree(accelerator.scaler.state_dict(), folder, SCALER_STATE)
 
@@ -235,7 +268,12 @@ def load_training_state(
     names = [MODEL_STATE, OPTIMIZER_STATE, SCHEDULER_STATE, rng_state_name(accelerator.process_index)]
     if ema is not None:
         names.append(EMA_STATE)
-    missing = [f"{n}.{ext}" for n in names for ext in ("safetensors", "json") if not (folder / f"{n}.{ext}").is_file()]
+    missing = [
+        f"{n}.{ext}"
+        for n in names
+        for ext in ("safetensors", "json")
+        if not (folder / f"{n}.{ext}").is_file() and not (n == EMA_STATE and ext == "safetensors" and refers(folder))
+    ]
     if missing:
         legacy = sorted(p.name for p in folder.glob("*") if p.suffix in (".pkl", ".bin", ".pt"))
         hint = (
@@ -254,7 +292,10 @@ def load_training_state(
     _restore(folder, OPTIMIZER_STATE, optimizer.load_state_dict)
     _restore(folder, SCHEDULER_STATE, lr_scheduler.load_state_dict)
     if ema is not None:
-        _restore(folder, EMA_STATE, ema.load_state_dict, device)
+        if refers(folder):
+            load_ema_reference(ema, folder, device)
+        else:  # a checkpoint of an older hfpolicy: the EMA weights copied into ema.safetensors
+            _restore(folder, EMA_STATE, ema.load_state_dict, device)
     if accelerator.scaler is not None and (folder / f"{SCALER_STATE}.json").is_file():
         _restore(folder, SCALER_STATE, accelerator.scaler.load_state_dict)
     _restore(folder, rng_state_name(accelerator.process_index), set_rng_states)
@@ -269,6 +310,74 @@ def _restore(folder: Path, name: str, apply: Callable[[Any], Any], device: Any =
     except (SafetensorError, OSError, ValueError, KeyError, TypeError, IndexError, RuntimeError) as e:
         raise CheckpointError(f"{folder / name}.safetensors/.json is damaged ({type(e).__name__}: {e})") from e
     return state
+
+
+# --- the EMA weights, stored once ------------------------------------------------------------------------------
+def holds_weights(path: Path, weights: dict[str, torch.Tensor]) -> bool:
+    """Whether the safetensors file at `path` holds exactly `weights`: the same names, dtypes, shapes and bits (a
+    NaN, such as the normalizer's "no stats" marker, equals itself here)."""
+    if not Path(path).is_file():
+        return False
+    saved = safetensors.torch.load_file(str(path))
+
+    def bits(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+
+    return saved.keys() == weights.keys() and all(
+        saved[name].dtype == tensor.dtype
+        and saved[name].shape == tensor.shape
+        and torch.equal(bits(saved[name]), bits(tensor))
+        for name, tensor in weights.items()
+    )
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while block := file.read(1 << 24):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def save_ema_reference(ema: EMA, folder: Path, weights: Path) -> None:
+    """ema.json: the EMA's counters and settings, and the file (in the checkpoint folder, folder's parent) that
+    holds its weights, with the file's sha256."""
+    state = {key: value for key, value in ema.state_dict().items() if key != "shadow"}
+    state[EMA_WEIGHTS_FILE] = Path(weights).relative_to(Path(folder).parent).as_posix()
+    state[EMA_WEIGHTS_SHA256] = file_sha256(weights)
+    write_json_atomically(folder / f"{EMA_STATE}.json", state)
+
+
+def refers(folder: Path) -> bool:
+    """Whether the training state in `folder` refers to the policy's weights for its EMA (ema.json without
+    ema.safetensors); False for older checkpoints, which keep a copy."""
+    if (folder / f"{EMA_STATE}.safetensors").is_file() or not (folder / f"{EMA_STATE}.json").is_file():
+        return False
+    try:
+        state = json.loads((folder / f"{EMA_STATE}.json").read_text())
+    except (OSError, ValueError):
+        return True  # load_ema_reference names the damage
+    return not isinstance(state, dict) or EMA_WEIGHTS_FILE in state
+
+
+def load_ema_reference(ema: EMA, folder: Path, device: Any) -> None:
+    """Restores the EMA from ema.json and the weights file it names, once the file's sha256 is the one recorded."""
+    path = folder / f"{EMA_STATE}.json"
+    try:
+        state = json.loads(path.read_text())
+        weights = contained_path(folder.parent, state.pop(EMA_WEIGHTS_FILE), what=f"{path}'s {EMA_WEIGHTS_FILE}")
+        expected = state.pop(EMA_WEIGHTS_SHA256)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise CheckpointError(f"{path} is damaged ({type(e).__name__}: {e})") from e
+    if not weights.is_file() or file_sha256(weights) != expected:
+        what = "is missing" if not weights.is_file() else "is not the file it was saved with (its sha256 differs)"
+        raise CheckpointError(
+            f"{weights}, which holds this checkpoint's EMA weights ({path}), {what}: its EMA cannot be restored"
+        )
+    try:
+        ema.load_state_dict({**state, "shadow": safetensors.torch.load_file(str(weights), device=str(device))})
+    except (SafetensorError, OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
+        raise CheckpointError(f"{weights} does not restore the EMA of {path} ({type(e).__name__}: {e})") from e
 
 
 def rng_states() -> dict[str, Any]:
@@ -311,10 +420,12 @@ def describe_save_error(error: OSError | SafetensorError, where: Path, run: RunF
 
 
 def save_shareable_policy(
-    accelerator: Accelerator, policy: torch.nn.Module, ema: EMA | None, cfg: TrainConfig, folder: Path
+    accelerator: Accelerator, policy: torch.nn.Module, ema: EMA | None, cfg: TrainConfig, folder: Path, step: int
 ) -> None:
-    """save_pretrained with the EMA weights (when EMA is on) and the train_config.json beside them."""
+    """save_pretrained with the EMA weights (when EMA is on), recorded as those of `step`, and the
+    train_config.json beside them."""
     model = accelerator.unwrap_model(policy)
+    model.weights_origin = WeightsOrigin(training_step=step, ema=ema is not None)
     card = {"repo_id": str(published_path(folder))}  # the card loads it from where it ends up, not the staging folder
     with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
         model.save_pretrained(folder, model_card_kwargs=card)

@@ -20,8 +20,6 @@ recorded (hfpolicy.training.resume_flags). A NaN or inf loss stops the run befor
 
 import contextlib
 import dataclasses
-import os
-import shlex
 import shutil
 import sys
 import time
@@ -32,16 +30,18 @@ import torch
 from accelerate import Accelerator
 from tqdm.auto import tqdm
 
+from hfpolicy.cli.commands import command_line
 from hfpolicy.eval.distributed import evaluate_on_all_processes
 from hfpolicy.hub.push import PushError, check_push_access, push_run
 from hfpolicy.policies import Policy
 from hfpolicy.policies.ema import EMA
+from hfpolicy.policies.module import WeightsOrigin
 from hfpolicy.record.scripted_cache import scripted_dataset_root
 from hfpolicy.runs.curve import draw_training_curve
 from hfpolicy.runs.run_folder import PRETRAINED_DIR, RunFolder
 from hfpolicy.ticker import ticking
 from hfpolicy.training.budget import SKIPPED_STEPS, TIMED_STEPS, StepBudget
-from hfpolicy.training.checkpoints import save_checkpoint, save_shareable_policy
+from hfpolicy.training.checkpoints import checkpoint_size_line, save_checkpoint, save_shareable_policy
 from hfpolicy.training.config import TrainConfig, TrainConfigError, validate_train_config
 from hfpolicy.training.progress import (
     NonFiniteLossGuard,
@@ -187,6 +187,7 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
     eval_summary, hub_commit = None, None
     window = RunningMeans()  # losses and timings since the last log entry
     loss_guard = NonFiniteLossGuard(accelerator.device)
+    saved_before = False  # the first save of this process says what a checkpoint takes
     step = t.start_step
     with ticking(bar):  # the bar's elapsed time moves through compiling, checkpoint writes and online rounds
         while step < cfg.steps:
@@ -248,9 +249,12 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
 
             if saved:  # before the evaluation: a stop during it keeps this step
                 bar.set_postfix_str(f"saving the checkpoint of step {step}", refresh=False)  # shown if it takes long
-                save_training_checkpoint(t, step)
+                checkpoint = save_training_checkpoint(t, step)
                 bar.set_postfix_str(clock.postfix(step), refresh=False)
                 stops.saved()
+                if is_main and not saved_before:
+                    bar.write(checkpoint_size_line(checkpoint, cfg.keep_last_checkpoints))
+                saved_before = True
 
             if evaluated and t.env_cfg is not None:
                 eval_start = time.perf_counter()
@@ -258,7 +262,7 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
                     with stops.interruptible():  # nothing is lost by ending an evaluation at once
                         result = evaluate_on_all_processes(
                             accelerator, policy, t.ema, t.env_cfg, cfg.eval, run.eval_dir(step), t.eval_plan[step],
-                            progress=cfg.progress,
+                            progress=cfg.progress, run_dir=run.root, step=step,
                         )  # fmt: skip
                 except Interrupted:
                     bar.close()
@@ -316,14 +320,14 @@ def online_round(t: Training, step: int, bar: tqdm, clock: TrainingClock) -> Non
         )
 
 
-def save_training_checkpoint(t: Training, step: int) -> None:
+def save_training_checkpoint(t: Training, step: int) -> Path:
     """checkpoints/step_<step>: the shareable policy and the state an exact resume restores."""
     accelerator = t.accelerator
-    save_checkpoint(
+    return save_checkpoint(
         accelerator,
         t.run.root,
         step,
-        save_policy=lambda folder: save_shareable_policy(accelerator, t.policy, t.ema, t.cfg, folder),
+        save_policy=lambda folder: save_shareable_policy(accelerator, t.policy, t.ema, t.cfg, folder, step),
         keep_last=t.cfg.keep_last_checkpoints,
         extra_state=t.online.state() if t.online is not None else None,
         **t.state,
@@ -364,6 +368,7 @@ def push_trained_policy(
 ) -> str:
     """Pushes the run (hfpolicy.hub.push) with the policy's EMA weights, its evaluation up to `step` and this command."""
     model = accelerator.unwrap_model(policy)
+    model.weights_origin = WeightsOrigin(training_step=step, ema=ema is not None)
     with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
         return push_run(
             output_dir,
@@ -371,19 +376,8 @@ def push_trained_policy(
             policy=model,
             private=cfg.hub.private,
             branch=cfg.hub.branch,
-            train_command=reproduce_command(),
+            train_command=command_line(),
             up_to_step=step,
             check_access=False,  # checked before step 1
             online_data_repo_id=cfg.hub.online_data_repo_id,
         )
-
-
-def reproduce_command() -> str:
-    """The command line of this run, as `accelerate launch ...` when launched by accelerate."""
-    argv = [shlex.quote(a) for a in sys.argv]
-    script = argv[0]
-    if os.environ.get("ACCELERATE_MIXED_PRECISION") is not None or int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        return " ".join(["accelerate", "launch", script, *argv[1:]])
-    if script.endswith(".py"):
-        return " ".join(["python", script, *argv[1:]])
-    return " ".join(["hfpolicy", "train", *argv[1:]])

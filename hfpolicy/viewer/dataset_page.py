@@ -13,10 +13,9 @@ from hfpolicy.constants import DONE, EPISODE_INDEX, FRAME_INDEX, INDEX, REWARD, 
 from hfpolicy.datasets import DatasetMeta, PolicyDataset
 from hfpolicy.datasets.features import STRING, is_visual
 from hfpolicy.datasets.format import EP_LENGTH, EP_TASKS, DatasetFormatError, ep_video_column
-from hfpolicy.viewer.page import rounded, rounded_list
+from hfpolicy.viewer.page import MAX_SERIES_VALUES, rounded, rounded_list
 
 BOOKKEEPING = (INDEX, EPISODE_INDEX, FRAME_INDEX, TIMESTAMP, TASK_INDEX, DONE)  # columns not worth a plot
-MAX_SERIES_VALUES = 1_500_000  # numbers embedded in the page at most (~9 MB); later episodes are listed without plots
 STAT_NAMES = ("mean", "std", "min", "max")
 
 
@@ -74,36 +73,48 @@ def camera_spans(meta: DatasetMeta, episode: int, file_ids: dict[str, int]) -> d
     return spans
 
 
+def episode_record(meta: DatasetMeta, episode: int, batch: dict[str, Any], file_ids: dict[str, int]) -> dict[str, Any]:
+    """One row of the episode table (its series added by the caller, within the page's budget)."""
+    row = meta.episode_row(episode)
+    tasks = row.get(EP_TASKS)
+    return {
+        "index": episode,
+        "length": int(row[EP_LENGTH]),
+        "task": " / ".join(tasks) if tasks is not None and len(tasks) else sorted(set(batch["task"]))[0],
+        "success": bool(batch[SUCCESS].any()) if SUCCESS in batch else None,
+        "max_reward": rounded(float(batch[REWARD].max())) if REWARD in batch else None,
+        "sum_reward": rounded(float(batch[REWARD].sum())) if REWARD in batch else None,
+        "cameras": camera_spans(meta, episode, file_ids),
+        "series": None,
+    }
+
+
 def dataset_page_data(
-    root: str | Path, link_video: Callable[[Path], str], title: str | None = None, repo_id: str | None = None
+    root: str | Path,
+    link_video: Callable[[Path], str],
+    title: str | None = None,
+    repo_id: str | None = None,
+    *,
+    episodes: list[int] | None = None,
+    source: str | None = None,
 ) -> dict[str, Any]:
-    """The page data of the LeRobot v3.0 dataset at `root`; `link_video(mp4 path)` gives the page's video URL."""
+    """The page data of the LeRobot dataset at `root` (of its `episodes`, default all); `link_video(mp4 path)` gives
+    the page's video URL; `source` says where the dataset is (default: `root`)."""
     root = Path(root)
-    dataset = PolicyDataset(repo_id or root.resolve().name, root=root, download_videos=False)
+    dataset = PolicyDataset(repo_id or root.resolve().name, root=root, episodes=episodes, download_videos=False)
     meta = dataset.meta
     keys = plotted_keys(meta)
     file_ids: dict[str, int] = {}
-    episodes, budget = [], MAX_SERIES_VALUES
+    shown, budget = [], MAX_SERIES_VALUES
     values_per_frame = sum(int(np.prod(meta.features[k]["shape"])) for k in keys)
     for position, episode in enumerate(dataset.episodes):
         start, end = (int(i) for i in dataset.episode_bounds[position])
         batch = dataset.get_batch(range(start, end))
-        row = meta.episode_row(episode)
-        tasks = row.get(EP_TASKS)
-        record = {
-            "index": episode,
-            "length": int(row[EP_LENGTH]),
-            "task": " / ".join(tasks) if tasks is not None and len(tasks) else sorted(set(batch["task"]))[0],
-            "success": bool(batch[SUCCESS].any()) if SUCCESS in batch else None,
-            "max_reward": rounded(float(batch[REWARD].max())) if REWARD in batch else None,
-            "sum_reward": rounded(float(batch[REWARD].sum())) if REWARD in batch else None,
-            "cameras": camera_spans(meta, episode, file_ids),
-            "series": None,
-        }
+        record = episode_record(meta, episode, batch, file_ids)
         if budget >= (end - start) * values_per_frame:
             record["series"] = episode_series(batch, keys)
             budget -= (end - start) * values_per_frame
-        episodes.append(record)
+        shown.append(record)
     missing = [path for path in file_ids if not (root / path).is_file()]
     if missing:
         raise DatasetFormatError(
@@ -113,10 +124,11 @@ def dataset_page_data(
     return {
         "kind": "dataset",
         "title": title or f"dataset: {meta.repo_id}",
-        "source": str(root),
+        "source": source or str(root),
         "repo_id": meta.repo_id,
         "fps": meta.fps,
         "n_episodes": meta.total_episodes,
+        "n_shown": len(shown),
         "n_frames": meta.total_frames,
         "codebase_version": meta.info.get("codebase_version"),
         "robot_type": meta.info.get("robot_type"),
@@ -125,5 +137,5 @@ def dataset_page_data(
         "series_keys": [{"key": k, "names": dimension_names(meta.features[k])} for k in keys],
         "features": feature_table(meta),
         "video_files": [link_video(root / path) for path, _ in sorted(file_ids.items(), key=lambda kv: kv[1])],
-        "episodes": episodes,
+        "episodes": shown,
     }

@@ -2,9 +2,13 @@
 eval_info.json (aggregates and per-episode records; episodes.jsonl when an interrupted evaluation left only that) and
 videos/eval_episode_<i>.mp4.
 
-The page shows the aggregates with the success rate's 95% Wilson interval, one table row per episode (failures first,
-worst max reward first, by default), each filmed episode's video with its reward curve, and the histogram of the
-episodes' max rewards split by success.
+The page shows what was evaluated (the policy, its checkpoint step, EMA or not, the command, the hfpolicy version:
+eval_info.json's provenance), the aggregates with the success rate's 95% Wilson interval, one table row per episode
+(failures first, worst max reward first, by default), and for the chosen episode its video, its reward curve and,
+per action dimension, the commanded action beside the state it acted on over the steps, with the steps whose action
+lay outside the env's action space and those that began a new predicted chunk marked; then the histogram of the
+episodes' max rewards split by success. The step series of the episodes fill the page up to MAX_SERIES_VALUES
+numbers, in the table's default order (failures first); later episodes are listed without them.
 """
 
 import json
@@ -20,7 +24,7 @@ from hfpolicy.eval.rollouts import EpisodeRecord
 from hfpolicy.io.episode_videos import episode_index_of
 from hfpolicy.io.paths import contained_path
 from hfpolicy.io.video import probe_video
-from hfpolicy.viewer.page import rounded, rounded_list
+from hfpolicy.viewer.page import MAX_SERIES_VALUES, rounded, rounded_list
 
 VIDEOS_DIR = "videos"
 HISTOGRAM_BINS = 20
@@ -33,7 +37,10 @@ RECORD_FIELDS = (
     "length",
     "n_actions_outside_space",
     "n_clipped_actions",
+    "outside_steps",
+    "chunk_steps",
 )
+STEP_SERIES = ("actions", "states")  # per-step vectors of a record, drawn per dimension
 NUMBER_FIELDS = ("index", "max_reward", "sum_reward", "length")  # what the page computes with: each record has them
 
 
@@ -151,6 +158,31 @@ def max_reward_histogram(episodes: list[dict[str, Any]], n_bins: int = HISTOGRAM
     return {"edges": rounded_list(edges, 6), "successes": successes, "failures": failures}
 
 
+def step_series(record: dict[str, Any], key: str) -> list[list[float | None]]:
+    """A record's per-step vectors (`actions`, `states`) as one list per dimension (steps in order); [] when the
+    record has none or they do not form a (steps, dims) table."""
+    rows = record.get(key) or []
+    if not isinstance(rows, list) or not all(isinstance(row, list) and len(row) == len(rows[0]) for row in rows):
+        return []
+    try:
+        return [rounded_list(dimension) for dimension in zip(*rows, strict=True)]
+    except (TypeError, ValueError):  # not numbers: drawn as nothing rather than failing the page
+        return []
+
+
+def add_step_series(episodes: list[dict[str, Any]], records: dict[int, dict[str, Any]], order: list[int]) -> None:
+    """Each episode's actions and states per dimension, in `order`, while the page holds at most MAX_SERIES_VALUES
+    of them; an episode past that gets None (the page says why)."""
+    budget = MAX_SERIES_VALUES
+    by_index = {episode["index"]: episode for episode in episodes}
+    for index in order:
+        series = {key: step_series(records[index], key) for key in STEP_SERIES}
+        size = sum(len(values) for dimensions in series.values() for values in dimensions)
+        fits = size <= budget
+        budget -= size if fits else 0
+        by_index[index].update({key: series[key] if fits else None for key in STEP_SERIES})
+
+
 def eval_page_data(eval_dir: str | Path, link_video: Callable[[Path], str], title: str | None = None) -> dict[str, Any]:
     """The page data of the evaluation in `eval_dir`; `link_video(mp4 path)` gives the page's video URL."""
     eval_dir = Path(eval_dir)
@@ -164,15 +196,18 @@ def eval_page_data(eval_dir: str | Path, link_video: Callable[[Path], str], titl
         video = videos.get(record["index"])
         episode["video"] = link_video(video) if video is not None else None
         episodes.append(episode)
-    aggregated = dict(info["aggregated"])
+    order = failures_first(episodes)
+    add_step_series(episodes, {record["index"]: record for record in info["per_episode"]}, order)
     return {
         "kind": "eval",
         "title": title or f"evaluation: {eval_dir.resolve().name}",
         "source": str(eval_dir),
         "partial": bool(info.get("partial", False)),
-        "aggregated": aggregated,
+        "provenance": info.get("provenance") if isinstance(info.get("provenance"), dict) else None,
+        "action_space": info.get("action_space") if isinstance(info.get("action_space"), dict) else None,
+        "aggregated": dict(info["aggregated"]),
         "episodes": episodes,
-        "default_order": failures_first(episodes),
+        "default_order": order,
         "histogram": max_reward_histogram(episodes),
         "fps": video_fps(next(iter(videos.values()))) if videos else None,
         "n_videos": len(videos),

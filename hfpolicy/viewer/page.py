@@ -13,6 +13,7 @@ from typing import Any
 from hfpolicy.io.atomic import write_atomically
 
 PAGE_KINDS = ("dataset", "eval", "run")
+MAX_SERIES_VALUES = 1_500_000  # numbers of per-step series a page holds at most (~9 MB); later episodes go without
 EMBED_AUTO_MAX_BYTES = 10_000_000  # `hfpolicy view --embed_videos=auto` puts videos inside a page below this total
 ASSETS = {  # placeholder in the template -> package file inlined there
     "UPLOT_CSS": "vendor/uPlot.min.css",
@@ -80,7 +81,7 @@ class VideoLinker:
         video = Path(video)
         if self.embed:
             return "data:video/mp4;base64," + base64.b64encode(video.read_bytes()).decode("ascii")
-        relative = os.path.relpath(video.resolve(), self.page_dir)
+        relative = os.path.relpath(os.path.abspath(video), self.page_dir)  # a link's own name (a Hub cache's .mp4)
         return Path(relative).as_posix()
 
 

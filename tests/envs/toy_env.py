@@ -77,11 +77,17 @@ def reference_episode(policy, seed: int, max_steps: int) -> dict:
     policy.reset()
     observation, _ = env.reset(seed=seed)
     total, best, success, length, rewards = 0.0, -np.inf, False, 0, []
+    actions, states, chunk_steps = [], [], []
     while length < max_steps:
         length += 1
+        states.append(np.round(observation["agent_pos"].astype(np.float64), 4).tolist())
         state = torch.from_numpy(observation["agent_pos"][None]).to(torch.float32)
+        chunks = policy.chunks_predicted
         with torch.inference_mode():
             action = policy.select_action({OBS_STATE: state})[0].numpy()
+        actions.append(np.round(action.astype(np.float64), 4).tolist())
+        if policy.chunks_predicted > chunks:
+            chunk_steps.append(length)
         observation, reward, terminated, truncated, info = env.step(action)
         total += reward
         best = max(best, reward)
@@ -98,6 +104,10 @@ def reference_episode(policy, seed: int, max_steps: int) -> dict:
         "length": length,
         "n_actions_outside_space": 0,
         "rewards": rewards,
+        "actions": actions,
+        "states": states,
+        "outside_steps": [],
+        "chunk_steps": chunk_steps,
     }
 
 

@@ -334,7 +334,10 @@ def test_out_of_space_actions_reach_the_env_unchanged_and_are_counted(toy_policy
     assert [e.n_actions_outside_space for e in result.episodes] == [e.length for e in result.episodes]
     assert result.aggregated["n_actions_outside_space"] == sum(e.length for e in result.episodes) > 0
     # ... and the episodes are exactly those of the unbounded env (the reward depends on the applied action)
-    counted = [{**r, "n_actions_outside_space": r["length"]} for r in reference[:3]]
+    counted = [
+        {**r, "n_actions_outside_space": r["length"], "outside_steps": list(range(1, r["length"] + 1))}
+        for r in reference[:3]
+    ]
     assert as_dicts(result) == counted
 
 
@@ -515,3 +518,50 @@ def test_default_threads_leave_a_loaded_machine_one_thread():
         assert set_torch_threads(None) == default_eval_threads(len(os.sched_getaffinity(0)), os.getloadavg()[0])
     finally:
         torch.set_num_threads(threads)
+
+
+def test_eval_info_says_which_policy_checkpoint_and_command_it_evaluated(tmp_path, monkeypatch, hub_server):
+    """eval_info.json's provenance: the policy (a folder, or a Hub repo with the revision asked for and the commit
+    it resolved to), the step and EMA-ness its weights recorded, the command, the hfpolicy version."""
+    import shlex
+
+    from huggingface_hub import HfApi
+
+    import hfpolicy
+    from hfpolicy.policies import Policy
+    from hfpolicy.policies.module import WeightsOrigin
+
+    policy = pusht_policy("environment_state_agent_pos")
+    policy.weights_origin = WeightsOrigin(training_step=1234, ema=True)
+    policy.save_pretrained(tmp_path / "policy")
+    assert Policy.from_pretrained(tmp_path / "policy").weights_origin == WeightsOrigin(1234, True)
+    policy.push_to_hub("user/provenance-toy")
+    commit = HfApi().model_info("user/provenance-toy").sha
+    quick = [
+        "--env.type=pusht",
+        "--env.episode_length=4",
+        "--eval.n_episodes=2",
+        "--eval.n_videos=0",
+        "--progress=false",
+    ]
+    for source in (str(tmp_path / "policy"), "user/provenance-toy"):
+        out = tmp_path / f"eval_{len(source)}"
+        argv = ["eval", f"--policy.path={source}", *quick, f"--output_dir={out}", "--num_threads=1"]
+        monkeypatch.setattr("sys.argv", ["/venv/bin/hfpolicy", *argv])
+        assert main(argv[1:]) == 0
+        provenance = json.loads((out / EVAL_INFO_FILE).read_text())["provenance"]
+        where = (
+            {"folder": str((tmp_path / "policy").resolve())}
+            if source.startswith("/")
+            else {"revision": "main", "commit": commit}
+        )
+        assert provenance == {
+            "policy": source,
+            "policy_type": "toy",
+            **where,
+            "checkpoint_step": 1234,
+            "ema_weights": True,
+            "env": "pusht",
+            "command": "hfpolicy " + shlex.join(argv),
+            "hfpolicy_version": hfpolicy.__version__,
+        }

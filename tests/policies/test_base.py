@@ -53,8 +53,13 @@ def test_queue_predicts_a_chunk_every_n_action_steps(policy, monkeypatch):
     assert (policy.config.n_obs_steps, policy.config.horizon, policy.config.n_action_steps) == (2, 16, 8)
     spy = ChunkSpy(policy, monkeypatch)
     policy.reset()
-    actions = [policy.select_action(observation(t)) for t in range(20)]
+    actions, counted = [], []
+    for t in range(20):
+        counted.append(policy.chunks_predicted)
+        actions.append(policy.select_action(observation(t)))
     assert len(spy.inputs) == 3  # predicted at steps 0, 8 and 16
+    # chunks_predicted counts them as they come (the base class counts for every policy)
+    assert counted == [0] * 1 + [1] * 8 + [2] * 8 + [3] * 3 and policy.chunks_predicted == 3
     assert all(a.shape == (3, 2) for a in actions)
     # The executed actions are the chunks' entries in order.
     for t, action in enumerate(actions):

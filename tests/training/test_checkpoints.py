@@ -1,18 +1,28 @@
-"""Training state as safetensors + JSON: exact round trips, RNG states, and no pickle ever read."""
+"""Training state as safetensors + JSON: exact round trips, RNG states, no pickle ever read, and the EMA weights
+stored once (the policy file of the checkpoint, referenced by the training state)."""
 
+import json
 import math
 import pickle
 import random
 
 import numpy as np
 import pytest
+import safetensors.torch
 import torch
 from accelerate import Accelerator
 from diffusers.optimization import get_scheduler
 
 from hfpolicy.io.tensor_tree import load_tree, save_tree
 from hfpolicy.policies.ema import EMA
-from hfpolicy.training.checkpoints import CheckpointError, load_training_state, save_training_state
+from hfpolicy.training.checkpoints import (
+    CheckpointError,
+    checkpoint_size_line,
+    load_checkpoint,
+    load_training_state,
+    save_checkpoint,
+    save_training_state,
+)
 
 
 def test_tree_round_trip_keeps_types_and_values(tmp_path):
@@ -126,3 +136,84 @@ def test_a_failed_save_removes_its_temporary_folder_and_names_a_full_disk(tmp_pa
     with pytest.raises(CheckpointError, match=r"could not write the checkpoint .*Permission denied"):
         save_checkpoint(accelerator, tmp_path, 3, save_policy=read_only, keep_last=0, **objects)
     assert not list((tmp_path / CHECKPOINTS_DIR).glob(".tmp*"))
+
+
+def save_ema_weights(ema: EMA, model: torch.nn.Module):
+    """A save_policy that writes the EMA weights as a checkpoint's pretrained_model/model.safetensors (what
+    save_shareable_policy does for a policy)."""
+
+    def save(folder):
+        folder.mkdir()
+        with ema.applied_to(model):
+            safetensors.torch.save_file(
+                {k: v.contiguous() for k, v in model.state_dict().items()}, folder / "model.safetensors"
+            )
+
+    return save
+
+
+def test_the_ema_weights_are_stored_once_and_resume_exactly(tmp_path):
+    accelerator = Accelerator(cpu=True)
+    model, optimizer, scheduler, ema = make_training()
+    train_steps(model, optimizer, scheduler, ema, 3)
+    objects = {"model": model, "optimizer": optimizer, "lr_scheduler": scheduler, "ema": ema}
+    checkpoint = save_checkpoint(accelerator, tmp_path, 3, save_ema_weights(ema, model), keep_last=0, **objects)
+    state = checkpoint / "training_state"
+    assert not (state / "ema.safetensors").exists()  # no second copy of the weights
+    reference = json.loads((state / "ema.json").read_text())
+    assert reference["weights_file"] == "pretrained_model/model.safetensors" and reference["num_updates"] == 3
+    expected_losses = train_steps(model, optimizer, scheduler, ema, 4)
+    expected_ema = {k: v.clone() for k, v in ema.shadow.items()}
+
+    fresh = dict(zip(objects, make_training(seed=99), strict=True))
+    assert load_checkpoint(accelerator, checkpoint, **fresh) == 3
+    assert train_steps(*fresh.values(), 4) == expected_losses
+    assert all(torch.equal(fresh["ema"].shadow[k], v) for k, v in expected_ema.items())
+
+    # Other weights put in the policy's place are refused, not taken for the EMA.
+    weights = checkpoint / "pretrained_model" / "model.safetensors"
+    tensors = safetensors.torch.load_file(weights)
+    tensors["0.bias"] += 1
+    safetensors.torch.save_file(tensors, weights)
+    with pytest.raises(CheckpointError, match=r"model.safetensors, which holds this checkpoint's EMA weights .*sha256"):
+        load_checkpoint(accelerator, checkpoint, **dict(zip(objects, make_training(seed=99), strict=True)))
+
+
+def test_nan_buffers_are_the_same_weights(tmp_path):
+    """A policy without stats keeps NaN in its normalizer's buffers: the policy file still holds the EMA's weights."""
+    accelerator = Accelerator(cpu=True)
+    model, optimizer, scheduler, _ = make_training()
+    model.register_buffer("no_stats_yet", torch.full((3,), math.nan))
+    ema = EMA(model)
+    objects = {"model": model, "optimizer": optimizer, "lr_scheduler": scheduler, "ema": ema}
+    checkpoint = save_checkpoint(accelerator, tmp_path, 1, save_ema_weights(ema, model), keep_last=0, **objects)
+    assert not (checkpoint / "training_state" / "ema.safetensors").exists()
+
+
+def test_ema_weights_that_the_policy_file_does_not_hold_are_kept_as_a_copy(tmp_path):
+    """A save_policy that writes other weights (or none): the training state keeps the EMA's own copy."""
+    accelerator = Accelerator(cpu=True)
+    model, optimizer, scheduler, ema = make_training()
+    train_steps(model, optimizer, scheduler, ema, 3)  # the EMA now differs from the raw weights
+    objects = {"model": model, "optimizer": optimizer, "lr_scheduler": scheduler, "ema": ema}
+
+    def raw_weights(folder):
+        folder.mkdir()
+        safetensors.torch.save_file(dict(model.state_dict()), folder / "model.safetensors")
+
+    checkpoint = save_checkpoint(accelerator, tmp_path, 3, raw_weights, keep_last=0, **objects)
+    assert (checkpoint / "training_state" / "ema.safetensors").is_file()
+    fresh = dict(zip(objects, make_training(seed=99), strict=True))
+    load_checkpoint(accelerator, checkpoint, **fresh)
+    assert all(torch.equal(fresh["ema"].shadow[k], v) for k, v in ema.shadow.items())
+
+
+def test_the_checkpoint_size_line(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "w.safetensors").write_bytes(b"x" * 5_000_000)
+    (tmp_path / "b.json").write_bytes(b"x" * 610_000)
+    assert (
+        checkpoint_size_line(tmp_path, 3)
+        == "checkpoint: 5.61 MB each, ~16.8 MB for the 3 kept (--keep_last_checkpoints)"
+    )
+    assert checkpoint_size_line(tmp_path, 0) == "checkpoint: 5.61 MB each, all of them kept (--keep_last_checkpoints=0)"

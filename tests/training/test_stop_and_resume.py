@@ -15,10 +15,15 @@ import time
 from pathlib import Path
 
 import pytest
+import safetensors.torch
+import torch
 from training.test_train_faults import TINY as FAULT_TEST_FLAGS
 
 from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, TRAIN_CONFIG_FILE
 from hfpolicy.io.run_lock import LOCK_FILE, RunLock, RunLockedError
+from hfpolicy.io.tensor_tree import save_tree
+from hfpolicy.policies import Policy
+from hfpolicy.policies.module import WeightsOrigin
 from hfpolicy.runs.run_folder import RESUME_HISTORY_FILE
 from hfpolicy.training import main
 from hfpolicy.training.checkpoints import list_checkpoints
@@ -106,6 +111,16 @@ def test_the_final_checkpoint_comes_before_the_final_evaluation(pusht_state_data
     assert main(flags(pusht_state_dataset, out, "--steps=2", *evaluation, "--env.episode_length=8")) == 0
     checkpoint = out / "checkpoints" / "step_000002" / "training_state"
     assert checkpoint.stat().st_mtime_ns < (out / "eval" / "step_000002" / EVAL_INFO_FILE).stat().st_mtime_ns
+    # The evaluation says what it evaluated: this run's EMA weights of step 2, kept in that step's checkpoint.
+    provenance = json.loads((out / "eval" / "step_000002" / EVAL_INFO_FILE).read_text())["provenance"]
+    policy_dir = checkpoint.parent / "pretrained_model"
+    assert provenance["policy"] == str(out) and provenance["folder"] == str(policy_dir.resolve())
+    assert (provenance["checkpoint_step"], provenance["ema_weights"], provenance["policy_type"]) == (
+        2,
+        True,
+        "diffusion",
+    )
+    assert Policy.from_pretrained(policy_dir).weights_origin == WeightsOrigin(training_step=2, ema=True)
 
 
 def test_a_resume_is_exact_across_an_evaluation_that_came_after_its_checkpoint(pusht_state_dataset, tmp_path):
@@ -121,6 +136,39 @@ def test_a_resume_is_exact_across_an_evaluation_that_came_after_its_checkpoint(p
         for name in ("reference", "resumed")
     ]
     assert len(losses[0]) == 4 and losses[0] == losses[1]
+
+
+def test_a_checkpoint_of_an_older_hfpolicy_resumes_exactly_and_the_first_save_says_its_size(
+    pusht_state_dataset, tmp_path, capsys
+):
+    """Checkpoints now keep the EMA weights once (pretrained_model/, referenced by training_state/ema.json); those of
+    older versions (a copy in training_state/ema.safetensors) resume as exactly as before."""
+    run = ["--save_freq=2", "--policy.scheduler_name=constant"]
+    assert main(flags(pusht_state_dataset, tmp_path / "reference", "--steps=4", *run)) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("checkpoint: ")]
+    first = tmp_path / "reference" / "checkpoints" / "step_000002"
+    size = sum(p.stat().st_size for p in first.rglob("*") if p.is_file())
+    assert len(lines) == 1 and lines[0].endswith("for the 3 kept (--keep_last_checkpoints)"), lines
+    said = float(lines[0].split()[1]) * {"kB": 1e3, "MB": 1e6}[lines[0].split()[2]]
+    assert said == pytest.approx(size, rel=0.01)
+    assert not (first / "training_state" / "ema.safetensors").exists()
+
+    assert main(flags(pusht_state_dataset, tmp_path / "resumed", "--steps=2", *run)) == 0
+    state = tmp_path / "resumed" / "checkpoints" / "step_000002" / "training_state"
+    counters = json.loads((state / "ema.json").read_text())
+    shadow = safetensors.torch.load_file(state.parent / "pretrained_model" / "model.safetensors")
+    (state / "ema.json").unlink()
+    ema = {key: counters[key] for key in ("num_updates", "power", "max_decay")}
+    save_tree({**ema, "shadow": shadow}, state, "ema")  # as hfpolicy wrote a checkpoint's EMA before
+    assert main([f"--output_dir={tmp_path / 'resumed'}", "--resume=true", "--steps=4"]) == 0
+    losses = [
+        [e["loss"] for e in map(json.loads, (tmp_path / name / METRICS_FILE).open()) if "loss" in e]
+        for name in ("reference", "resumed")
+    ]
+    assert len(losses[0]) == 4 and losses[0] == losses[1]
+    last = [tmp_path / name / "checkpoints" / "step_000004" / "pretrained_model" for name in ("reference", "resumed")]
+    weights = [safetensors.torch.load_file(folder / "model.safetensors") for folder in last]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])  # the EMA continued exactly
 
 
 def test_save_every_minutes_checkpoints_by_wall_time(pusht_state_dataset, tmp_path):

@@ -36,9 +36,24 @@ def browser():
         yield chromium
 
 
+PROVENANCE = {
+    "policy": "user/pusht-toy",
+    "policy_type": "toy",
+    "revision": "main",
+    "commit": "0123456789abcdef0123456789abcdef01234567",
+    "checkpoint_step": 4000,
+    "ema_weights": True,
+    "env": "pusht",
+    "command": "hfpolicy eval --policy.path=user/pusht-toy --env.type=pusht",
+    "hfpolicy_version": "0.1.0",
+}
+
+
 def test_eval_page_in_chromium(browser, tmp_path):
     eval_dir = tmp_path / "eval"
     result = pusht_eval(eval_dir, n_episodes=5, n_videos=2, episode_length=20)
+    info = json.loads((eval_dir / "eval_info.json").read_text())
+    (eval_dir / "eval_info.json").write_text(json.dumps({**info, "provenance": PROVENANCE}))  # as `hfpolicy eval` says
     page_path = view(eval_dir)  # small videos: inside the page
     assert page_path.read_text().count("data:video/mp4;base64,") == 2
     expected = eval_page_data(eval_dir, VideoLinker(page_path))
@@ -69,11 +84,31 @@ def test_eval_page_in_chromium(browser, tmp_path):
 
     before = page.evaluate(MARKERS)
     move_cursor(page, 12)
-    after = page.wait_for(f"(() => {{ const m = {MARKERS}; return m[0] > {before[0]} + 1 ? m : null; }})()")
-    assert len(after) == 1  # the reward curve's marker
+    after = page.wait_for(
+        f"(() => {{ const m = {MARKERS}; return m.every((x, i) => x > {before}[i] + 1) ? m : null; }})()"
+    )
+    assert len(after) == 3  # the reward curve's marker, and those of the two action dimensions' plots
     assert page.wait_for("Math.abs(document.querySelector('#episode video').currentTime - 12.25 / 10) < 1e-3")
     move_cursor(page, 3)
     assert page.wait_for(f"{MARKERS}[0] < {after[0]} - 1")  # and back
+
+    # Per action dimension: the commanded action beside the state, the space's bounds, outside steps, new chunks.
+    titles = page.evaluate("[...document.querySelectorAll('#episode .plot .title')].map(t => t.textContent)")
+    assert titles[1:] == [f"action {d} (commanded) and state {d} over the steps" for d in (0, 1)]
+    legend = page.evaluate("[...document.querySelectorAll('#episode .plot')][1].querySelector('.u-legend').textContent")
+    for label in ("action 0", "state 0", "action space low", "action space high", "outside the action space"):
+        assert label in legend
+    shown = records[target]
+    assert page.evaluate("document.getElementById('chunk-note').textContent") == (
+        f"{len(shown.chunk_steps)} predicted chunks (black dots: their first steps) · red dots: "
+        f"{len(shown.outside_steps)} steps outside the action space"
+    )
+    assert shown.chunk_steps == [1, 9, 17]  # the toy policy predicts 8 actions a chunk
+    cells = page.evaluate(
+        "[...document.querySelectorAll('#provenance div')].map(d => [...d.children].map(c => c.textContent))"
+    )
+    assert ["checkpoint step", "4000"] in cells and ["EMA weights", "yes"] in cells
+    assert ["command", PROVENANCE["command"]] in cells and ["commit", PROVENANCE["commit"]] in cells
 
     page.evaluate("document.querySelector('#episodes th[data-key=\"max_reward\"]').click()")
     ascending = page.evaluate(f"{ROWS}.map(r => Number(r.cells[2].textContent))")
@@ -162,6 +197,7 @@ def test_payloads_in_eval_records_stay_text(browser, tmp_path):
     info["aggregated"].update({f"note {i}": text for i, text in enumerate(PAYLOADS)})
     for record, text in zip(info["per_episode"], PAYLOADS, strict=False):
         record["seed"] = text
+    info["provenance"] = {**{f"key {text}": text for text in PAYLOADS}, "policy": PAYLOADS[1], "command": PAYLOADS[3]}
     (eval_dir / "eval_info.json").write_text(json.dumps(info))
     page = browser.open(view(eval_dir).as_uri())
-    assert_drawn_and_inert(page, ["<!--<script>eval", PAYLOADS[0], PAYLOADS[1]])
+    assert_drawn_and_inert(page, ["<!--<script>eval", PAYLOADS[0], PAYLOADS[1], PAYLOADS[3], f"key {PAYLOADS[2]}"])

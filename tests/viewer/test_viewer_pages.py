@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from viewer.viewer_inputs import recorded_dataset, save_eval, toy_eval
+from envs.toy_env import episode_script
+from viewer.viewer_inputs import ACTION_BOUND, recorded_dataset, save_eval, toy_eval
 
 from hfpolicy.cli import main as cli_main
 from hfpolicy.constants import ACTION, METRICS_FILE, OBS_STATE, REWARD, SUCCESS, TRAIN_CONFIG_FILE
@@ -25,7 +26,7 @@ from hfpolicy.viewer import (
     view,
     write_run_pages,
 )
-from hfpolicy.viewer.page import asset
+from hfpolicy.viewer.page import asset, rounded_list
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +105,40 @@ def test_eval_page_links_the_filmed_episodes(toy_eval_dir, tmp_path):
     assert data["fps"] == 5  # the toy env's render_fps, read from the mp4
     embedded = eval_page_data(eval_dir, VideoLinker(page, embed=True))
     assert all(e["video"].startswith("data:video/mp4;base64,") for e in embedded["episodes"] if e["video"])
+
+
+def test_eval_page_draws_actions_beside_states_with_outside_steps_and_chunks(toy_eval_dir, tmp_path):
+    eval_dir, result = toy_eval_dir
+    data = eval_page_data(eval_dir, VideoLinker(tmp_path / "p.html"))
+    assert data["action_space"] == {"low": [-ACTION_BOUND] * 2, "high": [ACTION_BOUND] * 2}
+    records = {r.index: r for r in result.episodes}
+    n_outside = 0
+    for episode in data["episodes"]:
+        record = records[episode["index"]]
+        actions, states = np.array(record.actions), np.array(record.states)
+        assert actions.shape == states.shape == (record.length, 2)
+        assert episode["actions"] == [rounded_list(actions[:, d]) for d in range(2)]
+        assert episode["states"] == [rounded_list(states[:, d]) for d in range(2)]
+        # the state is the one each action acted on: the toy env moves by 0.1 * action
+        assert np.allclose(states[0], episode_script(record.seed)["start"])
+        assert np.allclose(states[1:], states[:-1] + 0.1 * actions[:-1], atol=1e-3)
+        outside = [t for t in range(1, record.length + 1) if (np.abs(actions[t - 1]) > ACTION_BOUND).any()]
+        assert episode["outside_steps"] == outside and len(outside) == record.n_actions_outside_space
+        assert episode["chunk_steps"] == list(range(1, record.length + 1, 8))  # the toy policy: 8 actions a chunk
+        n_outside += len(outside)
+    assert 0 < n_outside < sum(r.length for r in result.episodes)  # steps inside and outside the space
+
+
+def test_eval_page_keeps_the_step_series_of_the_failures_first_within_its_budget(toy_eval_dir, tmp_path, monkeypatch):
+    import hfpolicy.viewer.eval_page as eval_page
+
+    eval_dir, result = toy_eval_dir
+    order = eval_page_data(eval_dir, VideoLinker(tmp_path / "p.html"))["default_order"]
+    lengths = {r.index: r.length for r in result.episodes}
+    monkeypatch.setattr(eval_page, "MAX_SERIES_VALUES", sum(4 * lengths[i] for i in order[:3]))  # 2 actions, 2 states
+    episodes = {e["index"]: e for e in eval_page_data(eval_dir, VideoLinker(tmp_path / "p.html"))["episodes"]}
+    assert [episodes[i]["actions"] is not None for i in order] == [True] * 3 + [False] * (len(order) - 3)
+    assert all(len(episodes[i]["states"][0]) == lengths[i] for i in order[:3])
 
 
 def test_max_reward_histogram_counts_each_episode_in_its_bin(toy_eval_dir, tmp_path):

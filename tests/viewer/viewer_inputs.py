@@ -4,6 +4,8 @@ writes them) and datasets recorded by `hfpolicy.record`."""
 import json
 from pathlib import Path
 
+import gymnasium as gym
+import numpy as np
 from envs.toy_env import ScriptedEpisodesEnv
 from policies.toy_policy import make_toy_policy
 
@@ -24,9 +26,22 @@ def save_eval(result: EvalResult, eval_dir: Path) -> Path:
     return eval_dir
 
 
+class BoundedEpisodesEnv(ScriptedEpisodesEnv):
+    """The toy env with actions bounded to [-ACTION_BOUND, ACTION_BOUND]: the toy policy's actions leave it at some
+    steps and stay inside at others."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = gym.spaces.Box(-ACTION_BOUND, ACTION_BOUND, (2,), np.float32)
+
+
+ACTION_BOUND = 60.0
+
+
 def toy_eval(eval_dir: Path, n_episodes: int = 10, n_videos: int = 3, max_steps: int = 25) -> EvalResult:
-    """The toy env's scripted episodes (successes and failures, lengths 1..30, 32x32 grey frames)."""
-    env = make_vector_env([ScriptedEpisodesEnv] * 4)
+    """The toy env's scripted episodes (successes and failures, lengths 1..30, 32x32 grey frames), with a bounded
+    action space that the toy policy leaves at some steps."""
+    env = make_vector_env([BoundedEpisodesEnv] * 4)
     try:
         result = evaluate(
             make_toy_policy(low=-50.0, high=150.0), env, n_episodes, START_SEED, max_steps=max_steps,

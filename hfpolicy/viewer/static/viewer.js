@@ -40,10 +40,10 @@
     const box = el("div", { class: "plot" }, el("div", { class: "title" }, title));
     parent.append(box);
     const width = Math.max(320, (opts.width || parent.clientWidth || 640) - 8);
-    const series = [{ label: opts.xLabel || "step" }].concat(names.map((name, i) => ({
+    const series = [{ label: opts.xLabel || "step" }].concat(names.map((name, i) => Object.assign({
       label: name, stroke: (opts.colors || COLORS)[i % COLORS.length], width: 1.5, fill: i === 0 ? opts.fill : undefined,
       dash: opts.dashes && opts.dashes[i] ? opts.dashes[i] : undefined, points: { show: opts.points || false },
-    })));
+    }, opts.series ? opts.series[i] : null)));
     const plot = new uPlot({
       width, height: opts.height || 170, series,
       scales: { x: { time: false }, y: opts.yScale || { range: (u, lo, hi) => (lo === hi ? [lo - 1, hi + 1] : uPlot.rangeNum(lo, hi, 0.1, true)) } },
@@ -193,6 +193,7 @@
       card(fmt(agg.avg_length), "avg length (steps)"),
       card(String(agg.n_actions_outside_space ?? agg.n_clipped_actions), "actions outside the action space", "applied unchanged"),
       agg.eval_s ? card(agg.eval_s.toFixed(1) + " s", "eval time", `${fmt(agg.episodes_per_s)} episodes/s`) : null));
+    root.append(provenancePanel(DATA.provenance));
     const left = el("div", { class: "panel" }), right = el("div", { class: "panel", id: "episode" });
     root.append(el("div", { class: "layout wide-list" }, left, right));
     const columns = [
@@ -233,15 +234,64 @@
         plots = [linePlot(holder, "reward per step (click to seek)", steps, [row.rewards], ["reward"],
           { width: panel.clientWidth - 24, height: 200, yLabel: "reward", onSeek: (x) => cursor.show(x),
             yScale: inUnit ? { range: [0, 1] } : undefined, fill: "rgba(59,91,219,.12)" })];
-        plots.forEach((p) => p.setMarker(0));
       } else {
         holder.append(el("p", { class: "note" }, "this eval_info.json has no per-step rewards (written before hfpolicy kept them)"));
       }
+      plots = plots.concat(actionPlots(holder, row, (x) => cursor.show(x)));
+      plots.forEach((p) => p.setMarker(0));
     }
     const first = DATA.default_order.map((i) => DATA.episodes.find((e) => e.index === i)).find((e) => e.video) || DATA.episodes.find((e) => e.index === DATA.default_order[0]);
     table.select(first.index);
     left.append(el("h2", { style: "margin-top:12px" }, "max reward per episode"));
     histogramPlot(left, DATA.histogram, left.clientWidth - 24);
+  }
+
+  // What was evaluated: eval_info.json's provenance (the policy, its checkpoint, the command, the version).
+  function provenancePanel(provenance) {
+    if (!provenance) return el("p", { class: "note", id: "provenance" }, "this eval_info.json does not say which policy it evaluated (written before hfpolicy kept it)");
+    const words = { policy: "policy", folder: "its folder", revision: "revision", commit: "commit", policy_type: "policy type",
+      checkpoint_step: "checkpoint step", ema_weights: "EMA weights", env: "env", command: "command", hfpolicy_version: "hfpolicy" };
+    const shown = (v) => (v === null || v === undefined ? "unknown" : v === true ? "yes" : v === false ? "no" : typeof v === "object" ? JSON.stringify(v) : String(v));
+    const items = Object.entries(provenance).map(([k, v]) => el("div", { class: k === "command" ? "wide" : null },
+      el("dt", {}, words[k] || k), el("dd", {}, shown(v))));
+    return el("div", { class: "panel", style: "margin-bottom:14px" }, el("h2", {}, "what was evaluated"),
+      el("dl", { class: "provenance", id: "provenance" }, items));
+  }
+
+  // Per action dimension: the commanded action beside the state it acted on, the action space's bounds, and marks on
+  // the steps whose action lay outside the space and on those that began a new predicted chunk.
+  function actionPlots(holder, row, onSeek) {
+    if (row.actions === null) {
+      holder.append(el("p", { class: "note" }, "actions and states left out: the page holds those of the first episodes in the table's order only (too many steps)"));
+      return [];
+    }
+    const actions = row.actions || [], states = row.states || [];
+    if (!actions.length) return [];
+    const steps = actions[0].map((_, i) => i + 1);
+    const outside = new Set(Array.isArray(row.outside_steps) ? row.outside_steps : []);
+    const chunks = new Set(Array.isArray(row.chunk_steps) ? row.chunk_steps : []);
+    const everyStep = chunks.size > 0 && chunks.size >= steps.length;
+    const space = DATA.action_space;
+    holder.append(el("p", { class: "note", id: "chunk-note" }, everyStep ? "a new chunk is predicted at every step (temporal ensembling, or one action per chunk)"
+      : `${chunks.size} predicted chunks (black dots: their first steps) · red dots: ${outside.size} steps outside the action space`));
+    const { grid, width } = plotGrid(holder);
+    return actions.map((action, d) => {
+      const ys = [action], names = [`action ${d}`], series = [{}];
+      if (states[d]) { ys.push(states[d]); names.push(`state ${d}`); series.push({}); }
+      for (const [bound, label] of [[space && space.low ? space.low[d] : null, "low"], [space && space.high ? space.high[d] : null, "high"]]) {
+        if (bound === null || bound === undefined) continue;
+        ys.push(steps.map(() => bound)); names.push(`action space ${label}`); series.push({ stroke: "#868e96", dash: [4, 4], width: 1 });
+      }
+      const marks = (set) => steps.map((s, i) => (set.has(s) ? action[i] : null));
+      ys.push(marks(outside)); names.push("outside the action space");
+      series.push({ stroke: "#e03131", paths: () => null, points: { show: true, size: 8, fill: "#e03131", stroke: "#e03131" } });
+      if (!everyStep) {
+        ys.push(marks(chunks)); names.push("new chunk");
+        series.push({ stroke: "#212529", paths: () => null, points: { show: true, size: 5, fill: "#212529", stroke: "#212529" } });
+      }
+      return linePlot(grid, `action ${d} (commanded) and state ${d} over the steps`, steps, ys, names,
+        { width, height: 160, xLabel: "step", onSeek, series, colors: ["#3b5bdb", "#e8590c"] });
+    });
   }
 
   // --- dataset ----------------------------------------------------------------------------------------------
@@ -250,7 +300,8 @@
     const withSuccess = eps.filter((e) => e.success !== null);
     const nSuccess = withSuccess.filter((e) => e.success).length;
     root.append(el("div", { class: "cards" },
-      card(String(DATA.n_episodes), "episodes"), card(String(DATA.n_frames), "frames"), card(fmt(DATA.fps), "fps"),
+      card(String(DATA.n_episodes), "episodes", DATA.n_shown < DATA.n_episodes ? `${DATA.n_shown} shown here (--episodes)` : null),
+      card(String(DATA.n_frames), "frames"), card(fmt(DATA.fps), "fps"),
       withSuccess.length ? card(pct(100 * nSuccess / withSuccess.length), "episodes that succeed") : null,
       card(String(DATA.cameras.length), "cameras", DATA.cameras.join(", ")),
       card(String(DATA.tasks.length), "tasks", DATA.tasks.length === 1 ? DATA.tasks[0] : null),
