@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from dataset_helpers import write_tiny_dataset
+from huggingface_hub import HfApi
 
 from hfpolicy.datasets import PolicyDataset, StreamingPolicyDataset, push_dataset_to_hub
 from hfpolicy.io.paths import OutsideFolderError
@@ -73,7 +74,12 @@ def test_the_v21_reader_refuses_a_template_leading_out(tmp_path):
 def test_hub_download_and_streaming_refuse_a_template_leading_out(hub_server, tmp_path):
     root = write_tiny_dataset(tmp_path / "crafted", [4, 3], repo_id="user/crafted-paths").root
     retemplate(root, video_path="../../../{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4")
-    push_dataset_to_hub(root, "user/crafted-paths")
+    with pytest.raises(OutsideFolderError, match="video_path"):
+        push_dataset_to_hub(root, "user/crafted-paths")  # hfpolicy's push refuses it before creating the repo
+    # a crafted dataset from elsewhere: uploaded as it is
+    api = HfApi()
+    api.create_repo("user/crafted-paths", repo_type="dataset")
+    api.upload_folder(folder_path=root, repo_id="user/crafted-paths", repo_type="dataset")
     with pytest.raises(OutsideFolderError, match="video_path"):
         PolicyDataset("user/crafted-paths")  # before any data file is downloaded
     with pytest.raises(OutsideFolderError, match="video_path"):
