@@ -22,10 +22,10 @@ plain torch layers and reads like the paper), and `set_cpu_kernels(module, choic
   unseeded eval) is measured per batch size between all three; with more, once per layer shape at
   PER_EPISODE_ROW_BLOCK rows between "torch" and "matmul", and used for every such batch size, because per-episode
   acting (batches padded to multiples of PER_EPISODE_ROW_BLOCK rows) needs every batch to use one kernel per layer
-  (see `hfpolicy.policies.action_selection`). Inside torch.compile nothing is looked up or timed: "matmul" (what the
-  cpu recipe was tuned with; see COMPILED_DEFAULT).
+  (see `hfpolicy.policies.action_selection`). Inside torch.compile nothing is looked up, packed or timed: "auto" runs
+  "matmul" (what the cpu recipe was tuned with; see COMPILED_DEFAULT), "onednn" and bf16 acting torch's kernels.
 
-`set_acting_dtype(module, torch.bfloat16)` makes acting run every convolution through the "onednn" kernel with bf16
+`set_acting_dtype(module, "bfloat16")` makes acting run every convolution through the "onednn" kernel with bf16
 weights and inputs (float32 outputs and everything else): half the bytes to read, opt-in because it moves the actions
 (docs/speed.md has the error). On a CPU without native bf16 (AVX512-BF16 or AMX) oneDNN emulates it slowly, so it is
 refused there unless forced; without AVX-512 (or AVX-NE-CONVERT) PyTorch has no oneDNN bf16 kernels at all.
@@ -89,6 +89,8 @@ def set_cpu_kernels(module: nn.Module, choice: str) -> nn.Module:
         raise ValueError(f"cpu kernels {choice!r} is not a choice; use one of {KERNEL_CHOICES}")
     for child in _switchable(module):
         child.cpu_kernels = choice
+        if choice in ("matmul", "torch"):
+            _PACKED.pop(child, None)
     return module
 
 
@@ -142,16 +144,16 @@ class _ChoosesKernel(nn.modules.conv._ConvNd):
         return super().train(mode)
 
     def _kernel_for(self, x: Tensor, kernels: dict[str, Callable[[Tensor], Tensor]]) -> str:
+        choice = self.cpu_kernels
+        if torch.compiler.is_compiling():  # nothing looked up, packed or timed (bf16 acting too runs in float32)
+            return {"auto": COMPILED_DEFAULT, "onednn": "torch"}.get(choice, choice)
         training = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
         if not training and self.acting_dtype != torch.float32:
             return "onednn"
-        choice = self.cpu_kernels
         if choice == "onednn":
-            return "torch" if training or torch.compiler.is_compiling() or not onednn_available() else "onednn"
+            return "torch" if training or not onednn_available() else "onednn"
         if choice != "auto":
             return choice
-        if torch.compiler.is_compiling():
-            return COMPILED_DEFAULT
         few_rows = not training and x.shape[0] < PER_EPISODE_ROW_BLOCK
         rows = x.shape[0] if training or few_rows else PER_EPISODE_ROW_BLOCK
         key = (

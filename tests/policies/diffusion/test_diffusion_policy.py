@@ -534,14 +534,12 @@ def test_onednn_packed_weights_follow_the_weights():
         policy.eval().set_cpu_kernels("onednn")
         actions.append(policy.predict_action_chunk(observation, noise=noise))
     assert not torch.allclose(actions[0], actions[1])
-    packed = [m for m in policies[0].unet.modules() if m in cpu_kernels._PACKED]
-    assert packed and len(packed) == len([m for m in policies[0].unet.modules() if isinstance(m, MatmulConv1d)]) + len(
-        [m for m in policies[0].unet.modules() if isinstance(m, MatmulConvTranspose1d)]
-    )
+    convolutions = [m for m in policies[0].unet.modules() if isinstance(m, MatmulConv1d | MatmulConvTranspose1d)]
+    assert convolutions and all(m in cpu_kernels._PACKED for m in convolutions)
     policies[0].load_state_dict(policies[1].state_dict())
     torch.testing.assert_close(policies[0].predict_action_chunk(observation, noise=noise), actions[1], rtol=0, atol=0)
     policies[0].train()
-    assert not any(m in cpu_kernels._PACKED for m in policies[0].unet.modules())
+    assert not any(m in cpu_kernels._PACKED for m in convolutions)
 
 
 def test_bf16_acting_is_opt_in_refused_without_native_bf16_and_moves_actions_by_a_few_pixels(monkeypatch):
