@@ -125,11 +125,10 @@ def onednn_available() -> bool:
     return torch.backends.mkldnn.is_available() and bool(torch.backends.mkldnn.enabled)
 
 
-# Weights reordered for oneDNN, per layer: (dtype, weight storage, weight version, packed weight, bias in dtype). Beside
-# the layers, not on them: a deepcopy or state dict of the policy never sees them, and they go with their layer.
-_PACKED: "weakref.WeakKeyDictionary[nn.Module, tuple[torch.dtype, int, int, Tensor, Tensor | None]]" = (
-    weakref.WeakKeyDictionary()
-)
+# Weights reordered for oneDNN, per layer: (what they were made from: dtype, weight storage and version, bias version;
+# the packed weight; the bias in dtype). Beside the layers, not on them: a deepcopy or state dict of the policy never
+# sees them, and they go with their layer.
+_PACKED: "weakref.WeakKeyDictionary[nn.Module, tuple[tuple, Tensor, Tensor | None]]" = weakref.WeakKeyDictionary()
 
 
 class _ChoosesKernel(nn.modules.conv._ConvNd):
@@ -180,9 +179,10 @@ class _ChoosesKernel(nn.modules.conv._ConvNd):
         """The weight reordered for oneDNN (as a 2D convolution of height 1) in `dtype`, and the bias in `dtype`: made
         at the first call and again when the weights change (a load_state_dict, an optimizer step)."""
         weight = self.weight
+        source = (dtype, weight.data_ptr(), weight._version, None if self.bias is None else self.bias._version)
         packed = _PACKED.get(self)
-        if packed is not None and packed[:3] == (dtype, weight.data_ptr(), weight._version):
-            return packed[3], packed[4]
+        if packed is not None and packed[0] == source:
+            return packed[1], packed[2]
         _PACKED.pop(self, None)  # the old copy goes before the new one is made
         with torch.no_grad():
             dense = weight.detach().to(dtype).unsqueeze(2)  # (C, C', 1, kernel)
@@ -193,7 +193,7 @@ class _ChoosesKernel(nn.modules.conv._ConvNd):
             else:
                 packed_weight = torch.ops.mkldnn._reorder_convolution_weight(dense, *geometry, 1, size)
             bias = None if self.bias is None else self.bias.detach().to(dtype)
-        _PACKED[self] = (dtype, weight.data_ptr(), weight._version, packed_weight, bias)
+        _PACKED[self] = (source, packed_weight, bias)
         return packed_weight, bias
 
     def _onednn_geometry(self) -> list[list[int]]:
