@@ -12,7 +12,14 @@ parameters) on synthetic PushT-shaped data:
   weights), median over repeats after a warm-up step; the EMA update (hfpolicy.policies.ema.EMA.step) apart;
 - chunk latency: `select_action` at the start of an episode (so it predicts a chunk: one observation encoding and
   N U-Net evaluations) under torch.inference_mode, at batch 1 with DDPM-100 and DDIM-10, and at batch 50 with DDIM-10;
-- params_m: parameters in millions.
+- params_m: parameters in millions;
+- the machine: `instruction_sets` (AVX2, AVX-512, AVX512-BF16, AMX from /proc/cpuinfo) and, measured in the same run
+  at the same thread count, `memory_read_gb_s` (sum of a 1 GiB float32 tensor, median of 3) and `matvec_gb_s` (a
+  1 GiB float32 matrix-vector product); each chunk figure is then also given as a multiple of its weight-bandwidth
+  floor, the bytes of weights one chunk reads (the U-Net's once per denoising step, the encoder's once) over the
+  read bandwidth: `floor_multiples` and `chunk_weight_bytes` (ACT: its weights once per chunk, `act_floor_multiple`);
+- with native bf16 (AVX512-BF16 or AMX), also the DDIM-10 chunk at batch 1 acting in bf16 (`set_acting_dtype`), its
+  floor counting the convolutions' weights at 2 bytes.
 ACT, with the default ACTConfig (96x96 image + agent position, ResNet18, 512-wide transformer, chunks of 100, 51.6 M
 parameters): act_train_step_s_b8, one training step at batch 8 (CVAE forward, backward, AdamW with the backbone's
 parameter group), and act_chunk_latency_s_b1, `select_action` at an episode start at batch 1 (one chunk of 100).
@@ -33,6 +40,46 @@ LEROBOT_0_6_1 = {"train_step_s_b64": 9.2, "chunk_latency_s_b1_ddpm100": 17.5, "c
 # pre/post-processors around select_action) on this machine with --threads 1, the setting in which the shared 2-core
 # machine gave stable numbers: 1.65-2.31 s per train step at batch 8, 0.042-0.073 s per chunk at batch 1 (best kept).
 LEROBOT_0_6_1_ACT = {"act_train_step_s_b8": 1.65, "act_chunk_latency_s_b1": 0.042}
+
+
+def machine_info(gib: int = 1, repeats: int = 3) -> dict:
+    """The CPU's instruction sets and its memory read bandwidth, measured now at torch's thread count (GB/s: summing a
+    `gib` GiB float32 tensor, and a matrix-vector product over it; medians of `repeats` after a warm-up)."""
+    from hfpolicy.policies.diffusion.cpu_kernels import instruction_sets
+
+    data = torch.ones(gib * 2**28)
+    matrix, vector = data.view(2**14, -1), torch.ones(data.numel() // 2**14)
+    result: dict = {"instruction_sets": instruction_sets()}
+    with torch.inference_mode():
+        for name, run in (("memory_read_gb_s", data.sum), ("matvec_gb_s", lambda: matrix @ vector)):
+            run()
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - start)
+            result[name] = round(data.numel() * 4 / statistics.median(times) / 1e9, 2)
+    return result
+
+
+def chunk_weight_bytes(policy, steps: int, acting_dtype: str = "float32") -> int:
+    """Bytes of weights one Diffusion Policy chunk reads: the U-Net's once per denoising step (its convolutions' at 2
+    bytes each when acting in bf16), every other weight once (the observation is encoded once per chunk)."""
+    from hfpolicy.policies.diffusion.cpu_kernels import MatmulConv1d, MatmulConvTranspose1d
+
+    def size(parameters) -> int:
+        return sum(p.numel() * p.element_size() for p in parameters)
+
+    unet = size(policy.unet.parameters())
+    if acting_dtype == "bfloat16":
+        convolutions = [m for m in policy.unet.modules() if isinstance(m, MatmulConv1d | MatmulConvTranspose1d)]
+        unet -= size(m.weight for m in convolutions) // 2
+    return unet * steps + size(policy.parameters()) - size(policy.unet.parameters())
+
+
+def floor_multiple(seconds: float, weight_bytes: int, machine: dict) -> float:
+    """`seconds` as a multiple of the time to read `weight_bytes` once at the measured read bandwidth."""
+    return round(seconds / (weight_bytes / (machine["memory_read_gb_s"] * 1e9)), 2)
 
 
 def make_policy(seed: int = 0):
@@ -91,7 +138,7 @@ def make_act_policy(seed: int = 0):
     return ACTPolicy(config, dataset_stats=stats)
 
 
-def bench_act(repeats: int, skip_training: bool) -> tuple[dict[str, float], list[tuple[str, str, str]]]:
+def bench_act(repeats: int, skip_training: bool, machine: dict) -> tuple[dict[str, float], list[tuple[str, ...]]]:
     """ACT's train step at batch 8 and chunk latency at batch 1 (median of `repeats` after a warm-up)."""
     from hfpolicy.constants import ACTION, OBS_IMAGE, OBS_STATE, pad_key
     from hfpolicy.training.setup import make_optimizer
@@ -130,8 +177,11 @@ def bench_act(repeats: int, skip_training: bool) -> tuple[dict[str, float], list
     }
     times = first_action_seconds(policy, observation, repeats)
     results["act_chunk_latency_s_b1"] = round(statistics.median(times), 4)
+    weight_bytes = sum(p.numel() * p.element_size() for p in policy.parameters())
+    floor = floor_multiple(results["act_chunk_latency_s_b1"], weight_bytes, machine)
+    results["act_floor_multiple"], results["act_chunk_weight_bytes"] = floor, weight_bytes
     reference = LEROBOT_0_6_1_ACT.get("act_chunk_latency_s_b1", "")
-    rows.append(("ACT chunk, batch 1 (s)", f"{results['act_chunk_latency_s_b1']:.3f}", f"{reference}"))
+    rows.append(("ACT chunk, batch 1 (s)", f"{results['act_chunk_latency_s_b1']:.3f}", f"{reference}", f"{floor}"))
     return results, rows
 
 
@@ -181,7 +231,7 @@ def make_state_policy(seed: int = 0):
     return DiffusionPolicy(config, dataset_stats=stats), example.RECIPES["cpu"].run.batch_size
 
 
-def bench_state(repeats: int) -> tuple[dict[str, float], list[tuple[str, str, str]]]:
+def bench_state(repeats: int) -> tuple[dict[str, float], list[tuple[str, ...]]]:
     """The cpu recipe's state U-Net: train step at the recipe's batch, eager and compiled (as the recipe trains),
     and the chunk latency at batch 1 with the recipe's DDIM-10."""
     from hfpolicy.constants import ACTION, OBS_ENV_STATE, OBS_STATE, pad_key
@@ -273,6 +323,8 @@ def bench_chunk(policy, batch_size: int, scheduler: str, steps: int, repeats: in
 
 
 def main() -> int:
+    from hfpolicy.policies.diffusion.cpu_kernels import native_bf16
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--repeats", type=int, default=3, help="measured repetitions of each quantity")
@@ -285,7 +337,9 @@ def main() -> int:
         torch.set_num_threads(args.threads)
 
     results: dict[str, float | int | str | dict] = {"torch_threads": torch.get_num_threads()}
-    rows: list[tuple[str, str, str]] = []
+    machine = machine_info()
+    results.update(machine)
+    rows: list[tuple[str, ...]] = []
     if args.policy in ("all", "diffusion"):
         start = time.perf_counter()
         policy = make_policy()
@@ -300,19 +354,30 @@ def main() -> int:
             parts = "{forward:.2f} / {backward:.2f} / {optimizer:.2f}".format(**train)
             rows.append(("  forward / backward / AdamW (s)", parts, ""))
             rows.append(("  EMA update (s, apart)", f"{train['ema']:.2f}", ""))
-        for batch_size, scheduler, steps, key, repeats in [
-            (1, "DDIM", 10, "chunk_latency_s_b1_ddim10", args.repeats),
-            (1, "DDPM", 100, "chunk_latency_s_b1_ddpm100", max(1, args.repeats - 1)),
-            (50, "DDIM", 10, "chunk_latency_s_b50_ddim10", max(1, args.repeats - 1)),
-        ]:
+        chunks = [
+            (1, "DDIM", 10, "chunk_latency_s_b1_ddim10", args.repeats, "float32"),
+            (1, "DDPM", 100, "chunk_latency_s_b1_ddpm100", max(1, args.repeats - 1), "float32"),
+            (50, "DDIM", 10, "chunk_latency_s_b50_ddim10", max(1, args.repeats - 1), "float32"),
+        ]
+        if native_bf16():
+            chunks.append((1, "DDIM", 10, "chunk_latency_s_b1_ddim10_bf16", args.repeats, "bfloat16"))
+        floors: dict[str, float] = {}
+        weight_bytes: dict[str, int] = {}
+        for batch_size, scheduler, steps, key, repeats, dtype in chunks:
+            policy.set_acting_dtype(dtype)
             seconds = bench_chunk(policy, batch_size, scheduler, steps, repeats)
             results[key] = round(seconds, 3)
+            weight_bytes[key] = chunk_weight_bytes(policy, steps, dtype)
+            floors[key] = floor_multiple(seconds, weight_bytes[key], machine)
             reference = LEROBOT_0_6_1.get(key)
-            rows.append((f"chunk, batch {batch_size}, {scheduler}-{steps} (s)", f"{seconds:.2f}", f"{reference or ''}"))
+            name = f"chunk, batch {batch_size}, {scheduler}-{steps}{', bf16' if dtype == 'bfloat16' else ''} (s)"
+            rows.append((name, f"{seconds:.2f}", f"{reference or ''}", f"{floors[key]}"))
+        policy.set_acting_dtype("float32")
+        results["floor_multiples"], results["chunk_weight_bytes"] = floors, weight_bytes
         results["lerobot_0_6_1"] = LEROBOT_0_6_1
         del policy
     if args.policy in ("all", "act"):
-        act_results, act_rows = bench_act(args.repeats, args.skip_training)
+        act_results, act_rows = bench_act(args.repeats, args.skip_training, machine)
         results.update(act_results)
         rows.extend(act_rows)
         results["lerobot_0_6_1_act"] = LEROBOT_0_6_1_ACT
@@ -324,10 +389,12 @@ def main() -> int:
     checked = [results[key] <= value for key, value in references.items() if key in results]
     results["meets_targets"] = all(checked) if checked else None  # None: no LeRobot reference for what ran
 
-    print(f"PushT image configs, CPU, {results['torch_threads']} torch threads")
-    print(f"{'measure':<36} {'hfpolicy':>10} {'LeRobot 0.6.1':>14}")
-    for name, value, reference in rows:
-        print(f"{name:<36} {value:>10} {reference:>14}")
+    sets = ", ".join(name for name, present in machine["instruction_sets"].items() if present) or "none known"
+    print(f"PushT image configs, CPU ({sets}), {results['torch_threads']} torch threads")
+    print(f"memory read {machine['memory_read_gb_s']} GB/s, matrix-vector {machine['matvec_gb_s']} GB/s")
+    print(f"{'measure':<36} {'hfpolicy':>10} {'LeRobot 0.6.1':>14} {'x floor':>8}")
+    for name, value, reference, *floor in rows:
+        print(f"{name:<36} {value:>10} {reference:>14} {''.join(floor):>8}")
     print(json.dumps(results))
     return 0
 

@@ -1,14 +1,18 @@
-"""hfpolicy against LeRobot 0.6.1, side by side in one run: the classic image Diffusion Policy's CPU speed (issue 20).
+"""hfpolicy against LeRobot 0.6.1, side by side in one run: the classic image Diffusion Policy's and ACT's CPU speed
+(issues 20 and 36).
 
     python bench/speed_vs_lerobot.py --lerobot-python /work/lerobot-venv/bin/python [--rounds 2] [--repeats 3]
     python bench/speed_vs_lerobot.py ... --state      # also the cpu recipe's state U-Net (hfpolicy alone)
     python bench/speed_vs_lerobot.py ... --profile    # also where hfpolicy's train step and chunk spend their time
 
-Each round runs `bench/policy.py --policy diffusion` (this venv) and then `bench/lerobot_speed.py` (LeRobot's side venv,
-never a dependency of hfpolicy) as separate processes, one after the other, so that both see the same machine; the
-figures are the medians over rounds of each process's own medians, and the ratio is hfpolicy's time over LeRobot's
-(the issue's target: <= 0.5 for the train step at batch 64 and for the DDIM-10 and DDPM-100 chunks at batch 1). Both
-use torch's default thread count (one per core). Prints a table; the LAST line is one JSON object.
+Each round runs `bench/policy.py` (this venv) and then `bench/lerobot_speed.py` (LeRobot's side venv, never a
+dependency of hfpolicy) as separate processes, one after the other, so that both see the same machine; the figures are
+the medians over rounds of each process's own medians, and the ratio is hfpolicy's time over LeRobot's (the issue's
+target: <= 0.5 for the train step at batch 64 and for the DDIM-10 and DDPM-100 chunks at batch 1). Each chunk figure
+is also given as a multiple of its weight-bandwidth floor (the bytes of weights a chunk reads, from bench/policy.py,
+over the memory read bandwidth bench/policy.py measured in the same round, median over rounds; LeRobot's model has
+the same weights, read in float32). The JSON line has the CPU's instruction sets and the bandwidths. Both use torch's
+default thread count (one per core). Prints a table; the LAST line is one JSON object.
 """
 
 import argparse
@@ -21,7 +25,13 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-KEYS = ("train_step_s_b64", "chunk_latency_s_b1_ddim10", "chunk_latency_s_b1_ddpm100", "chunk_latency_s_b50_ddim10")
+KEYS = (
+    "train_step_s_b64",
+    "chunk_latency_s_b1_ddim10",
+    "chunk_latency_s_b1_ddpm100",
+    "chunk_latency_s_b50_ddim10",
+    "act_chunk_latency_s_b1",
+)
 TARGET_KEYS = KEYS[:3]
 TARGET_RATIO = 0.5
 
@@ -83,7 +93,7 @@ def main() -> int:
             "--lerobot-python: give the python of a side venv with `pip install lerobot==0.6.1` (or set HFPOLICY_LEROBOT_PYTHON)"
         )
     threads = [] if args.threads is None else ["--threads", str(args.threads)]
-    ours = [sys.executable, str(HERE / "policy.py"), "--policy", "diffusion", "--repeats", str(args.repeats), *threads]
+    ours = [sys.executable, str(HERE / "policy.py"), "--policy", "all", "--repeats", str(args.repeats), *threads]
     theirs = [args.lerobot_python, str(HERE / "lerobot_speed.py"), "--repeats", str(args.repeats), *threads]
     load_before, start = os.getloadavg()[0], time.perf_counter()
     runs: dict[str, list[dict]] = {"hfpolicy": [], "lerobot": []}
@@ -93,13 +103,32 @@ def main() -> int:
             print(
                 f"round {round_index + 1}, {name}: " + ", ".join(f"{k}={runs[name][-1][k]}" for k in KEYS), flush=True
             )
-    result: dict = {"rounds": args.rounds, "repeats": args.repeats, "threads": runs["hfpolicy"][0]["torch_threads"]}
-    print(f"\n{'measure':<34} {'hfpolicy':>10} {'LeRobot':>10} {'ratio':>7}")
+    first = runs["hfpolicy"][0]
+    result: dict = {"rounds": args.rounds, "repeats": args.repeats, "threads": first["torch_threads"]}
+    result["instruction_sets"] = first["instruction_sets"]
+    for name in ("memory_read_gb_s", "matvec_gb_s"):
+        result[name] = statistics.median(run[name] for run in runs["hfpolicy"])
+    weight_bytes = {**first["chunk_weight_bytes"], "act_chunk_latency_s_b1": first["act_chunk_weight_bytes"]}
+    floor_s = {key: value / (result["memory_read_gb_s"] * 1e9) for key, value in weight_bytes.items()}
+    sets = ", ".join(name for name, present in result["instruction_sets"].items() if present) or "none known"
+    print(f"\nCPU: {sets}; memory read {result['memory_read_gb_s']} GB/s (median over rounds)")
+    print(f"{'measure':<34} {'hfpolicy':>10} {'LeRobot':>10} {'ratio':>7} {'x floor':>15}")
     for key in KEYS:
         ours_s = statistics.median(run[key] for run in runs["hfpolicy"])
         theirs_s = statistics.median(run[key] for run in runs["lerobot"])
         result[key] = {"hfpolicy": ours_s, "lerobot": theirs_s, "ratio": round(ours_s / theirs_s, 3)}
-        print(f"{key:<34} {ours_s:>10.3f} {theirs_s:>10.3f} {ours_s / theirs_s:>7.2f}")
+        floors = ""
+        if key in floor_s:
+            result[key]["floor_s"] = round(floor_s[key], 3)
+            result[key]["x_floor"] = [round(ours_s / floor_s[key], 2), round(theirs_s / floor_s[key], 2)]
+            floors = " / ".join(f"{x:.1f}" for x in result[key]["x_floor"])
+        print(f"{key:<34} {ours_s:>10.3f} {theirs_s:>10.3f} {ours_s / theirs_s:>7.2f} {floors:>15}")
+    bf16 = "chunk_latency_s_b1_ddim10_bf16"
+    if bf16 in first:
+        ours_s = statistics.median(run[bf16] for run in runs["hfpolicy"])
+        floor = first["chunk_weight_bytes"][bf16] / (result["memory_read_gb_s"] * 1e9)
+        result[bf16] = {"hfpolicy": ours_s, "floor_s": round(floor, 3), "x_floor": round(ours_s / floor, 2)}
+        print(f"{bf16:<34} {ours_s:>10.3f} {'':>10} {'':>7} {ours_s / floor:>15.1f}")
     result["meets_target"] = all(result[key]["ratio"] <= TARGET_RATIO for key in TARGET_KEYS)
     result["hfpolicy_runs"], result["lerobot_runs"] = runs["hfpolicy"], runs["lerobot"]
     if args.state:

@@ -6,16 +6,29 @@ plain torch layers and reads like the paper), and `set_cpu_kernels(module, choic
   followed by col2im (ConvTranspose1d). For wide channels and short sequences (2048 channels x 4 steps) it beats
   oneDNN's and the fallback kernels on an AVX2 machine, forward and backward, and loses to torch's own kernels on a
   machine with AVX-512 + AMX (docs/speed.md#cpu-kernels-of-the-u-net has the figures).
+- "onednn" (acting only): oneDNN's convolution with the weights reordered once into its blocked layout (kept beside
+  the parameters until they change or `train()` is called; as much memory again as the convolutions' weights). At a
+  few batch rows (a robot acting at batch 1) the U-Net's wide convolutions are matrix products with 4-16 columns,
+  where MKL's GEMM and torch's fallback convolutions read the weights several times slower than memory allows; the
+  packed kernel reads them near memory speed. With gradients on (training) this choice runs torch's kernels.
 - "torch": PyTorch's own kernels; they round as LeRobot's implementation does (bit-identical actions), which is why
   policies converted from LeRobot start with this choice.
-- "auto" (the default): measured on the machine where it runs. The first call of each layer shape times both
-  kernels (interleaved, median of CALIBRATION_ROUNDS) and keeps "matmul" only where it is at least MATMUL_MARGIN
-  faster; the choices are cached in $HFPOLICY_CACHE/cpu_kernels/ (default ~/.cache/hfpolicy), one JSON file per CPU
-  model + instruction set + torch version + thread count, so that later runs on that machine use the same kernels
-  (and so round alike). Training (gradients on) is measured per batch size, forward + backward; acting (no
-  gradients) once per layer shape at PER_EPISODE_ROW_BLOCK batch rows, and used for every batch size, because
-  per-episode acting needs every batch to use one kernel per layer (see `hfpolicy.policies.action_selection`).
-  Inside torch.compile nothing is looked up or timed: "matmul" (what the cpu recipe was tuned with; see COMPILED_DEFAULT).
+- "auto" (the default): measured on the machine where it runs. The first call of each layer shape times the kernels
+  (interleaved, median of CALIBRATION_ROUNDS) and keeps another kernel than "torch" only where it is at least
+  MATMUL_MARGIN faster; the choices are cached in $HFPOLICY_CACHE/cpu_kernels/ (default ~/.cache/hfpolicy), one JSON
+  file per CPU model + instruction set + torch version + thread count, so that later runs on that machine use the
+  same kernels (and so round alike). Training (gradients on) is measured per batch size, forward + backward, between
+  "torch" and "matmul". Acting (no gradients) with fewer than PER_EPISODE_ROW_BLOCK batch rows (a robot, or an
+  unseeded eval) is measured per batch size between all three; with more, once per layer shape at
+  PER_EPISODE_ROW_BLOCK rows between "torch" and "matmul", and used for every such batch size, because per-episode
+  acting (batches padded to multiples of PER_EPISODE_ROW_BLOCK rows) needs every batch to use one kernel per layer
+  (see `hfpolicy.policies.action_selection`). Inside torch.compile nothing is looked up, packed or timed: "auto" runs
+  "matmul" (what the cpu recipe was tuned with; see COMPILED_DEFAULT), "onednn" and bf16 acting torch's kernels.
+
+`set_acting_dtype(module, "bfloat16")` makes acting run every convolution through the "onednn" kernel with bf16
+weights and inputs (float32 outputs and everything else): half the bytes to read, opt-in because it moves the actions
+(docs/speed.md has the error). On a CPU without native bf16 (AVX512-BF16 or AMX) oneDNN emulates it slowly, so it is
+refused there unless forced; without AVX-512 (or AVX-NE-CONVERT) PyTorch has no oneDNN bf16 kernels at all.
 
 The choice is a property of the running policy, not of its weights: it is not in the config (`policy.
 set_cpu_kernels(...)` switches it at any time). Results agree with torch's kernels up to float rounding. Other
@@ -29,6 +42,7 @@ import os
 import platform
 import statistics
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -41,9 +55,11 @@ from torch import Tensor, nn
 from hfpolicy.io.atomic import write_json_atomically
 from hfpolicy.policies.action_selection import PER_EPISODE_ROW_BLOCK
 
-KERNEL_CHOICES = ("auto", "matmul", "torch")
+KERNEL_CHOICES = ("auto", "matmul", "onednn", "torch")
+KERNELS = ("torch", "matmul", "onednn")  # what a layer call runs; "torch" first: the reference the others must beat
+ACTING_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 CALIBRATION_ROUNDS = 3  # timed runs per kernel (after one warm-up each), interleaved
-MATMUL_MARGIN = 0.9  # "auto" keeps the matmul kernel only where it takes at most this fraction of torch's time
+MATMUL_MARGIN = 0.9  # "auto" keeps another kernel than torch's only where it takes at most this fraction of its time
 # Inside torch.compile: the kernel the cpu recipe's compiled step was tuned with. Nothing is looked up or timed there:
 # the cache lookup (a string key, functools.cache, os.stat) broke the graph and recompiled the lookup per layer shape
 # until dynamo's recompile limit (8) was hit in the first step of a compiled tiny DP.
@@ -51,6 +67,9 @@ COMPILED_DEFAULT = "matmul"
 # The few-rows branch of _matmul_weight; per-episode acting never reaches it: its smallest batch (PER_EPISODE_ROW_BLOCK
 # rows) times the deepest U-Net level's length (horizon 16 / 4 = 4) is this many rows.
 FEW_ROWS = 4 * PER_EPISODE_ROW_BLOCK
+# /proc/cpuinfo flags that give native bf16 arithmetic (dot products) on x86: AVX512-BF16 (Cooper Lake, Zen 4 and
+# later) and AMX (Sapphire Rapids and later).
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
 def use_cpu_matmul_convolutions(module: nn.Module, choice: str = "auto") -> nn.Module:
@@ -64,27 +83,78 @@ def use_cpu_matmul_convolutions(module: nn.Module, choice: str = "auto") -> nn.M
 
 
 def set_cpu_kernels(module: nn.Module, choice: str) -> nn.Module:
-    """Sets the kernel choice ("auto", "matmul" or "torch") of every switchable convolution inside `module`."""
+    """Sets the kernel choice ("auto", "matmul", "onednn" or "torch") of every switchable convolution inside
+    `module`."""
     if choice not in KERNEL_CHOICES:
         raise ValueError(f"cpu kernels {choice!r} is not a choice; use one of {KERNEL_CHOICES}")
-    for child in module.modules():
-        if isinstance(child, MatmulConv1d | MatmulConvTranspose1d):
-            child.cpu_kernels = choice
+    for child in _switchable(module):
+        child.cpu_kernels = choice
+        if choice in ("matmul", "torch"):
+            _PACKED.pop(child, None)
     return module
 
 
+def set_acting_dtype(module: nn.Module, dtype: str, force: bool = False) -> nn.Module:
+    """The dtype the switchable convolutions inside `module` act in on CPU: "float32" (their kernel choice) or
+    "bfloat16" (oneDNN with bf16 weights; refused on a CPU without native bf16 unless `force`)."""
+    if dtype not in ACTING_DTYPES:
+        raise ValueError(f"acting dtype {dtype!r} is not a choice; use one of {tuple(ACTING_DTYPES)}")
+    if dtype == "bfloat16":
+        if not onednn_available() or not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            raise ValueError(
+                "acting dtype 'bfloat16' needs oneDNN's bf16 kernels, which this CPU or PyTorch build lacks (PyTorch "
+                "runs them with AVX-512 or AVX-NE-CONVERT); act in float32"
+            )
+        if not native_bf16() and not force:
+            raise ValueError(
+                "acting dtype 'bfloat16': this CPU has no native bf16 (AVX512-BF16 or AMX in /proc/cpuinfo), where "
+                "oneDNN emulates it slowly; act in float32, or pass force=True"
+            )
+    for child in _switchable(module):
+        child.acting_dtype = ACTING_DTYPES[dtype]
+        _PACKED.pop(child, None)
+    return module
+
+
+def _switchable(module: nn.Module) -> list["_ChoosesKernel"]:
+    return [child for child in module.modules() if isinstance(child, MatmulConv1d | MatmulConvTranspose1d)]
+
+
+def onednn_available() -> bool:
+    """Whether PyTorch's oneDNN (mkldnn) kernels can run here."""
+    return torch.backends.mkldnn.is_available() and bool(torch.backends.mkldnn.enabled)
+
+
+# Weights reordered for oneDNN, per layer: (what they were made from: dtype, weight storage and version, bias version;
+# the packed weight; the bias in dtype). Beside the layers, not on them: a deepcopy or state dict of the policy never
+# sees them, and they go with their layer.
+_PACKED: "weakref.WeakKeyDictionary[nn.Module, tuple[tuple, Tensor, Tensor | None]]" = weakref.WeakKeyDictionary()
+
+
 class _ChoosesKernel(nn.modules.conv._ConvNd):
-    """What both convolutions share: which kernel runs a call."""
+    """What both convolutions share: which kernel runs a call, and the oneDNN-packed weights."""
 
     cpu_kernels: str = "auto"
+    acting_dtype: torch.dtype = torch.float32
 
-    def _kernel_for(self, x: Tensor, plain: Callable[[Tensor], Tensor], matmul: Callable[[Tensor], Tensor]) -> str:
-        if self.cpu_kernels != "auto":
-            return self.cpu_kernels
-        if torch.compiler.is_compiling():
-            return COMPILED_DEFAULT
+    def train(self, mode: bool = True):
+        if mode:
+            _PACKED.pop(self, None)  # training changes the weights: no second copy while it runs
+        return super().train(mode)
+
+    def _kernel_for(self, x: Tensor, kernels: dict[str, Callable[[Tensor], Tensor]]) -> str:
+        choice = self.cpu_kernels
+        if torch.compiler.is_compiling():  # nothing looked up, packed or timed (bf16 acting too runs in float32)
+            return {"auto": COMPILED_DEFAULT, "onednn": "torch"}.get(choice, choice)
         training = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
-        rows = x.shape[0] if training else PER_EPISODE_ROW_BLOCK
+        if not training and self.acting_dtype != torch.float32:
+            return "onednn"
+        if choice == "onednn":
+            return "torch" if training or not onednn_available() else "onednn"
+        if choice != "auto":
+            return choice
+        few_rows = not training and x.shape[0] < PER_EPISODE_ROW_BLOCK
+        rows = x.shape[0] if training or few_rows else PER_EPISODE_ROW_BLOCK
         key = (
             f"{type(self).__name__} in={self.in_channels} out={self.out_channels} k={self.kernel_size[0]} "
             f"stride={self.stride[0]} pad={self.padding[0]} bias={self.bias is not None} length={x.shape[2]} "
@@ -93,18 +163,62 @@ class _ChoosesKernel(nn.modules.conv._ConvNd):
         cached = KERNEL_CACHE.get(key)
         if cached is not None:
             return cached
+        if not (few_rows and onednn_available() and x.dtype == torch.float32):
+            kernels = {name: kernels[name] for name in ("torch", "matmul")}
         sample = x.detach()[:1].expand(rows, *x.shape[1:]).contiguous() if rows != x.shape[0] else x.detach()
-        choice = calibrate(sample, self, {"torch": plain, "matmul": matmul}, training)
+        choice = calibrate(sample, self, kernels, training)
+        if choice != "onednn":
+            _PACKED.pop(self, None)  # packed while timing it
         return KERNEL_CACHE.set(key, choice)
 
     def _number_padding(self) -> int:
         """The padding, a number: a string padding ("same") never reaches the matmul kernel (see `forward`)."""
         return cast(tuple[int, ...], self.padding)[0]
 
+    def _packed(self, x: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
+        """The weight reordered for oneDNN (as a 2D convolution of height 1) in `dtype`, and the bias in `dtype`: made
+        at the first call and again when the weights change (a load_state_dict, an optimizer step)."""
+        weight = self.weight
+        source = (dtype, weight.data_ptr(), weight._version, None if self.bias is None else self.bias._version)
+        packed = _PACKED.get(self)
+        if packed is not None and packed[0] == source:
+            return packed[1], packed[2]
+        _PACKED.pop(self, None)  # the old copy goes before the new one is made
+        with torch.no_grad():
+            dense = weight.detach().to(dtype).unsqueeze(2)  # (C, C', 1, kernel)
+            geometry = self._onednn_geometry()
+            size = [x.shape[0], x.shape[1], 1, x.shape[2]]
+            if isinstance(self, nn.ConvTranspose1d):
+                packed_weight = torch.ops.mkldnn._reorder_convolution_transpose_weight(dense, *geometry, 1, size)
+            else:
+                packed_weight = torch.ops.mkldnn._reorder_convolution_weight(dense, *geometry, 1, size)
+            bias = None if self.bias is None else self.bias.detach().to(dtype)
+        _PACKED[self] = (source, packed_weight, bias)
+        return packed_weight, bias
+
+    def _onednn_geometry(self) -> list[list[int]]:
+        """padding, (output_padding,) stride, dilation of the equivalent height-1 2D convolution."""
+        padding, stride = [0, self._number_padding()], [1, self.stride[0]]
+        if isinstance(self, nn.ConvTranspose1d):
+            return [padding, [0, 0], stride, [1, 1]]
+        return [padding, stride, [1, 1]]
+
+    def _onednn_forward(self, x: Tensor) -> Tensor:
+        dtype = self.acting_dtype
+        weight, bias = self._packed(x, dtype)
+        x4 = x.to(dtype).unsqueeze(2).contiguous()
+        if isinstance(self, nn.ConvTranspose1d):
+            out = torch.ops.mkldnn._convolution_transpose_pointwise(
+                x4, weight, bias, *self._onednn_geometry(), 1, "none", [], ""
+            )
+        else:
+            out = torch.ops.mkldnn._convolution_pointwise(x4, weight, bias, *self._onednn_geometry(), 1, "none", [], "")
+        return out.squeeze(2).to(x.dtype)
+
 
 def calibrate(x: Tensor, layer: _ChoosesKernel, kernels: dict[str, Callable[[Tensor], Tensor]], training: bool) -> str:
-    """The faster kernel for input `x`: forward (and, when training, backward to the input and weights, without
-    touching .grad) timed interleaved; "matmul" only if it is faster than "torch" by MATMUL_MARGIN."""
+    """The fastest kernel for input `x`: forward (and, when training, backward to the input and weights, without
+    touching .grad) timed interleaved; another than "torch" only if it is faster than "torch" by MATMUL_MARGIN."""
 
     def run(kernel: Callable[[Tensor], Tensor]) -> None:
         if not training:
@@ -117,18 +231,20 @@ def calibrate(x: Tensor, layer: _ChoosesKernel, kernels: dict[str, Callable[[Ten
 
     times: dict[str, list[float]] = {name: [] for name in kernels}
     for kernel in kernels.values():
-        run(kernel)  # warm-up
+        run(kernel)  # warm-up (and the oneDNN kernel's packing)
     for _ in range(CALIBRATION_ROUNDS):
         for name, kernel in kernels.items():
             start = time.perf_counter()
             run(kernel)
             times[name].append(time.perf_counter() - start)
     medians = {name: statistics.median(values) for name, values in times.items()}
-    return "matmul" if medians["matmul"] <= MATMUL_MARGIN * medians["torch"] else "torch"
+    fastest = min((name for name in medians if name != "torch"), key=medians.__getitem__)
+    return fastest if medians[fastest] <= MATMUL_MARGIN * medians["torch"] else "torch"
 
 
 class MatmulConv1d(_ChoosesKernel, nn.Conv1d):
-    """nn.Conv1d that, on CPU, may run as one matrix multiply over unfolded windows (see `cpu_kernels`)."""
+    """nn.Conv1d that, on CPU, may run as one matrix multiply over unfolded windows or as oneDNN's convolution with
+    packed weights (see `cpu_kernels`)."""
 
     def forward(self, x: Tensor) -> Tensor:
         if (
@@ -138,12 +254,11 @@ class MatmulConv1d(_ChoosesKernel, nn.Conv1d):
             or self.dilation != (1,)
             or self.padding_mode != "zeros"
             or isinstance(self.padding, str)
-            or self.cpu_kernels == "torch"
+            or (self.cpu_kernels == "torch" and self.acting_dtype == torch.float32)
         ):
             return super().forward(x)
-        if self._kernel_for(x, super().forward, self._matmul_forward) == "torch":
-            return super().forward(x)
-        return self._matmul_forward(x)
+        kernels = {"torch": super().forward, "matmul": self._matmul_forward, "onednn": self._onednn_forward}
+        return kernels[self._kernel_for(x, kernels)](x)
 
     def _matmul_forward(self, x: Tensor) -> Tensor:
         batch, in_channels, _ = x.shape
@@ -158,7 +273,8 @@ class MatmulConv1d(_ChoosesKernel, nn.Conv1d):
 
 
 class MatmulConvTranspose1d(_ChoosesKernel, nn.ConvTranspose1d):
-    """nn.ConvTranspose1d that, on CPU, may run as one matrix multiply followed by col2im (F.fold)."""
+    """nn.ConvTranspose1d that, on CPU, may run as one matrix multiply followed by col2im (F.fold) or as oneDNN's
+    transposed convolution with packed weights."""
 
     def forward(self, x: Tensor, output_size: list[int] | None = None) -> Tensor:
         if (
@@ -169,12 +285,15 @@ class MatmulConvTranspose1d(_ChoosesKernel, nn.ConvTranspose1d):
             or self.dilation != (1,)
             or self.output_padding != (0,)
             or self.padding_mode != "zeros"
-            or self.cpu_kernels == "torch"
+            or (self.cpu_kernels == "torch" and self.acting_dtype == torch.float32)
         ):
             return super().forward(x, output_size)
-        if self._kernel_for(x, super().forward, self._matmul_forward) == "torch":
-            return super().forward(x)
-        return self._matmul_forward(x)
+        kernels: dict[str, Callable[[Tensor], Tensor]] = {
+            "torch": super().forward,
+            "matmul": self._matmul_forward,
+            "onednn": self._onednn_forward,
+        }
+        return kernels[self._kernel_for(x, kernels)](x)
 
     def _matmul_forward(self, x: Tensor) -> Tensor:
         batch, in_channels, length = x.shape
@@ -205,9 +324,16 @@ def machine_key() -> str:
     return f"{_cpu_identity()} torch-{torch.__version__} threads-{torch.get_num_threads()}"
 
 
-@functools.cache
 def _cpu_identity() -> str:
-    """The CPU model and a hash of its flags, read once per process (every layer call asks for the machine key)."""
+    """The CPU model and a hash of its flags."""
+    model, flags = _cpuinfo()
+    return f"{model} flags-{hashlib.sha256(flags.encode()).hexdigest()[:8]}"
+
+
+@functools.cache
+def _cpuinfo() -> tuple[str, str]:
+    """The CPU model and its flags line (x86 Linux: /proc/cpuinfo; elsewhere no flags), read once per process (every
+    layer call asks for the machine key)."""
     model, flags = platform.processor() or platform.machine(), ""
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
@@ -218,11 +344,32 @@ def _cpu_identity() -> str:
             elif name.strip() == "flags":
                 flags = value.strip()
                 break
-    return f"{model} flags-{hashlib.sha256(flags.encode()).hexdigest()[:8]}"
+    return model, flags
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's instruction-set flags as /proc/cpuinfo names them (empty where there is none)."""
+    return frozenset(_cpuinfo()[1].split())
+
+
+def instruction_sets() -> dict[str, bool]:
+    """Which of the instruction sets that decide the CPU kernels' speed this CPU has."""
+    flags = cpu_flags()
+    return {
+        "avx2": "avx2" in flags,
+        "avx512": "avx512f" in flags,
+        "avx512_bf16": "avx512_bf16" in flags,
+        "amx": "amx_tile" in flags,
+    }
+
+
+def native_bf16() -> bool:
+    """Whether the CPU computes bf16 dot products natively (AVX512-BF16 or AMX)."""
+    return bool(cpu_flags() & NATIVE_BF16_FLAGS)
 
 
 class KernelCache:
-    """The measured choices of this machine: {layer key: "matmul" | "torch"}, read once from its JSON file and
+    """The measured choices of this machine: {layer key: one of KERNELS}, read once from its JSON file and
     written back (atomically, under a file lock) after each new measurement. The first process to record a layer's
     choice decides it for every process of the machine: two runs measuring at once (a run and its resume, or the
     processes of a launch) could otherwise pick different kernels, and their results would differ in the last bits."""
@@ -243,7 +390,7 @@ class KernelCache:
             try:
                 data: Any = json.loads(self.path().read_text())
                 if isinstance(data, dict) and isinstance(data.get("choices"), dict):
-                    self._choices = {k: v for k, v in data["choices"].items() if v in ("matmul", "torch")}
+                    self._choices = {k: v for k, v in data["choices"].items() if v in KERNELS}
             except (OSError, ValueError):
                 pass  # none yet, or unreadable: measure again
         return self._choices

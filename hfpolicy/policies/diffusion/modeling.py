@@ -28,7 +28,7 @@ from torchvision.transforms import InterpolationMode
 from hfpolicy.constants import ACTION, pad_key
 from hfpolicy.policies.base import NoiseSource, Policy
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
-from hfpolicy.policies.diffusion.cpu_kernels import set_cpu_kernels, use_cpu_matmul_convolutions
+from hfpolicy.policies.diffusion.cpu_kernels import set_acting_dtype, set_cpu_kernels, use_cpu_matmul_convolutions
 
 
 class DiffusionPolicy(Policy):
@@ -61,19 +61,28 @@ class DiffusionPolicy(Policy):
         self.unet = use_cpu_matmul_convolutions(ConditionalUnet1d(config, self.action_dim, self.global_cond_dim))
         # A policy converted from LeRobot rounds as LeRobot's (torch's kernels); others measure (see cpu_kernels).
         self.set_cpu_kernels("torch" if config.converted_from else "auto")
+        self.acting_dtype = "float32"
 
         self.noise_scheduler = make_noise_scheduler("DDPM", config)  # the forward (noising) process of training
         self.sampler = make_noise_scheduler(config.noise_scheduler_type, config)  # the reverse process when acting
 
     def set_cpu_kernels(self, choice: str) -> None:
-        """Which CPU kernels the convolutions run from now on: "auto" (measured on this machine, cached), "matmul"
-        or "torch" (PyTorch's own, rounding as LeRobot's); see `hfpolicy.policies.diffusion.cpu_kernels`. Not part of
-        the weights or the config: the same weights act the same up to float rounding whichever is chosen."""
+        """Which CPU kernels the convolutions run from now on: "auto" (measured on this machine, cached), "matmul",
+        "onednn" (acting only, packed weights) or "torch" (PyTorch's own, rounding as LeRobot's); see
+        `hfpolicy.policies.diffusion.cpu_kernels`. Not part of the weights or the config: the same weights act the
+        same up to float rounding whichever is chosen."""
         set_cpu_kernels(self.unet, choice)
         self.cpu_kernels = choice
         for encoder in self.modules():
             if isinstance(encoder, RgbEncoder):
                 encoder.set_memory_format(torch.contiguous_format if choice == "torch" else torch.channels_last)
+
+    def set_acting_dtype(self, dtype: str, force: bool = False) -> None:
+        """With `dtype` "bfloat16" the U-Net's convolutions act on CPU with bf16 weights (half the bytes to read; the
+        actions move by a few pixels of PushT's 512, docs/speed.md), refused on a CPU without native bf16 unless
+        `force`; "float32" (the default) undoes it. Training is unaffected; not part of the weights or the config."""
+        set_acting_dtype(self.unet, dtype, force)
+        self.acting_dtype = dtype
 
     def set_sampler(self, noise_scheduler_type: str, num_inference_steps: int | None = None) -> None:
         """Acts with another sampler from now on, e.g. `set_sampler("DDIM", 10)` on a policy trained with DDPM (the

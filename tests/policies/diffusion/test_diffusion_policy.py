@@ -10,7 +10,7 @@ from diffusion_setup import image_config, observation_window, pusht_stats, state
 from hfpolicy.constants import ACTION, CONFIG_FILE, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE, WEIGHTS_FILE, pad_key
 from hfpolicy.envs import make_env, observations_to_batch
 from hfpolicy.policies import FeatureType, Policy, PolicyFeature
-from hfpolicy.policies.diffusion import DiffusionConfig, DiffusionPolicy
+from hfpolicy.policies.diffusion import DiffusionConfig, DiffusionPolicy, cpu_kernels
 from hfpolicy.policies.diffusion.cpu_kernels import KERNEL_CACHE, MatmulConv1d, MatmulConvTranspose1d
 from hfpolicy.policies.diffusion.modeling import crop_images
 
@@ -377,7 +377,40 @@ def test_cpu_matmul_convolutions_match_torch_forward_and_backward(layer, referen
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("kernels", ["matmul", "torch", "auto"])
+@pytest.mark.parametrize("batch_size", [1, 5])
+@pytest.mark.parametrize(
+    ("layer", "reference"),
+    [
+        (lambda: MatmulConv1d(6, 10, 5, padding=2), torch.nn.Conv1d),
+        (lambda: MatmulConv1d(6, 10, 1), torch.nn.Conv1d),
+        (lambda: MatmulConv1d(6, 6, 3, stride=2, padding=1), torch.nn.Conv1d),
+        (lambda: MatmulConvTranspose1d(6, 6, 4, stride=2, padding=1), torch.nn.ConvTranspose1d),
+    ],
+)
+def test_onednn_kernel_acts_as_torch_and_trains_with_torchs_kernels(layer, reference, batch_size):
+    torch.manual_seed(0)
+    fast = set_kernels(layer(), "onednn")
+    slow = reference(fast.in_channels, fast.out_channels, fast.kernel_size, fast.stride, fast.padding)
+    slow.load_state_dict(fast.state_dict())
+    x = torch.randn(batch_size, 8, 6).transpose(1, 2)  # channels first, not contiguous: as the U-Net's input
+    with torch.inference_mode():
+        acted = fast(x)
+        assert fast in cpu_kernels._PACKED  # the packed weights are kept for the next call
+        torch.testing.assert_close(fast(x), acted, rtol=0, atol=0)
+    torch.testing.assert_close(acted, slow(x).detach(), rtol=1e-5, atol=1e-5)
+    fast.train()
+    assert fast not in cpu_kernels._PACKED  # dropped for training
+    trained = fast(x.requires_grad_())  # gradients on: torch's own kernels
+    torch.testing.assert_close(trained, slow(x), rtol=0, atol=0)
+    trained.sum().backward()
+    assert fast.weight.grad is not None and fast not in cpu_kernels._PACKED
+
+
+def set_kernels(layer: torch.nn.Module, choice: str) -> torch.nn.Module:
+    return cpu_kernels.set_cpu_kernels(layer, choice)
+
+
+@pytest.mark.parametrize("kernels", ["matmul", "torch", "auto", "onednn", "auto+bfloat16"])
 def test_per_episode_actions_do_not_depend_on_the_batch(kernels, tmp_path, monkeypatch):
     """With reset(seeds=...), row i's actions are a function of its observations and its seed alone: bitwise equal
     whether the row is acted on alone, in a batch of 5 or of 20 (small batches are padded; see Policy)."""
@@ -388,7 +421,11 @@ def test_per_episode_actions_do_not_depend_on_the_batch(kernels, tmp_path, monke
         state_config(noise_scheduler_type="DDPM", num_train_timesteps=6, n_action_steps=4),
         dataset_stats=pusht_stats(),
     ).eval()
+    kernels, _, dtype = kernels.partition("+")
+    if dtype == "bfloat16" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        pytest.skip("no oneDNN bf16 kernels on this CPU (test_bf16_acting_... checks the refusal)")
     policy.set_cpu_kernels(kernels)
+    policy.set_acting_dtype(dtype or "float32", force=True)
     n, steps = 20, 9  # 3 chunks
     observations = [
         {k: 512 * torch.rand(n, *f.shape) for k, f in policy.config.input_features.items()} for _ in range(steps)
@@ -418,15 +455,18 @@ def test_cpu_kernels_are_the_running_policys_choice_not_the_weights(tmp_path):
     noise = torch.randn(3, policy.config.horizon, 2)
     sample, steps, cond = torch.randn(3, policy.config.horizon, 2), torch.tensor([5, 50, 90]), torch.randn(3, 36)
     outputs, actions = {}, {}
-    for choice in ("matmul", "torch"):
+    for choice in ("matmul", "onednn", "torch"):
         policy.set_cpu_kernels(choice)
         assert {m.cpu_kernels for m in convolutions} == {choice}
         with torch.no_grad():
             outputs[choice] = policy.unet(sample, steps, cond)
         actions[choice] = policy.predict_action_chunk(observation, noise=noise)
-    # One U-Net evaluation agrees up to float rounding (100 DDPM steps of an untrained net amplify it).
-    torch.testing.assert_close(outputs["matmul"], outputs["torch"], rtol=1e-4, atol=1e-5)
-    assert not torch.equal(outputs["matmul"], outputs["torch"])  # really two kernels
+    # One U-Net evaluation agrees up to float rounding, the actions (pixels of 512) within the regression test's 1 px.
+    for choice in ("matmul", "onednn"):
+        torch.testing.assert_close(outputs[choice], outputs["torch"], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(actions[choice], actions["torch"], rtol=0, atol=1.0)
+    assert not torch.equal(outputs["matmul"], outputs["torch"])  # really other kernels
+    assert not torch.equal(outputs["onednn"], outputs["matmul"])
     with pytest.raises(ValueError, match="not a choice"):
         policy.set_cpu_kernels("fast")
 
@@ -449,8 +489,14 @@ def test_auto_kernels_are_measured_once_per_machine_and_cached(tmp_path, monkeyp
     files = list((tmp_path / "cpu_kernels").glob("*.json"))
     assert len(files) == 1 and torch.__version__.replace("+", "_") in files[0].name
     choices = json.loads(files[0].read_text())["choices"]
-    assert choices and set(choices.values()) <= {"matmul", "torch"}
-    assert all(" act " in key and "batch=16" in key for key in choices)  # acting: one choice per layer shape
+    assert choices and set(choices.values()) <= {"matmul", "onednn", "torch"}
+    assert all(" act " in key and "batch=2" in key for key in choices)  # few rows (a robot): per batch size
+    # Per-episode acting (padded to 16 rows): one choice per layer shape, for every batch size, never "onednn"
+    policy.reset(seeds=[1, 2])
+    policy.select_action({k: v[:, -1] for k, v in observation_window(policy.config, batch_size=2).items()})
+    padded = {k: v for k, v in json.loads(files[0].read_text())["choices"].items() if k not in choices}
+    assert padded and all(" act " in key and "batch=16" in key for key in padded)
+    assert set(padded.values()) <= {"matmul", "torch"}
     # Training measures per batch size (forward + backward) and leaves the gradients alone.
     policy.train()
     policy(training_batch(policy.config, batch_size=4))["loss"].backward()
@@ -477,3 +523,49 @@ def test_the_first_process_to_record_a_kernel_choice_decides_it_for_the_machine(
     assert second.set("other", "torch") == "torch"
     assert first.set("other", "matmul") == "torch"  # and the first process takes the second's for another layer
     assert KernelCache().get("layer") == "matmul" and KernelCache().get("other") == "torch"  # as the file says
+
+
+def test_onednn_packed_weights_follow_the_weights():
+    """The packed copy is made again when the weights change (a load_state_dict while acting), and dropped by train()."""
+    observation, noise = observation_window(state_config(), batch_size=1), torch.randn(1, 16, 2)
+    policies = [make_policy("state", seed=seed, noise_scheduler_type="DDIM", num_inference_steps=4) for seed in (0, 1)]
+    actions = []
+    for policy in policies:
+        policy.eval().set_cpu_kernels("onednn")
+        actions.append(policy.predict_action_chunk(observation, noise=noise))
+    assert not torch.allclose(actions[0], actions[1])
+    convolutions = [m for m in policies[0].unet.modules() if isinstance(m, MatmulConv1d | MatmulConvTranspose1d)]
+    assert convolutions and all(m in cpu_kernels._PACKED for m in convolutions)
+    policies[0].load_state_dict(policies[1].state_dict())
+    torch.testing.assert_close(policies[0].predict_action_chunk(observation, noise=noise), actions[1], rtol=0, atol=0)
+    policies[0].train()
+    assert not any(m in cpu_kernels._PACKED for m in convolutions)
+
+
+def test_bf16_acting_is_opt_in_refused_without_native_bf16_and_moves_actions_by_a_few_pixels(monkeypatch):
+    policy = make_policy("state", noise_scheduler_type="DDIM", num_inference_steps=10).eval()
+    observation = observation_window(policy.config, batch_size=4)
+    noise = torch.randn(4, policy.config.horizon, 2, generator=torch.Generator().manual_seed(0))
+    float32 = policy.predict_action_chunk(observation, noise=noise)
+    with pytest.raises(ValueError, match="not a choice"):
+        policy.set_acting_dtype("float16")
+    monkeypatch.setattr(cpu_kernels, "cpu_flags", lambda: frozenset({"fma", "avx2"}))  # no native bf16
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():  # no oneDNN bf16 kernels (AVX2): refused even if forced
+        with pytest.raises(ValueError, match="needs oneDNN's bf16 kernels"):
+            policy.set_acting_dtype("bfloat16", force=True)
+        return
+    with pytest.raises(ValueError, match="no native bf16.*force=True"):
+        policy.set_acting_dtype("bfloat16")
+    assert policy.acting_dtype == "float32"
+    monkeypatch.setattr(cpu_kernels, "cpu_flags", lambda: frozenset({"avx2", "avx512f", "avx512_bf16"}))
+    assert cpu_kernels.native_bf16() and cpu_kernels.instruction_sets()["avx512_bf16"]
+    policy.set_acting_dtype("bfloat16")  # a CPU with native bf16 (on this one, emulated if it has none)
+    bf16 = policy.predict_action_chunk(observation, noise=noise)
+    error = (bf16 - float32).abs().max().item()
+    # Pixels of PushT's 512 x 512 workspace: 4-11 px for this untrained small U-Net (DDIM-10, seeds 0-2; docs/speed.md)
+    assert 0 < error < 16.0, error
+    policy.train()
+    policy(training_batch(policy.config, batch_size=2))["loss"].backward()  # training stays in float32
+    assert all(p.grad is None or p.grad.dtype == torch.float32 for p in policy.parameters())
+    policy.eval().set_acting_dtype("float32")
+    torch.testing.assert_close(policy.predict_action_chunk(observation, noise=noise), float32, rtol=0, atol=1e-3)
