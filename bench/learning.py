@@ -273,19 +273,19 @@ def online_result(train_config: dict, rounds: list[dict], online_min: float, onl
 
 
 def plot_curve(results: list[dict], path: Path) -> None:
-    """Success rate over wall-clock minutes, one colour per run: the periodic 50-episode evaluations (solid), the
-    online rounds' 50 policy episodes (dashed), and the final 500-episode evaluation with its 95% interval."""
+    """Success rate over wall-clock minutes, one colour per run: the periodic evaluations (solid), the online rounds'
+    policy episodes (dashed), and the final evaluation with its 95% interval."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3), dpi=80)
-    for result, color in zip(results, ("tab:green", "tab:blue"), strict=False):
+    fig, ax = plt.subplots(figsize=(7, 3.5), dpi=80)
+    for result, color in zip(results, ("tab:green", "tab:blue", "tab:orange"), strict=False):
         name = result.get("name") or (f"online ({result['labels']})" if result.get("labels") else "offline")
         minutes, success = zip(*result["curve"], strict=True)
         if len(minutes) > 1:
-            ax.plot(minutes[:-1], [100 * s for s in success[:-1]], "o-", color=color, label=f"{name}: 50-episode evals")
+            ax.plot(minutes[:-1], [100 * s for s in success[:-1]], "o-", color=color, label=f"{name}: evals")
         if result.get("online_curve"):
             m, s = zip(*result["online_curve"], strict=True)
             ax.plot(m, [100 * v for v in s], "x--", color=color, label=f"{name}: online rounds")
@@ -301,7 +301,7 @@ def plot_curve(results: list[dict], path: Path) -> None:
     for minutes in (30, 60):
         ax.axvline(minutes, color="grey", linestyle=":", linewidth=1)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="best")
     ax.set_title(
         f"cpu recipe, {results[0]['params_m']} M-parameter {POLICY_NAMES.get(results[0].get('policy', 'diffusion'), 'policy')}, "
         f"{results[0]['cpus']} CPU cores",
