@@ -118,11 +118,12 @@ ONLINE_RL_RECIPE = Recipe(
     ),
     policies=CPU_RECIPE.policies,
 )
-# --pure_online: TD-MPC's own setting, no demonstrations, for the same ~60 minutes:
+# --pure_online: TD-MPC's own setting, no demonstrations:
 # - 25 episodes of seeded random actions first (5000 env steps: TD-MPC's seed steps; ~10 s, no planning), which give
 #   the normalization stats; every batch is online data;
 # - 1000 steps on them, then rounds as above (10 episodes, 0.5 gradient steps per env step, at least 250 apart);
-#   10000 steps in all (~28 min of steps and ~12 min of rounds);
+#   10000 steps in all: planned as ~40 minutes, measured 12 (0.06 s a step, rounds 0.2 min in all; 2026-12-05), and
+#   no episode succeeded in them (docs/online_rl.md); whether more steps find a lift is not measured;
 # - TD-MPC's exploration schedule: 0.5 down to 0.05 over 25000 env steps;
 # - an evaluation of 20 episodes every 2500 steps and 100 at the end.
 PURE_ONLINE_STEPS = 10_000
