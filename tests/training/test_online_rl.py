@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from training import point_reach
+from envs import point_reach
 from training.test_train import free_port, losses, run_env
 
 from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_STATE, REWARD, SUCCESS
@@ -342,7 +342,7 @@ def test_online_rl_example_flags():
 @pytest.mark.slow  # ~30 s: 4 runs of 200 steps
 @pytest.mark.parametrize("seed", [1, 3])
 def test_online_rl_learns_what_the_offline_data_cannot_teach(tmp_path, seed):
-    """A tiny seeded TD-MPC (planning) on tests/training/point_reach.py: its offline data never show a reward, so 200
+    """A tiny seeded TD-MPC (planning) on tests/envs/point_reach.py: its offline data never show a reward, so 200
     steps on them alone leave the task unsolved; the same 200 steps with online rounds (explored episodes with the
     env's rewards) solve it. Measured (2-core AMD EPYC, 2026-12-05): 100% success with rounds at both seeds against
     6% / 0% without (the seed 2 planner, whose values carry no reward, drifted right and reached 56% offline)."""

@@ -1,14 +1,14 @@
-"""A one-dimensional reaching task for online reinforcement learning tests: offline data that cannot teach the task,
-rewards that exploration can find.
+"""A reaching task for online reinforcement learning tests: offline data that cannot teach the task, rewards that
+exploration can find.
 
-A point starts at x (observed as [x, GOAL - x]: a feature of one number would be read as a scalar, as LeRobot
-reads it) ~ U(-0.05, 0.05) and moves by STEP x action (action in [-1, 1]) each step; the reward is
-max(0, x - REWARD_FROM), zero until the point passes REWARD_FROM; success (which ends the episode) is x >= GOAL.
-The offline demonstrations come from a demonstrator that acts uniformly at random while x < TURN and pushes back
-(uniform in [-1, 0]) beyond it, so they cover the whole action range but never a state with a reward: trained on them
-alone, TD-MPC sees only zero rewards and its pi imitates the demonstrator (a mean action near 0, 0% success). Played
-online with exploration noise, a random walk of that size passes REWARD_FROM in about a quarter of the episodes, and
-the rewards it finds teach pi to go right.
+A point in the plane starts near the origin and moves by STEP x action each step (action: dx, dy in [-1, 1]; the
+observation is its position, two numbers, since a one-number feature is read back as a scalar, as LeRobot reads it).
+The reward is max(0, x - REWARD_FROM): zero until the point passes x = REWARD_FROM; success, which ends the episode, is
+x >= GOAL. The offline demonstrations come from a demonstrator that acts uniformly at random while x < TURN and pushes
+back (dx uniform in [-1, 0]) beyond it, so they cover the whole action range but never a state with a reward: trained
+on them alone, TD-MPC sees only zero rewards. Played online with exploration noise, a random walk of that size passes
+REWARD_FROM in a good share of the episodes, and the rewards it finds teach the planner to go right
+(tests/training/test_online_rl.py).
 
 `register()` adds it as `--env.type=point_reach` (an EnvConfig subclass, as the real envs are).
 """
@@ -31,7 +31,7 @@ REWARD_FROM = 0.5  # the reward is max(0, x - REWARD_FROM)
 GOAL = 1.5  # success: x >= GOAL (a mean action >= 0.375 over 20 steps)
 TURN = 0.2  # the demonstrator pushes back beyond it: its states stay below ~0.4, its rewards 0
 GYM_ID = "hfpolicy_tests/PointReach-v0"
-TASK = "Reach x = 1."
+TASK = "Reach x = 1.5."
 
 
 class PointReach(gym.Env):
