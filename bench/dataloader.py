@@ -21,7 +21,7 @@ Reported:
 Target: samples_per_s_w0 >= 5,000 (LeRobot 0.6.1 on the dev machine: ~300 with 0 workers, ~510 with 2, decoding
 video per item). Prints a table; the LAST line is one JSON object.
 
-    python bench/dataloader.py --streaming [--root DIR | --episodes N] [--batches 100]
+    python bench/dataloader.py --streaming [--root DIR | --episodes N] [--batches N]
 
 --streaming (issue 22) compares the streamed path (StreamingPolicyDataset from the Hub-protocol test server of
 tests/hub_server.py on 127.0.0.1, in EpisodeAwareSampler's shuffle-buffer order, within --stream_ram_gb / --stream_disk_gb) with the
@@ -29,7 +29,7 @@ in-memory one (PolicyDataset from the same local files, frames decoded up front,
 and 2 workers (the streamed order split into one shard per worker: each worker decodes its own episodes; video read
 as --stream_video says). Each of the four runs is a fresh process with an empty HF cache: first_batch_s counts from the start
 of its dataset's construction (meta, data columns, and for the in-memory path all decoding) to its first batch;
-samples_per_s is over the --batches batches after the first --warmup of the first epoch (every streamed episode is
+samples_per_s is over the --batches batches (default: the rest of the epoch) after the first --warmup of the first epoch (every streamed episode is
 decoded as it is first drawn), warm_samples_per_s over the first --batches of the second epoch (the episodes that
 --stream_ram_gb kept are not decoded again: all of PushT's 709 MB at the default 2 GB); peak_rss_mb is the process's own peak (VmHWM),
 and peak_worker_rss_mb the largest peak among its DataLoader workers (pages shared with the parent count in both).
@@ -80,7 +80,8 @@ def main() -> int:
     parser.add_argument("--torch_threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--streaming", action="store_true", help="streamed vs in-memory (see above)")
     parser.add_argument("--episodes", type=int, default=None, help="convert only the first N episodes of the zarr")
-    parser.add_argument("--batches", type=int, default=100, help="--streaming: timed batches per run")
+    parser.add_argument("--batches", type=int, default=0, help="--streaming: timed batches per epoch (0: all of it; "
+                        "100 batches of the in-memory path last ~0.2 s, too short for a steady figure)")  # fmt: skip
     parser.add_argument("--warmup", type=int, default=4, help="--streaming: batches before the timing starts")
     parser.add_argument("--shuffle_buffer_episodes", type=int, default=16)
     parser.add_argument("--stream_ram_gb", type=float, default=2.0)
@@ -277,10 +278,9 @@ def measure_one(args) -> dict:
         seconds = time.perf_counter() - begun if seconds is None else seconds
         return samples / seconds if samples else float("nan")
 
-    cold = rate(loader, 0, args.warmup, args.batches, whole=True)  # the first epoch: streamed episodes are decoded now
-    warm = rate(
-        loader, 1, 0, args.batches, whole=False
-    )  # the second: those the memory budget kept are not decoded again
+    count = args.batches or len(batches)
+    cold = rate(loader, 0, args.warmup, count, whole=True)  # the first epoch: streamed episodes are decoded now
+    warm = rate(loader, 1, 0, count, whole=False)  # the second: those the memory budget kept are not decoded again
     first_batch_s = clock["first_batch_s"]
     live = loader._iterator._workers if args.workers else []  # the persistent workers, still running
     workers = max((peak_rss_mb(w.pid) for w in live), default=0.0)
@@ -365,7 +365,8 @@ def run_lerobot(args, workers: int, workdir: Path):
         env["LD_LIBRARY_PATH"] = lib_path
     env.pop("PYTHONPATH", None)  # the project's packages are not the side venv's
     command = [str(args.lerobot_python), str(Path(__file__).with_name("lerobot_streaming.py")), f"--workers={workers}"]
-    command += [f"--{k}={getattr(args, k)}" for k in ("repo_id", "batch_size", "batches", "warmup")]
+    command += [f"--{k}={getattr(args, k)}" for k in ("repo_id", "batch_size", "warmup")]
+    command += [f"--batches={args.batches or 100}"]  # LeRobot's ~200 samples/s: a whole epoch would take 2 minutes
     command += [f"--torch_threads={args.torch_threads}"] if args.torch_threads else []
     return subprocess.run(command, env=env, capture_output=True, text=True, check=False)
 

@@ -153,7 +153,28 @@ class Policy(
         missing = [key for key in needed if key not in batch]
         if missing:
             raise KeyError(f"the training batch lacks {missing}; it has {sorted(batch)}")
-        return self.compute_loss(self.normalizer.normalize(batch))
+        return self.compute_loss(self.normalizer.normalize(self._with_feature_shapes(batch)))
+
+    def _with_feature_shapes(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The batch with each feature's frames in the feature's shape: a shape-(1,) feature, which a dataset gives
+        as one number per frame (LeRobot's format stores it as a plain value), gets its trailing 1 back. An entry
+        that is neither (batch, *shape) nor (batch, time, *shape) is a ValueError naming the feature (a shape error
+        deep in a network names none)."""
+        shaped = dict(batch)
+        for key, feature in {**self.config.input_features, **self.config.output_features}.items():
+            if key not in batch:
+                continue
+            value, frame_shape = batch[key], tuple(feature.shape)
+            if frame_shape == (1,) and value.ndim == (2 if f"{key}_is_pad" in batch else 1):
+                value = shaped[key] = value.unsqueeze(-1)  # a window of numbers (batch, time), or (batch,)
+            if frame_shape not in (tuple(value.shape[1:]), tuple(value.shape[2:])):
+                raise ValueError(
+                    f"the training batch's {key!r} is {tuple(batch[key].shape)}, neither (batch, *shape) nor (batch, "
+                    f"time, *shape) for the policy's feature shape {frame_shape}: the dataset's features and the "
+                    "policy's config disagree (train the policy on this dataset's features, or fix the shape in the "
+                    "dataset's meta/info.json)"
+                )
+        return shaped
 
     # --- acting -----------------------------------------------------------------------------------------------------
     def reset(self, seeds: Sequence[int] | None = None) -> None:

@@ -2,7 +2,7 @@
 exploration can find.
 
 A point in the plane starts near the origin and moves by STEP x action each step (action: dx, dy in [-1, 1]; the
-observation is its position, two numbers, since a one-number feature is read back as a scalar, as LeRobot reads it).
+observation is its position, two numbers).
 The reward is max(0, x - REWARD_FROM): zero until the point passes x = REWARD_FROM; success, which ends the episode, is
 x >= GOAL. The offline demonstrations come from a demonstrator that acts uniformly at random while x < TURN and pushes
 back (dx uniform in [-1, 0]) beyond it, so they cover the whole action range but never a state with a reward: trained

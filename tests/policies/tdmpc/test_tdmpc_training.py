@@ -7,15 +7,18 @@ record it. On a fixed batch of recorded windows the losses fall and pi's actions
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from hfpolicy.cli.flags import parse_flags
-from hfpolicy.constants import ACTION, EVAL_INFO_FILE, METRICS_FILE, OBS_ENV_STATE, OBS_STATE, REWARD
+from hfpolicy.constants import ACTION, DONE, EVAL_INFO_FILE, METRICS_FILE, OBS_ENV_STATE, OBS_STATE, REWARD, SUCCESS
 from hfpolicy.datasets import DatasetMeta, PolicyDataset, dataset_to_policy_features
 from hfpolicy.eval import main as eval_main
 from hfpolicy.eval.cli import EvalPipelineConfig, load_policy_and_env_config
+from hfpolicy.eval.episode_data import RolloutEpisode, rollout_features, write_episodes_dataset
+from hfpolicy.features import FeatureType, PolicyFeature
 from hfpolicy.policies import NormMode, Policy
 from hfpolicy.policies.tdmpc import TDMPCConfig, TDMPCPolicy
 from hfpolicy.training import main as train_main
@@ -138,3 +141,57 @@ def test_losses_fall_and_pi_approaches_the_demonstrations_on_a_fixed_batch(pusht
     assert losses["loss"].item() < first["loss"] / 10, (first, losses)
     assert losses["reward_loss"].item() < first["reward_loss"] / 10
     assert pi_error() < before / 2, (before, pi_error())
+
+
+def one_number_dataset(root, state_dim: int, action_dim: int):
+    """4 episodes of 12 random frames with a `state_dim`-number state and an `action_dim`-number action, written as
+    LeRobot writes them (a one-number feature is a plain parquet value, read back as one number per frame)."""
+    rng, episodes = np.random.default_rng(0), []
+    for seed in range(4):
+        episode = RolloutEpisode(seed=seed)
+        for _ in range(12):
+            frame = {OBS_STATE: rng.normal(size=state_dim).astype(np.float32), REWARD: np.float32(rng.uniform()),
+                     ACTION: rng.uniform(-1, 1, size=action_dim).astype(np.float32), SUCCESS: np.bool_(False),
+                     DONE: np.bool_(False)}  # fmt: skip
+            for key, value in frame.items():
+                episode.frames.setdefault(key, []).append(value)
+        episodes.append(episode)
+    features = rollout_features({OBS_STATE: PolicyFeature(FeatureType.STATE, (state_dim,))}, (action_dim,))
+    return write_episodes_dataset(root, "local/one_number", 10.0, features, episodes, "Move.")
+
+
+@pytest.mark.parametrize(("state_dim", "action_dim"), [(1, 2), (2, 1), (1, 1)])
+def test_one_number_state_and_action_train_and_act_in_their_feature_shape(tmp_path, state_dim, action_dim):
+    """A shape-(1,) feature comes out of a dataset as one number per frame (as LeRobot reads it); the policy gives
+    it back its trailing 1, so a one-number state or action trains (it failed deep in the encoder before) and acts."""
+    root = one_number_dataset(tmp_path / "data", state_dim, action_dim)
+    meta = PolicyDataset("local/one_number", root=root)
+    inputs, outputs = dataset_to_policy_features(meta.features)
+    config = TDMPCConfig(input_features={OBS_STATE: inputs[OBS_STATE]}, output_features=outputs, latent_dim=8,
+                         mlp_dim=16, state_encoder_hidden_dim=8, horizon=3)  # fmt: skip
+    dataset = PolicyDataset("local/one_number", root=root, delta_timestamps=config.delta_timestamps(meta.fps))
+    batch = {k: v for k, v in dataset.get_batch(list(range(8))).items() if isinstance(v, torch.Tensor)}
+    if state_dim == 1:
+        assert batch[OBS_STATE].shape == (8, 4)  # the dataset's own shape: one number per frame of the window
+    policy = TDMPCPolicy(config, dataset_stats=dataset.stats)
+    loss = policy(batch)["loss"]
+    assert torch.isfinite(loss)
+    loss.backward()
+    policy.eval()
+    policy.reset()
+    action = policy.select_action({OBS_STATE: torch.zeros(3, state_dim)})
+    assert action.shape == (3, action_dim)
+
+
+def test_a_batch_in_another_shape_than_the_policy_feature_is_one_error_naming_it(tmp_path):
+    root = one_number_dataset(tmp_path / "data", 2, 2)
+    meta = PolicyDataset("local/one_number", root=root)
+    inputs, outputs = dataset_to_policy_features(meta.features)
+    config = TDMPCConfig(input_features={OBS_STATE: inputs[OBS_STATE]}, output_features=outputs, latent_dim=8,
+                         mlp_dim=16, state_encoder_hidden_dim=8, horizon=3)  # fmt: skip
+    dataset = PolicyDataset("local/one_number", root=root, delta_timestamps=config.delta_timestamps(meta.fps))
+    batch = {k: v for k, v in dataset.get_batch(list(range(8))).items() if isinstance(v, torch.Tensor)}
+    batch[OBS_STATE] = torch.cat([batch[OBS_STATE], batch[OBS_STATE][..., :1]], dim=-1)  # 3 numbers, not 2
+    policy = TDMPCPolicy(config, dataset_stats=dataset.stats)
+    with pytest.raises(ValueError, match=r"'observation.state' is \(8, 4, 3\), neither .* shape \(2,\)"):
+        policy(batch)
