@@ -160,17 +160,22 @@ def one_number_dataset(root, state_dim: int, action_dim: int):
     return write_episodes_dataset(root, "local/one_number", 10.0, features, episodes, "Move.")
 
 
-@pytest.mark.parametrize(("state_dim", "action_dim"), [(1, 2), (2, 1), (1, 1)])
-def test_one_number_state_and_action_train_and_act_in_their_feature_shape(tmp_path, state_dim, action_dim):
-    """A shape-(1,) feature comes out of a dataset as one number per frame (as LeRobot reads it); the policy gives
-    it back its trailing 1, so a one-number state or action trains (it failed deep in the encoder before) and acts."""
-    root = one_number_dataset(tmp_path / "data", state_dim, action_dim)
+def tiny_config_and_batch(root):
+    """The dataset at `root` with a tiny TD-MPC's windows, the config, and a batch of its first 8 windows."""
     meta = PolicyDataset("local/one_number", root=root)
     inputs, outputs = dataset_to_policy_features(meta.features)
     config = TDMPCConfig(input_features={OBS_STATE: inputs[OBS_STATE]}, output_features=outputs, latent_dim=8,
                          mlp_dim=16, state_encoder_hidden_dim=8, horizon=3)  # fmt: skip
     dataset = PolicyDataset("local/one_number", root=root, delta_timestamps=config.delta_timestamps(meta.fps))
-    batch = {k: v for k, v in dataset.get_batch(list(range(8))).items() if isinstance(v, torch.Tensor)}
+    return dataset, config, {k: v for k, v in dataset.get_batch(list(range(8))).items() if isinstance(v, torch.Tensor)}
+
+
+@pytest.mark.parametrize(("state_dim", "action_dim"), [(1, 2), (2, 1), (1, 1)])
+def test_one_number_state_and_action_train_and_act_in_their_feature_shape(tmp_path, state_dim, action_dim):
+    """A shape-(1,) feature comes out of a dataset as one number per frame (as LeRobot reads it); the policy gives
+    it back its trailing 1, so a one-number state or action trains (it failed deep in the encoder before) and acts."""
+    root = one_number_dataset(tmp_path / "data", state_dim, action_dim)
+    dataset, config, batch = tiny_config_and_batch(root)
     if state_dim == 1:
         assert batch[OBS_STATE].shape == (8, 4)  # the dataset's own shape: one number per frame of the window
     policy = TDMPCPolicy(config, dataset_stats=dataset.stats)
@@ -185,12 +190,7 @@ def test_one_number_state_and_action_train_and_act_in_their_feature_shape(tmp_pa
 
 def test_a_batch_in_another_shape_than_the_policy_feature_is_one_error_naming_it(tmp_path):
     root = one_number_dataset(tmp_path / "data", 2, 2)
-    meta = PolicyDataset("local/one_number", root=root)
-    inputs, outputs = dataset_to_policy_features(meta.features)
-    config = TDMPCConfig(input_features={OBS_STATE: inputs[OBS_STATE]}, output_features=outputs, latent_dim=8,
-                         mlp_dim=16, state_encoder_hidden_dim=8, horizon=3)  # fmt: skip
-    dataset = PolicyDataset("local/one_number", root=root, delta_timestamps=config.delta_timestamps(meta.fps))
-    batch = {k: v for k, v in dataset.get_batch(list(range(8))).items() if isinstance(v, torch.Tensor)}
+    dataset, config, batch = tiny_config_and_batch(root)
     batch[OBS_STATE] = torch.cat([batch[OBS_STATE], batch[OBS_STATE][..., :1]], dim=-1)  # 3 numbers, not 2
     policy = TDMPCPolicy(config, dataset_stats=dataset.stats)
     with pytest.raises(ValueError, match=r"'observation.state' is \(8, 4, 3\), neither .* shape \(2,\)"):
