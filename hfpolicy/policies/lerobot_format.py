@@ -1,44 +1,14 @@
-"""LeRobot checkpoints as hfpolicy policies, and hfpolicy policies in LeRobot's checkpoint layout.
+"""LeRobot checkpoints as hfpolicy policies, and hfpolicy policies in LeRobot's checkpoint layout (docs/lerobot.md).
 
-A LeRobot policy directory (or Hub repo), as LeRobot's `save_pretrained` writes it:
+Only JSON and safetensors are read: LeRobot's config.json, model.safetensors and either its processor files (LeRobot
+0.4 and later) or, before 0.4, the normalization buffers inside model.safetensors. Each policy type that converts has a
+module `hfpolicy/policies/<type>/lerobot.py` with four functions:
 
-    config.json        LeRobot's config: `type` ("diffusion", "act", ...), `input_features` / `output_features` whose
-                       `type` is VISUAL, STATE, ENV or ACTION, `normalization_mapping` {feature type: MEAN_STD, MIN_MAX
-                       or IDENTITY}, and the policy's own fields
-    model.safetensors  the weights under LeRobot's module names (e.g. `diffusion.unet.down_modules.0.0.conv1.block.0.weight`)
-    policy_preprocessor.json, policy_preprocessor_step_<i>_normalizer_processor.safetensors
-                       (LeRobot 0.4 and later) the input pipeline: its normalizer step names the normalized features,
-                       their `norm_map` and `eps`; its state file holds one tensor per `<feature>.<stat>`
-    policy_postprocessor.json, policy_postprocessor_step_<i>_unnormalizer_processor.safetensors
-                       the output pipeline: the unnormalizer of the actions, laid out the same way
-
-Before LeRobot 0.4 there were no processor files: the stats were buffers of the policy, saved in model.safetensors as
-`normalize_inputs.buffer_<feature key, dots as underscores>.<stat>` for the inputs, and `normalize_targets.buffer_action.
-<stat>` / `unnormalize_outputs.buffer_action.<stat>` for the actions (inf where never set). Both layouts load; only JSON
-and safetensors are read, nothing is unpickled and no code from the checkpoint runs.
-
-Feature types map as VISUAL -> image, STATE and ENV -> state, ACTION -> action. LeRobot normalizes by LeRobot type (an
-ENV feature is left as it is unless the mapping names ENV), hfpolicy by its own type; where they differ the converted
-config's `normalization_mapping` gets an entry for that feature key (keys win over types).
-
-Each policy type that converts has a module `hfpolicy/policies/<type>/lerobot.py` (found by LeRobot's `type` through
-importlib) with four functions:
-
-    config_from_lerobot(lerobot_config: dict[str, Any], input_features: dict[str, PolicyFeature],
-                        output_features: dict[str, PolicyFeature]) -> PolicyConfig
-        hfpolicy's config from LeRobot's config.json dict; the features are already converted (same keys and order as
-        LeRobot's). It raises `LeRobotConversionError` naming a field hfpolicy cannot honour when its value changes
-        the actions, and warns (`LeRobotConversionWarning`) about fields it ignores. The caller then sets
-        `normalization_mapping` and `converted_from`.
-    state_dict_from_lerobot(state_dict: dict[str, Tensor], config: PolicyConfig) -> dict[str, Tensor]
-        LeRobot's model weights (normalization buffers already removed) -> hfpolicy's names and layout, without the
-        normalizer's buffers.
-    config_to_lerobot(config: PolicyConfig) -> dict[str, Any]
-        the type's own LeRobot config.json fields (the caller adds `type`, the features, `normalization_mapping` and
-        LeRobot's common fields such as `device`); raises `LeRobotConversionError` for settings LeRobot cannot express.
-    state_dict_to_lerobot(state_dict: dict[str, Tensor], config: PolicyConfig) -> dict[str, Tensor]
-        hfpolicy's model weights (without `normalizer.*`) -> LeRobot's names and layout, with every tensor LeRobot's
-        module has (including persistent buffers), so LeRobot loads it strictly.
+    config_from_lerobot(lerobot_config, input_features, output_features) -> PolicyConfig  (features already converted;
+        raises LeRobotConversionError for a field that changes the actions, warns about those it ignores)
+    state_dict_from_lerobot(state_dict, config) -> hfpolicy's weights (the normalization buffers already removed)
+    config_to_lerobot(config) -> the type's own LeRobot config.json fields (LeRobotConversionError if inexpressible)
+    state_dict_to_lerobot(state_dict, config) -> every tensor LeRobot's module has, so that LeRobot loads it strictly
 """
 
 import dataclasses
@@ -46,20 +16,18 @@ import importlib
 import json
 import math
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import safetensors
-import safetensors.torch
 import torch
 from torch import Tensor
 
 from hfpolicy.constants import ACTION, CONFIG_FILE, OBS_ENV_STATE, OBS_STATE, WEIGHTS_FILE
 from hfpolicy.io.atomic import save_safetensors_atomically, write_json_atomically
 from hfpolicy.policies.card import LEROBOT_VERSION as CARD_LEROBOT_VERSION
-from hfpolicy.policies.checkpoint_files import check_weights_finite
+from hfpolicy.policies.checkpoint_files import check_weights_finite, read_weights
 from hfpolicy.policies.config import FeatureType, NormMode, PolicyConfig, PolicyFeature, feature_norm_mode
 from hfpolicy.policies.errors import LeRobotConversionError, PolicyLoadError
 from hfpolicy.policies.module import PolicyModule
@@ -76,16 +44,17 @@ LEGACY_INPUT_PREFIX = "normalize_inputs."  # LeRobot < 0.4: input stats inside m
 LEGACY_OUTPUT_PREFIX = "unnormalize_outputs."  # LeRobot < 0.4: the action stats used when acting
 LEGACY_PREFIXES = (LEGACY_INPUT_PREFIX, "normalize_targets.", LEGACY_OUTPUT_PREFIX)
 
-FEATURE_TYPES_FROM_LEROBOT = {
-    "VISUAL": FeatureType.IMAGE,
-    "STATE": FeatureType.STATE,
-    "ENV": FeatureType.STATE,
-    "ACTION": FeatureType.ACTION,
-}
 NORM_MODES_FROM_LEROBOT = {"MEAN_STD": NormMode.MEAN_STD, "MIN_MAX": NormMode.MIN_MAX, "IDENTITY": NormMode.IDENTITY}
 NORM_MODES_TO_LEROBOT = {mode: name for name, mode in NORM_MODES_FROM_LEROBOT.items()}
 HFPOLICY_TYPE_OF_LEROBOT_TYPE = {"VISUAL": "image", "STATE": "state", "ACTION": "action"}  # ENV: per feature key
+FEATURE_TYPES_FROM_LEROBOT = {
+    "ENV": FeatureType.STATE,
+    **{k: FeatureType(v) for k, v in HFPOLICY_TYPE_OF_LEROBOT_TYPE.items()},
+}
 LEROBOT_VERSION = CARD_LEROBOT_VERSION  # the LeRobot release whose layout export writes (and that tests check against)
+# LeRobot config fields every type has that say where LeRobot runs or uploads: nothing to do with the policy.
+RUNTIME_FIELDS = ("type", "input_features", "output_features", "normalization_mapping", "use_peft", "device")
+RUNTIME_FIELDS += ("push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path", "pretrained_revision")
 
 
 class LeRobotConversionWarning(UserWarning):
@@ -93,13 +62,29 @@ class LeRobotConversionWarning(UserWarning):
 
 
 def warn_ignored(message: str) -> None:
-    """Reports a LeRobot field hfpolicy ignores because it does not change the actions."""
     warnings.warn(message, LeRobotConversionWarning, stacklevel=3)
 
 
+def check_lerobot_fields(
+    lerobot_config: Mapping[str, Any], policy_name: str, known: Iterable[str], ignored: Mapping[str, Any]
+) -> None:
+    """Refuses PEFT adapters; warns about fields neither `known` nor runtime ones, and `ignored` ones not at their
+    (LeRobot default) value, which do not change the actions."""
+    if lerobot_config.get("use_peft"):
+        raise LeRobotConversionError(
+            "use_peft=true: this LeRobot checkpoint holds PEFT adapter weights, which hfpolicy does not apply; "
+            "merge the adapters into the model in LeRobot and save it again"
+        )
+    unknown = sorted(set(lerobot_config) - {*known, *ignored, *RUNTIME_FIELDS})
+    if unknown:
+        warn_ignored(f"LeRobot {policy_name} config fields {unknown} are unknown to hfpolicy's conversion and ignored")
+    for name, default in ignored.items():
+        if name in lerobot_config and lerobot_config[name] != default:
+            warn_ignored(f"LeRobot's {name}={lerobot_config[name]!r} does not change the actions; hfpolicy ignores it")
+
+
 def lerobot_model_inputs(input_features: Mapping[str, Any], policy_name: str) -> dict[str, Any]:
-    """The input features LeRobot's Diffusion Policy and ACT condition on (observation.state, observation.environment_
-    state and the images); any other input of the checkpoint is dropped with a warning."""
+    """The inputs LeRobot's policies condition on (the two states and the images); others are dropped, warning."""
     inputs = {}
     for key, feature in input_features.items():
         if key in (OBS_STATE, OBS_ENV_STATE) or feature.type == FeatureType.IMAGE:
@@ -109,9 +94,8 @@ def lerobot_model_inputs(input_features: Mapping[str, Any], policy_name: str) ->
     return inputs
 
 
-# --- recognising and loading a LeRobot checkpoint ------------------------------------------------------------------
 def is_lerobot_config(config_data: Mapping[str, Any]) -> bool:
-    """True when a config.json dict was written by LeRobot: its feature types or normalization keys are LeRobot's
+    """Whether a config.json dict was written by LeRobot: its feature types or normalization keys are LeRobot's
     upper-case enums (VISUAL, STATE, ...), where hfpolicy writes lower-case ones (image, state, ...)."""
     if not isinstance(config_data, Mapping):  # not a config at all: the caller's own check names the problem
         return False
@@ -127,20 +111,17 @@ def is_lerobot_config(config_data: Mapping[str, Any]) -> bool:
 
 def policy_module(lerobot_type: str) -> ModuleType:
     """`hfpolicy.policies.<type>.lerobot`, the conversion functions of one policy type."""
+    module_name = f"hfpolicy.policies.{lerobot_type}.lerobot"
     try:
-        return importlib.import_module(f"hfpolicy.policies.{lerobot_type}.lerobot")
+        return importlib.import_module(module_name)
     except ModuleNotFoundError as e:
-        if e.name is None or not f"hfpolicy.policies.{lerobot_type}.lerobot".startswith(e.name):
+        if e.name is None or not module_name.startswith(e.name):
             raise
+        supported = sorted(p.parent.name for p in Path(__file__).parent.glob("*/lerobot.py"))
         raise LeRobotConversionError(
             f"this is a LeRobot {lerobot_type!r} policy; hfpolicy converts LeRobot policies of types "
-            f"{', '.join(supported_lerobot_types())} only"
+            f"{', '.join(supported)} only"
         ) from None
-
-
-def supported_lerobot_types() -> list[str]:
-    folder = Path(__file__).parent
-    return sorted(p.parent.name for p in folder.glob("*/lerobot.py"))
 
 
 def load_lerobot_policy(
@@ -151,13 +132,9 @@ def load_lerobot_policy(
     expected_class: type[PolicyModule] | None = None,
     config_overrides: Mapping[str, Any] | None = None,
 ) -> Any:
-    """hfpolicy's policy (in eval mode, on the CPU) from a LeRobot checkpoint.
-
-    `config_data` is its parsed config.json; `resolve(filename)` returns the local path of one of its files (raising
-    `PolicyLoadError` when it is absent); `source` (a directory or repo id) is recorded as `config.converted_from`.
-    `config_overrides` are hfpolicy config fields to replace after conversion (e.g. {"n_action_steps": 4}).
-    `expected_class`: the Policy class the caller asked for (PolicyLoadError for a policy of another; None: any).
-    """
+    """hfpolicy's policy (in eval mode, on the CPU) from a LeRobot checkpoint: `config_data` is its config.json,
+    `resolve(filename)` the local path of one of its files, `source` what `config.converted_from` records;
+    `expected_class` the Policy class asked for (None: any)."""
     lerobot_type = config_data.get("type")
     if not isinstance(lerobot_type, str):
         raise LeRobotConversionError(f"{source}: LeRobot's config.json has no policy 'type'")
@@ -166,7 +143,7 @@ def load_lerobot_policy(
     lerobot_types, input_features, output_features = features_from_lerobot(config_data, source)
 
     weights_path = resolve(WEIGHTS_FILE)
-    weights = read_safetensors(weights_path)
+    weights = read_weights(weights_path)[0]
     legacy = {k: weights.pop(k) for k in [k for k in weights if k.startswith(LEGACY_PREFIXES)]}
     check_weights_finite(weights, weights_path)  # as for hfpolicy's own checkpoints
     if legacy:
@@ -209,15 +186,6 @@ def check_numbers_finite(data: Any, where: str, path: str = "") -> None:
         check_numbers_finite(
             value, where, f"{path}.{key}" if path and isinstance(key, str) else f"{path}[{key}]" if path else str(key)
         )
-
-
-def read_safetensors(path: Path) -> dict[str, Tensor]:
-    try:
-        return safetensors.torch.load_file(str(path), device="cpu")
-    except (safetensors.SafetensorError, OSError, ValueError) as e:
-        raise PolicyLoadError(
-            f"{path} is not a readable safetensors file ({e}); it may be truncated or corrupt: download it again"
-        ) from e
 
 
 def features_from_lerobot(
@@ -310,28 +278,44 @@ def _processor_normalization(
     ):
         path = resolve(filename)
         try:
-            _read_processor(path, filename, step_name, keys, lerobot_types, resolve, source, modes, stats)
+            step = _normalizer_step(path, filename, step_name)
+            step_config = step.get("config", {})
+            eps = float(step_config.get("eps", EPS))
+            if eps > 1e-6:
+                raise LeRobotConversionError(
+                    f"{path}: {step_name} eps={eps} differs from hfpolicy's {EPS} enough to change the actions"
+                )
+            norm_map, normalized = step_config.get("norm_map", {}), step_config.get("features", {})
+            state_file = step.get("state_file")
+            if state_file is not None and not isinstance(state_file, str):
+                raise TypeError(f"state_file is {state_file!r}, not a file name")
+            state = read_weights(resolve(state_file))[0] if state_file else {}
+            for key in keys:
+                name = norm_map.get(lerobot_types[key], "IDENTITY") if key in normalized else "IDENTITY"
+                mode = modes[key] = _norm_mode_from_lerobot(name, key, source)
+                if mode == NormMode.IDENTITY:
+                    continue
+                missing = [s for s in STAT_NAMES[mode] if f"{key}.{s}" not in state]
+                if missing:
+                    raise LeRobotConversionError(
+                        f"{source}: {step.get('state_file')} lacks {[f'{key}.{s}' for s in missing]} ({mode.value} stats)"
+                    )
+                stats[key] = {s: state[f"{key}.{s}"] for s in STAT_NAMES[mode]}
+                bad = [s for s, value in stats[key].items() if not torch.isfinite(value).all()]
+                if bad:
+                    raise LeRobotConversionError(
+                        f"{source}: {state_file} holds NaN or inf in {[f'{key}.{s}' for s in bad]} ({mode.value} stats): "
+                        "the file is damaged or the stats were computed from bad data; re-export or re-download it"
+                    )
         except (AttributeError, TypeError, ValueError, KeyError) as e:  # a field of the wrong type or shape
             raise LeRobotConversionError(f"{path} is not a LeRobot processor pipeline ({type(e).__name__}: {e})") from e
     return modes, stats
 
 
-def _read_processor(
-    path: Path,
-    filename: str,
-    step_name: str,
-    keys: list[str],
-    lerobot_types: dict[str, str],
-    resolve: Callable[[str], Path],
-    source: str,
-    modes: dict[str, NormMode],
-    stats: dict[str, dict[str, Tensor]],
-) -> None:
-    """Reads one processor file's normalization step into `modes` and `stats` (see `_processor_normalization`)."""
-    pipeline = json.loads(Path(path).read_text())
-    steps = list(pipeline["steps"])
+def _normalizer_step(path: Path, filename: str, step_name: str) -> dict[str, Any]:
+    """The step `step_name` of a processor file, refusing steps that would change what the policy sees."""
     step = None
-    for entry in steps:
+    for entry in list(json.loads(path.read_text())["steps"]):
         name = entry.get("registry_name")
         if name == step_name and step is None:
             step = entry
@@ -348,41 +332,14 @@ def _read_processor(
             )
     if step is None:
         raise LeRobotConversionError(f"{path} has no {step_name!r} step, so the normalization is unknown")
-    step_config = step.get("config", {})
-    eps = float(step_config.get("eps", EPS))
-    if eps > 1e-6:
-        raise LeRobotConversionError(
-            f"{path}: {step_name} eps={eps} differs from hfpolicy's {EPS} enough to change the actions"
-        )
-    norm_map, normalized = step_config.get("norm_map", {}), step_config.get("features", {})
-    state_file = step.get("state_file")
-    if state_file is not None and not isinstance(state_file, str):
-        raise TypeError(f"state_file is {state_file!r}, not a file name")
-    state = read_safetensors(resolve(state_file)) if state_file else {}
-    for key in keys:
-        name = norm_map.get(lerobot_types[key], "IDENTITY") if key in normalized else "IDENTITY"
-        mode = modes[key] = _norm_mode_from_lerobot(name, key, source)
-        if mode == NormMode.IDENTITY:
-            continue
-        missing = [s for s in STAT_NAMES[mode] if f"{key}.{s}" not in state]
-        if missing:
-            raise LeRobotConversionError(
-                f"{source}: {step.get('state_file')} lacks {[f'{key}.{s}' for s in missing]} ({mode.value} stats)"
-            )
-        stats[key] = {s: state[f"{key}.{s}"] for s in STAT_NAMES[mode]}
-        bad = [s for s, value in stats[key].items() if not torch.isfinite(value).all()]
-        if bad:
-            raise LeRobotConversionError(
-                f"{source}: {state_file} holds NaN or inf in {[f'{key}.{s}' for s in bad]} ({mode.value} stats): "
-                "the file is damaged or the stats were computed from bad data; re-export or re-download it"
-            )
+    return step
 
 
 def normalization_mapping_from_lerobot(
     config_data: Mapping[str, Any], features: dict[str, PolicyFeature], modes: dict[str, NormMode]
 ) -> dict[str, NormMode]:
-    """hfpolicy's normalization_mapping: one entry per hfpolicy type (from LeRobot's mapping of the same type), plus
-    an entry per feature key whose mode differs from its type's (ENV features, features the processor skips)."""
+    """hfpolicy's normalization_mapping: LeRobot's mode of each type, plus an entry per feature key whose mode differs
+    from its type's (ENV features, features the processor skips)."""
     lerobot_mapping = config_data.get("normalization_mapping") or {}
     mapping: dict[str, NormMode] = {}
     for lerobot_type, hf_type in HFPOLICY_TYPE_OF_LEROBOT_TYPE.items():
@@ -394,9 +351,8 @@ def normalization_mapping_from_lerobot(
     return mapping
 
 
-# --- writing LeRobot's layout -----------------------------------------------------------------------------------------
 def lerobot_feature_type(key: str, feature: PolicyFeature) -> str:
-    """LeRobot's type of an hfpolicy feature: the environment state is ENV, other states STATE."""
+    """LeRobot's type of a feature: the environment state is ENV, other states STATE."""
     if feature.type == FeatureType.IMAGE:
         return "VISUAL"
     if feature.type == FeatureType.ACTION:
@@ -441,27 +397,17 @@ def lerobot_config(config: PolicyConfig) -> dict[str, Any]:
         "use_amp": False,
         "use_peft": False,
         "push_to_hub": False,
-        "repo_id": None,
-        "private": None,
-        "tags": None,
-        "license": None,
-        "pretrained_path": None,
-        "pretrained_revision": None,
+        **dict.fromkeys(("repo_id", "private", "tags", "license", "pretrained_path", "pretrained_revision")),
         "normalization_mapping": mapping,
     }
     data.update(policy_module(config.type).config_to_lerobot(config))
     return data
 
 
-def _processor_pipeline(name: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"name": name, "steps": steps}
-
-
 def write_lerobot_checkpoint(policy: PolicyModule, folder: str | Path) -> list[Path]:
-    """Writes `policy` (a Policy) in LeRobot's layout (config.json, model.safetensors and the two processor pipelines with their
-    stats, as LeRobot's save_pretrained would) into the existing directory `folder`; returns the files written.
-
-    Raises `LeRobotConversionError` before writing anything when LeRobot cannot express the policy."""
+    """Writes `policy` (a Policy) into the existing `folder` as LeRobot's save_pretrained would (config.json,
+    model.safetensors, the two processor pipelines and their stats); returns the files written. Raises
+    `LeRobotConversionError` before writing anything when LeRobot cannot express the policy."""
     folder = Path(folder)
     config = policy.config
     module = policy_module(config.type)
@@ -478,39 +424,25 @@ def write_lerobot_checkpoint(policy: PolicyModule, folder: str | Path) -> list[P
     post_state = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
     device = {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}}
     normalizer_config = {"eps": EPS, "norm_map": data["normalization_mapping"]}
-    preprocessor = _processor_pipeline(
-        "policy_preprocessor",
-        [
-            {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
-            {"registry_name": "to_batch_processor", "config": {}},
-            device,
-            {
-                "registry_name": NORMALIZER_STEP,
-                "config": {**normalizer_config, "features": features},
-                "state_file": pre_state,
-            },
-        ],
-    )
-    postprocessor = _processor_pipeline(
-        "policy_postprocessor",
-        [
-            {
-                "registry_name": UNNORMALIZER_STEP,
-                "config": {**normalizer_config, "features": data["output_features"]},
-                "state_file": post_state,
-            },
-            device,
-        ],
-    )
+    normalizer = {"registry_name": NORMALIZER_STEP, "config": {**normalizer_config, "features": features}}
+    preprocessor_steps = [
+        {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
+        {"registry_name": "to_batch_processor", "config": {}},
+        device,
+        {**normalizer, "state_file": pre_state},
+    ]
+    unnormalizer = {
+        "registry_name": UNNORMALIZER_STEP,
+        "config": {**normalizer_config, "features": data["output_features"]},
+    }
+    preprocessor = {"name": "policy_preprocessor", "steps": preprocessor_steps}
+    postprocessor = {"name": "policy_postprocessor", "steps": [{**unnormalizer, "state_file": post_state}, device]}
     written = [
         write_json_atomically(folder / CONFIG_FILE, data, indent=4),
         write_json_atomically(folder / PREPROCESSOR_FILE, preprocessor),
         write_json_atomically(folder / POSTPROCESSOR_FILE, postprocessor),
     ]
-    for filename, tensors in (
-        (WEIGHTS_FILE, lerobot_weights),
-        (pre_state, stats),  # LeRobot saves every feature's stats in both files
-        (post_state, stats),
-    ):
-        written.append(save_safetensors_atomically(tensors, folder / filename))
+    written.append(save_safetensors_atomically(lerobot_weights, folder / WEIGHTS_FILE))
+    for filename in (pre_state, post_state):  # LeRobot saves every feature's stats in both files
+        written.append(save_safetensors_atomically(stats, folder / filename))
     return written

@@ -20,7 +20,7 @@ from hfpolicy.policies.act.configuration import ACTConfig
 from hfpolicy.policies.act.modeling import sinusoidal_positions_1d
 from hfpolicy.policies.config import PolicyFeature
 from hfpolicy.policies.errors import LeRobotConversionError
-from hfpolicy.policies.lerobot_format import lerobot_model_inputs, warn_ignored
+from hfpolicy.policies.lerobot_format import check_lerobot_fields, lerobot_model_inputs
 
 # LeRobot ACTConfig fields that are ACTConfig fields of the same name and meaning.
 SHARED_FIELDS = (
@@ -47,19 +47,7 @@ SHARED_FIELDS = (
     "optimizer_weight_decay",
     "optimizer_lr_backbone",
 )
-
-# LeRobot fields mapped by hand below (or deliberately not carried over).
-HANDLED_FIELDS = (
-    "type",
-    "input_features",
-    "output_features",
-    "normalization_mapping",  # mapped by lerobot_format
-    "pretrained_backbone_weights",  # the backbone's weights are in the checkpoint: never downloaded again
-    "use_peft",
-)
 IGNORED_FIELDS = {"use_amp": False}  # LeRobot's autocast; hfpolicy acts in float32
-RUNTIME_FIELDS: tuple[str, ...] = ("device", "push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path")
-RUNTIME_FIELDS += ("pretrained_revision",)  # where LeRobot runs or uploads: nothing to do with the policy
 
 # (LeRobot name prefix, hfpolicy name prefix), most specific first; applied to whole dotted components.
 _TOP_LEVEL = (
@@ -97,21 +85,9 @@ def config_from_lerobot(
     input_features: dict[str, PolicyFeature],
     output_features: dict[str, PolicyFeature],
 ) -> ACTConfig:
-    """ACTConfig from LeRobot's ACT config.json dict (features already converted).
-
-    `pretrained_backbone_weights` is not carried over: the checkpoint holds the backbone's weights, so downloading
-    torchvision's ImageNet weights to build the policy would be wasted (and fails offline)."""
-    if lerobot_config.get("use_peft"):
-        raise LeRobotConversionError(
-            "use_peft=true: this LeRobot checkpoint holds PEFT adapter weights, which hfpolicy does not apply; "
-            "merge the adapters into the model in LeRobot and save it again"
-        )
-    unknown = sorted(set(lerobot_config) - {*SHARED_FIELDS, *HANDLED_FIELDS, *IGNORED_FIELDS, *RUNTIME_FIELDS})
-    if unknown:
-        warn_ignored(f"LeRobot ACT config fields {unknown} are unknown to hfpolicy's conversion and ignored")
-    for name, default in IGNORED_FIELDS.items():
-        if name in lerobot_config and lerobot_config[name] != default:
-            warn_ignored(f"LeRobot's {name}={lerobot_config[name]!r} does not change the actions; hfpolicy ignores it")
+    """ACTConfig from LeRobot's ACT config.json dict (features already converted). `pretrained_backbone_weights` is
+    not carried over: the checkpoint holds the backbone's weights (downloading them again fails offline)."""
+    check_lerobot_fields(lerobot_config, "ACT", SHARED_FIELDS, IGNORED_FIELDS)
     inputs = lerobot_model_inputs(input_features, "ACT")
     fields = {name: lerobot_config[name] for name in SHARED_FIELDS if name in lerobot_config}
     fields["pretrained_backbone_weights"] = None

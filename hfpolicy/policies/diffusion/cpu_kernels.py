@@ -1,38 +1,10 @@
-"""Which CPU kernels the 1D U-Net's convolutions run: `use_cpu_matmul_convolutions(unet)` turns every nn.Conv1d /
-nn.ConvTranspose1d of a module into the subclasses below (same parameters and state dict, so the model code uses
-plain torch layers and reads like the paper), and `set_cpu_kernels(module, choice)` picks their kernels:
-
-- "matmul": each convolution runs as one matrix multiply over unfolded windows (Conv1d) or one matrix multiply
-  followed by col2im (ConvTranspose1d). For wide channels and short sequences (2048 channels x 4 steps) it beats
-  oneDNN's and the fallback kernels on an AVX2 machine, forward and backward, and loses to torch's own kernels on a
-  machine with AVX-512 + AMX (docs/speed.md#cpu-kernels-of-the-u-net has the figures).
-- "onednn" (acting only): oneDNN's convolution with the weights reordered once into its blocked layout (kept beside
-  the parameters until they change or `train()` is called; as much memory again as the convolutions' weights). At a
-  few batch rows (a robot acting at batch 1) the U-Net's wide convolutions are matrix products with 4-16 columns,
-  where MKL's GEMM and torch's fallback convolutions read the weights several times slower than memory allows; the
-  packed kernel reads them near memory speed. With gradients on (training) this choice runs torch's kernels.
-- "torch": PyTorch's own kernels; they round as LeRobot's implementation does (bit-identical actions), which is why
-  policies converted from LeRobot start with this choice.
-- "auto" (the default): measured on the machine where it runs. The first call of each layer shape times the kernels
-  (interleaved, median of CALIBRATION_ROUNDS) and keeps another kernel than "torch" only where it is at least
-  MATMUL_MARGIN faster; the choices are cached in $HFPOLICY_CACHE/cpu_kernels/ (default ~/.cache/hfpolicy), one JSON
-  file per CPU model + instruction set + torch version + thread count, so that later runs on that machine use the
-  same kernels (and so round alike). Training (gradients on) is measured per batch size, forward + backward, between
-  "torch" and "matmul". Acting (no gradients) with fewer than PER_EPISODE_ROW_BLOCK batch rows (a robot, or an
-  unseeded eval) is measured per batch size between all three; with more, once per layer shape at
-  PER_EPISODE_ROW_BLOCK rows between "torch" and "matmul", and used for every such batch size, because per-episode
-  acting (batches padded to multiples of PER_EPISODE_ROW_BLOCK rows) needs every batch to use one kernel per layer
-  (see `hfpolicy.policies.action_selection`). Inside torch.compile nothing is looked up, packed or timed: "auto" runs
-  "matmul" (what the cpu recipe was tuned with; see COMPILED_DEFAULT), "onednn" and bf16 acting torch's kernels.
-
-`set_acting_dtype(module, "bfloat16")` makes acting run every convolution through the "onednn" kernel with bf16
-weights and inputs (float32 outputs and everything else): half the bytes to read, opt-in because it moves the actions
-(docs/speed.md has the error). On a CPU without native bf16 (AVX512-BF16 or AMX) oneDNN emulates it slowly, so it is
-refused there unless forced; without AVX-512 (or AVX-NE-CONVERT) PyTorch has no oneDNN bf16 kernels at all.
-
-The choice is a property of the running policy, not of its weights: it is not in the config (`policy.
-set_cpu_kernels(...)` switches it at any time). Results agree with torch's kernels up to float rounding. Other
-devices (cuDNN) and other settings (groups, dilation, padding modes, output_size) run torch's own kernels.
+"""Which CPU kernels the 1D U-Net's convolutions run. `use_cpu_matmul_convolutions(unet)` turns every nn.Conv1d /
+nn.ConvTranspose1d into the subclasses below (same parameters and state dict), and `set_cpu_kernels(module, choice)`
+picks their kernels: "matmul" (one matrix multiply over unfolded windows, or followed by col2im), "onednn" (acting only:
+oneDNN with weights packed once), "torch" (PyTorch's own, rounding as LeRobot's) or "auto" (timed per layer shape on
+this machine, cached in $HFPOLICY_CACHE/cpu_kernels/ per CPU, torch version and thread count). `set_acting_dtype`
+makes acting run oneDNN with bf16 weights. The choice belongs to the running policy, not its weights or config; how
+"auto" measures, and the figures: docs/speed.md#cpu-kernels-of-the-u-net.
 """
 
 import functools
@@ -60,20 +32,16 @@ KERNELS = ("torch", "matmul", "onednn")  # what a layer call runs; "torch" first
 ACTING_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 CALIBRATION_ROUNDS = 3  # timed runs per kernel (after one warm-up each), interleaved
 MATMUL_MARGIN = 0.9  # "auto" keeps another kernel than torch's only where it takes at most this fraction of its time
-# Inside torch.compile: the kernel the cpu recipe's compiled step was tuned with. Nothing is looked up or timed there:
-# the cache lookup (a string key, functools.cache, os.stat) broke the graph and recompiled the lookup per layer shape
-# until dynamo's recompile limit (8) was hit in the first step of a compiled tiny DP.
+# Inside torch.compile nothing is looked up or timed (the cache lookup broke the graph): "auto" runs this kernel.
 COMPILED_DEFAULT = "matmul"
-# The few-rows branch of _matmul_weight; per-episode acting never reaches it: its smallest batch (PER_EPISODE_ROW_BLOCK
-# rows) times the deepest U-Net level's length (horizon 16 / 4 = 4) is this many rows.
+# Below this many rows _matmul_weight multiplies the other way round; per-episode acting (16 rows x the deepest
+# U-Net level's length 4) never goes below it.
 FEW_ROWS = 4 * PER_EPISODE_ROW_BLOCK
-# /proc/cpuinfo flags that give native bf16 arithmetic (dot products) on x86: AVX512-BF16 (Cooper Lake, Zen 4 and
-# later) and AMX (Sapphire Rapids and later).
-NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})  # /proc/cpuinfo flags of native bf16 dot products
 
 
 def use_cpu_matmul_convolutions(module: nn.Module, choice: str = "auto") -> nn.Module:
-    """In place: every nn.Conv1d / nn.ConvTranspose1d inside `module` gets the kernel `choice` (see the module doc)."""
+    """In place: every nn.Conv1d / nn.ConvTranspose1d inside `module` gets the kernel `choice`."""
     for child in module.modules():
         if type(child) is nn.Conv1d:
             child.__class__ = MatmulConv1d
@@ -83,8 +51,7 @@ def use_cpu_matmul_convolutions(module: nn.Module, choice: str = "auto") -> nn.M
 
 
 def set_cpu_kernels(module: nn.Module, choice: str) -> nn.Module:
-    """Sets the kernel choice ("auto", "matmul", "onednn" or "torch") of every switchable convolution inside
-    `module`."""
+    """Sets the kernel choice (one of KERNEL_CHOICES) of every switchable convolution inside `module`."""
     if choice not in KERNEL_CHOICES:
         raise ValueError(f"cpu kernels {choice!r} is not a choice; use one of {KERNEL_CHOICES}")
     for child in _switchable(module):
@@ -121,13 +88,11 @@ def _switchable(module: nn.Module) -> list["_ChoosesKernel"]:
 
 
 def onednn_available() -> bool:
-    """Whether PyTorch's oneDNN (mkldnn) kernels can run here."""
     return torch.backends.mkldnn.is_available() and bool(torch.backends.mkldnn.enabled)
 
 
-# Weights reordered for oneDNN, per layer: (what they were made from: dtype, weight storage and version, bias version;
-# the packed weight; the bias in dtype). Beside the layers, not on them: a deepcopy or state dict of the policy never
-# sees them, and they go with their layer.
+# Per layer: (what the weights were packed from, the packed weight, the bias in dtype). Kept beside the layers so that
+# a deepcopy or state dict of the policy never sees them.
 _PACKED: "weakref.WeakKeyDictionary[nn.Module, tuple[tuple, Tensor, Tensor | None]]" = weakref.WeakKeyDictionary()
 
 
@@ -143,6 +108,9 @@ class _ChoosesKernel(nn.modules.conv._ConvNd):
         return super().train(mode)
 
     def _kernel_for(self, x: Tensor, kernels: dict[str, Callable[[Tensor], Tensor]]) -> str:
+        """The kernel of this call. "auto" times them once per layer key (KERNEL_CACHE): training per batch size,
+        "torch" against "matmul"; acting below PER_EPISODE_ROW_BLOCK rows per batch size, all three; acting with more
+        once at PER_EPISODE_ROW_BLOCK rows, so that per-episode acting runs one kernel per layer whatever the batch."""
         choice = self.cpu_kernels
         if torch.compiler.is_compiling():  # nothing looked up, packed or timed (bf16 acting too runs in float32)
             return {"auto": COMPILED_DEFAULT, "onednn": "torch"}.get(choice, choice)
@@ -172,12 +140,12 @@ class _ChoosesKernel(nn.modules.conv._ConvNd):
         return KERNEL_CACHE.set(key, choice)
 
     def _number_padding(self) -> int:
-        """The padding, a number: a string padding ("same") never reaches the matmul kernel (see `forward`)."""
+        """The padding as a number: a string padding ("same") never reaches the matmul kernel (see `forward`)."""
         return cast(tuple[int, ...], self.padding)[0]
 
     def _packed(self, x: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
-        """The weight reordered for oneDNN (as a 2D convolution of height 1) in `dtype`, and the bias in `dtype`: made
-        at the first call and again when the weights change (a load_state_dict, an optimizer step)."""
+        """The weight reordered for oneDNN (as a height-1 2D convolution) and the bias, in `dtype`; made again when the
+        weights change."""
         weight = self.weight
         source = (dtype, weight.data_ptr(), weight._version, None if self.bias is None else self.bias._version)
         packed = _PACKED.get(self)
@@ -217,8 +185,8 @@ class _ChoosesKernel(nn.modules.conv._ConvNd):
 
 
 def calibrate(x: Tensor, layer: _ChoosesKernel, kernels: dict[str, Callable[[Tensor], Tensor]], training: bool) -> str:
-    """The fastest kernel for input `x`: forward (and, when training, backward to the input and weights, without
-    touching .grad) timed interleaved; another than "torch" only if it is faster than "torch" by MATMUL_MARGIN."""
+    """The fastest kernel for `x` (forward, and backward when training), timed interleaved; another than "torch" only
+    if it beats it by MATMUL_MARGIN."""
 
     def run(kernel: Callable[[Tensor], Tensor]) -> None:
         if not training:
@@ -243,8 +211,7 @@ def calibrate(x: Tensor, layer: _ChoosesKernel, kernels: dict[str, Callable[[Ten
 
 
 class MatmulConv1d(_ChoosesKernel, nn.Conv1d):
-    """nn.Conv1d that, on CPU, may run as one matrix multiply over unfolded windows or as oneDNN's convolution with
-    packed weights (see `cpu_kernels`)."""
+    """nn.Conv1d that, on CPU, may run as one matrix multiply over unfolded windows or as oneDNN with packed weights."""
 
     def forward(self, x: Tensor) -> Tensor:
         if (
@@ -273,8 +240,8 @@ class MatmulConv1d(_ChoosesKernel, nn.Conv1d):
 
 
 class MatmulConvTranspose1d(_ChoosesKernel, nn.ConvTranspose1d):
-    """nn.ConvTranspose1d that, on CPU, may run as one matrix multiply followed by col2im (F.fold) or as oneDNN's
-    transposed convolution with packed weights."""
+    """nn.ConvTranspose1d that, on CPU, may run as a matrix multiply and col2im (F.fold) or as oneDNN with packed
+    weights."""
 
     def forward(self, x: Tensor, output_size: list[int] | None = None) -> Tensor:
         if (
@@ -308,9 +275,8 @@ class MatmulConvTranspose1d(_ChoosesKernel, nn.ConvTranspose1d):
 
 
 def _matmul_weight(rows: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """rows (M, K) @ weight (N, K).T + bias -> (M, N). With few rows (acting with small batches) the product is
-    computed as weight @ rows.T, which MKL streams through the weights ~1.3x faster. Below FEW_ROWS rows only, which
-    per-episode acting (batches padded to PER_EPISODE_ROW_BLOCK rows) never reaches, so it rounds as larger batches."""
+    """rows (M, K) @ weight (N, K).T + bias -> (M, N); below FEW_ROWS rows as weight @ rows.T, which MKL streams
+    through the weights ~1.3x faster."""
     if rows.shape[0] < FEW_ROWS:
         out = weight @ rows.t() if bias is None else torch.addmm(bias[:, None], weight, rows.t())
         return out.t()
@@ -319,21 +285,15 @@ def _matmul_weight(rows: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
 
 
 def machine_key() -> str:
-    """CPU model, instruction-set flags (hashed), torch version and intra-op threads: what the kernels' speed and
-    rounding depend on."""
-    return f"{_cpu_identity()} torch-{torch.__version__} threads-{torch.get_num_threads()}"
-
-
-def _cpu_identity() -> str:
-    """The CPU model and a hash of its flags."""
+    """CPU model, a hash of its flags, torch version and threads: what the kernels' speed and rounding depend on."""
     model, flags = _cpuinfo()
-    return f"{model} flags-{hashlib.sha256(flags.encode()).hexdigest()[:8]}"
+    flags_hash = hashlib.sha256(flags.encode()).hexdigest()[:8]
+    return f"{model} flags-{flags_hash} torch-{torch.__version__} threads-{torch.get_num_threads()}"
 
 
 @functools.cache
 def _cpuinfo() -> tuple[str, str]:
-    """The CPU model and its flags line (x86 Linux: /proc/cpuinfo; elsewhere no flags), read once per process (every
-    layer call asks for the machine key)."""
+    """The CPU model and its flags line (from /proc/cpuinfo where there is one), read once per process."""
     model, flags = platform.processor() or platform.machine(), ""
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
@@ -348,7 +308,6 @@ def _cpuinfo() -> tuple[str, str]:
 
 
 def cpu_flags() -> frozenset[str]:
-    """The CPU's instruction-set flags as /proc/cpuinfo names them (empty where there is none)."""
     return frozenset(_cpuinfo()[1].split())
 
 
@@ -364,15 +323,12 @@ def instruction_sets() -> dict[str, bool]:
 
 
 def native_bf16() -> bool:
-    """Whether the CPU computes bf16 dot products natively (AVX512-BF16 or AMX)."""
     return bool(cpu_flags() & NATIVE_BF16_FLAGS)
 
 
 class KernelCache:
-    """The measured choices of this machine: {layer key: one of KERNELS}, read once from its JSON file and
-    written back (atomically, under a file lock) after each new measurement. The first process to record a layer's
-    choice decides it for every process of the machine: two runs measuring at once (a run and its resume, or the
-    processes of a launch) could otherwise pick different kernels, and their results would differ in the last bits."""
+    """This machine's measured choices {layer key: kernel}, kept in a JSON file written under a file lock. The first
+    process to record a layer's choice decides it for every process (so that concurrent runs round alike)."""
 
     def __init__(self):
         self._choices: dict[str, str] | None = None
@@ -385,7 +341,7 @@ class KernelCache:
 
     def _load(self) -> dict[str, str]:
         machine = machine_key()
-        if self._choices is None or self._machine != machine:  # thread count changed: other measurements
+        if self._choices is None or self._machine != machine:  # e.g. the thread count changed
             self._machine, self._choices = machine, {}
             try:
                 data: Any = json.loads(self.path().read_text())
@@ -399,7 +355,7 @@ class KernelCache:
         return self._load().get(key)
 
     def set(self, key: str, choice: str) -> str:
-        """Records `choice` for `key` unless another process recorded one first; returns the choice that holds."""
+        """Records `choice` unless another process recorded one first; returns the choice that holds."""
         choices = self._load()
         path = self.path()
         try:
@@ -415,7 +371,7 @@ class KernelCache:
         return choice
 
     def clear(self) -> None:
-        """Forgets the in-memory choices (the file is read again at the next call)."""
+        """Forgets the in-memory choices: the file is read again."""
         self._choices = None
 
 

@@ -22,7 +22,7 @@ from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
 from hfpolicy.policies.config import PolicyFeature
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
 from hfpolicy.policies.errors import LeRobotConversionError
-from hfpolicy.policies.lerobot_format import lerobot_model_inputs, warn_ignored
+from hfpolicy.policies.lerobot_format import check_lerobot_fields, lerobot_model_inputs
 
 LEROBOT_PREFIX = "diffusion."
 LEROBOT_FINAL_BLOCK_GROUPS = 8  # LeRobot builds the U-Net's final conv block with GroupNorm(8, ...) whatever n_groups
@@ -59,17 +59,13 @@ SAME_FIELDS = (
     "scheduler_name",
     "scheduler_warmup_steps",
 )
-# LeRobot fields mapped by hand below (or deliberately not carried over).
+# LeRobot fields mapped by hand below; pretrained_backbone_weights is not carried over (the checkpoint has the weights).
 HANDLED_FIELDS = (
-    "type",
-    "input_features",
-    "output_features",
-    "normalization_mapping",  # mapped by lerobot_format
     "crop_shape",
     "crop_ratio",
     "drop_n_last_frames",
     "do_mask_loss_for_padding",
-    "pretrained_backbone_weights",  # the backbone's weights are in the checkpoint: never downloaded again
+    "pretrained_backbone_weights",
 )
 # LeRobot fields that do not change the actions: ignored, with a warning when they are not at LeRobot's default.
 IGNORED_FIELDS = {
@@ -78,29 +74,15 @@ IGNORED_FIELDS = {
     "compile_mode": "reduce-overhead",
     "use_amp": False,  # LeRobot's autocast when training/evaluating; hfpolicy acts in float32
 }
-RUNTIME_FIELDS: tuple[str, ...] = ("device", "push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path")
-RUNTIME_FIELDS += ("pretrained_revision",)  # where LeRobot runs or uploads: nothing to do with the policy
 
 
-# --- LeRobot -> hfpolicy ----------------------------------------------------------------------------------------------
 def config_from_lerobot(
     lerobot_config: dict[str, Any],
     input_features: dict[str, PolicyFeature],
     output_features: dict[str, PolicyFeature],
 ) -> DiffusionConfig:
     """DiffusionConfig from LeRobot's diffusion config.json dict (features already converted)."""
-    if lerobot_config.get("use_peft"):
-        raise LeRobotConversionError(
-            "use_peft=true: this LeRobot checkpoint holds PEFT adapter weights, which hfpolicy does not apply; "
-            "merge the adapters into the model in LeRobot and save it again"
-        )
-    known = {*SAME_FIELDS, *HANDLED_FIELDS, *IGNORED_FIELDS, *RUNTIME_FIELDS, "use_peft"}
-    unknown = sorted(set(lerobot_config) - known)
-    if unknown:
-        warn_ignored(f"LeRobot diffusion config fields {unknown} are unknown to hfpolicy's conversion and ignored")
-    for name, default in IGNORED_FIELDS.items():
-        if name in lerobot_config and lerobot_config[name] != default:
-            warn_ignored(f"LeRobot's {name}={lerobot_config[name]!r} does not change the actions; hfpolicy ignores it")
+    check_lerobot_fields(lerobot_config, "diffusion", (*SAME_FIELDS, *HANDLED_FIELDS), IGNORED_FIELDS)
     if lerobot_config.get("n_groups", LEROBOT_FINAL_BLOCK_GROUPS) != LEROBOT_FINAL_BLOCK_GROUPS:
         raise LeRobotConversionError(
             f"n_groups={lerobot_config['n_groups']}: LeRobot's U-Net then normalizes its final block with "
@@ -195,7 +177,6 @@ def _conditioning_order(config: DiffusionConfig) -> Tensor:
     return torch.tensor(columns)
 
 
-# --- hfpolicy -> LeRobot ----------------------------------------------------------------------------------------------
 def config_to_lerobot(config: DiffusionConfig) -> dict[str, Any]:
     """LeRobot's diffusion config.json fields (besides the common ones lerobot_format writes)."""
     if config.n_groups != LEROBOT_FINAL_BLOCK_GROUPS:

@@ -13,9 +13,10 @@ from torch import Tensor
 
 from hfpolicy.policies.config import PolicyFeature
 from hfpolicy.policies.errors import LeRobotConversionError
-from hfpolicy.policies.lerobot_format import lerobot_model_inputs, warn_ignored
+from hfpolicy.policies.lerobot_format import check_lerobot_fields, lerobot_model_inputs
 from hfpolicy.policies.tdmpc.configuration import TDMPCConfig
 
+# LeRobot TDMPCConfig fields that are TDMPCConfig fields of the same name and meaning.
 SHARED_FIELDS = (  # LeRobot TDMPCConfig fields that are TDMPCConfig fields of the same name and meaning
     "n_obs_steps", "n_action_repeats", "horizon", "n_action_steps", "image_encoder_hidden_dim",
     "state_encoder_hidden_dim", "latent_dim", "q_ensemble_size", "mlp_dim", "discount", "use_mpc", "cem_iterations",
@@ -24,10 +25,7 @@ SHARED_FIELDS = (  # LeRobot TDMPCConfig fields that are TDMPCConfig fields of t
     "expectile_weight", "value_coeff", "consistency_coeff", "advantage_scaling", "pi_coeff", "temporal_decay_coeff",
     "target_model_momentum", "optimizer_lr",
 )  # fmt: skip
-HANDLED_FIELDS = ("type", "input_features", "output_features", "normalization_mapping", "use_peft")
 IGNORED_FIELDS = {"use_amp": False}  # LeRobot's autocast; hfpolicy acts in float32
-RUNTIME_FIELDS: tuple[str, ...] = ("device", "push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path")
-RUNTIME_FIELDS += ("pretrained_revision",)  # where LeRobot runs or uploads: nothing to do with the policy
 
 MODELS = (("model.", "model."), ("model_target.", "target_model."))  # (LeRobot, hfpolicy) prefixes
 PARTS = (  # (LeRobot, hfpolicy) module names inside a model
@@ -46,17 +44,7 @@ def config_from_lerobot(
     lerobot_config: dict[str, Any], input_features: dict[str, PolicyFeature], output_features: dict[str, PolicyFeature]
 ) -> TDMPCConfig:
     """TDMPCConfig from LeRobot's TD-MPC config.json dict (features already converted)."""
-    if lerobot_config.get("use_peft"):
-        raise LeRobotConversionError(
-            "use_peft=true: this LeRobot checkpoint holds PEFT adapter weights, which hfpolicy does not apply; "
-            "merge the adapters into the model in LeRobot and save it again"
-        )
-    unknown = sorted(set(lerobot_config) - {*SHARED_FIELDS, *HANDLED_FIELDS, *IGNORED_FIELDS, *RUNTIME_FIELDS})
-    if unknown:
-        warn_ignored(f"LeRobot TD-MPC config fields {unknown} are unknown to hfpolicy's conversion and ignored")
-    for name, default in IGNORED_FIELDS.items():
-        if name in lerobot_config and lerobot_config[name] != default:
-            warn_ignored(f"LeRobot's {name}={lerobot_config[name]!r} does not change the actions; hfpolicy ignores it")
+    check_lerobot_fields(lerobot_config, "TD-MPC", SHARED_FIELDS, IGNORED_FIELDS)
     fields = {name: lerobot_config[name] for name in SHARED_FIELDS if name in lerobot_config}
     inputs = lerobot_model_inputs(input_features, "TD-MPC")
     try:
