@@ -1,7 +1,5 @@
-"""Policies: the shared base class and config, and one folder per policy type (`<type>/configuration.py` beside
-`<type>/modeling.py`). Configurations are imported here so that every type is known to the command line and to
-config.json loading; the base class and the models (which load torch) are imported when first used, so that
-`hfpolicy train --help` does not wait for torch."""
+"""Policies: the base class and config, and one folder per policy type. The configurations are imported here, so that
+every type is known to the command line; the base class and the models (torch) are imported when first used."""
 
 import importlib
 
@@ -11,7 +9,6 @@ from hfpolicy.policies.diffusion.configuration import DiffusionConfig
 from hfpolicy.policies.errors import MissingStatsError, PolicyLoadError, PolicyPushError
 from hfpolicy.policies.tdmpc.configuration import TDMPCConfig
 
-# name -> module that defines it, imported on first access (PEP 562)
 _LAZY = {
     "Policy": "hfpolicy.policies.base",
     "get_policy_class": "hfpolicy.policies.registry",

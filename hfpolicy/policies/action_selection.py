@@ -1,21 +1,6 @@
-"""How `Policy.select_action` turns predicted action chunks into one action per step.
-
-`select_action` asks its action buffer whether it needs a new chunk, predicts one if so (`steps_per_chunk` steps of
-it), hands it to the buffer with `push`, and executes what `pop` returns. Two buffers exist:
-
-- `ActionQueue` (the default): the first `n_action_steps` actions of a chunk, executed one after the other; a new chunk
-  is predicted when the queue is empty.
-- `TemporalEnsembler` (ACT's temporal ensembling, Zhao et al. 2023, Algorithm 2): a chunk is predicted at every step;
-  the executed action for step t is the weighted average of every prediction made so far for step t, with weights
-  w_i = exp(-coeff * i) where i = 0 is the oldest prediction. coeff > 0 favours old predictions (the paper uses 0.01),
-  coeff = 0 averages uniformly, coeff < 0 favours new ones.
-
-A policy picks its buffer by overriding `Policy.make_action_buffer`; `Policy.reset()` starts a fresh one. Both work on
-a batch of envs stepped in lockstep: tensors are (batch, steps, action_dim) in, (batch, action_dim) out.
-
-Per-episode noise (`Policy.reset(seeds=...)`): `predict_per_episode` predicts a chunk whose row i depends on
-observation row i and generator i alone, whatever the batch (see PER_EPISODE_ROW_BLOCK for how).
-"""
+"""How `Policy.select_action` turns predicted action chunks into one action per step: an action buffer (`ActionQueue`
+by default, ACT's `TemporalEnsembler`) takes (batch, steps, action_dim) chunks and gives (batch, action_dim) actions;
+a policy picks its buffer by overriding `Policy.make_action_buffer`."""
 
 import math
 from collections import deque
@@ -25,11 +10,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-# CPU BLAS (MKL, OpenBLAS) computes a matrix product's rows with kernels that depend on the number of rows: a row of a
-# 20-row product can differ in the last bit from the same row in a 16-row one (measured; rows in full blocks of 16
-# agree). Per-episode acting therefore pads every batch to a multiple of this many rows: an eval at batch 1 computes 16
-# rows (bench/cpu_kernels.py measures what that costs against the unpadded chunk, and which smaller blocks round alike
-# on the machine it runs on).
+# CPU BLAS rounds a matrix product's rows differently depending on the number of rows (rows in full blocks of 16
+# agree), so per-episode acting pads every batch to a multiple of this many rows (bench/cpu_kernels.py: the cost).
 PER_EPISODE_ROW_BLOCK = 16
 
 
@@ -41,8 +23,7 @@ def predict_per_episode(
     row_block: int = PER_EPISODE_ROW_BLOCK,
 ) -> Tensor:
     """`predict(observation, generator=generators, n_steps=n_steps)` with row i a function of observation row i and
-    generator i alone: the batch is padded to a multiple of `row_block` rows (copies of its last row, throw-away
-    generators), and the padding is dropped again. (row_block 1: `predict` computes each row alone itself.)"""
+    generator i alone: the batch is padded to a multiple of `row_block` rows (copies of its last row) and cut again."""
     generators = list(generators)
     batch_size = len(generators)
     pad = -batch_size % row_block
@@ -57,17 +38,11 @@ class ActionBuffer(Protocol):
 
     steps_per_chunk: int  # how many steps of each predicted chunk `push` takes
 
-    def needs_chunk(self) -> bool:
-        """Whether `select_action` must predict a chunk (and `push` it) before the next `pop`."""
-        ...
+    def needs_chunk(self) -> bool: ...  # whether a chunk must be predicted and pushed before the next pop
 
-    def push(self, chunk: Tensor) -> None:
-        """Takes a predicted chunk (batch, steps_per_chunk, action_dim) whose first action is for the current step."""
-        ...
+    def push(self, chunk: Tensor) -> None: ...  # (batch, steps_per_chunk, action_dim); its first action is for now
 
-    def pop(self) -> Tensor:
-        """The action (batch, action_dim) to execute at the current step; the buffer then moves to the next step."""
-        ...
+    def pop(self) -> Tensor: ...  # the action (batch, action_dim) to execute now; then moves to the next step
 
 
 class ActionQueue:
@@ -91,13 +66,9 @@ class ActionQueue:
 
 
 class TemporalEnsembler:
-    """Temporal ensembling: one chunk of `chunk_size` actions per step, executed action = exp-weighted average of every
-    prediction for the current step (w_i = exp(-coeff * i), i = 0 the oldest; see the module docstring).
-
-    For each of the next `chunk_size` steps it keeps the weighted sum of the predictions for that step and the number
-    of predictions so far (the same for every env, which are stepped in lockstep); sums are kept in float64 so that
-    the average does not drift with the number of predictions.
-    """
+    """ACT's temporal ensembling (Zhao et al. 2023, Algorithm 2): a chunk is predicted at every step, and the executed
+    action is the average of every prediction for the current step weighted w_i = exp(-coeff * i), i = 0 the oldest
+    (coeff > 0 favours old predictions; the paper uses 0.01). Sums are kept in float64 so that they do not drift."""
 
     def __init__(self, coeff: float, chunk_size: int):
         if not math.isfinite(coeff):
@@ -107,8 +78,7 @@ class TemporalEnsembler:
         self.coeff = coeff
         self.steps_per_chunk = chunk_size
         self._weighted_sums: Tensor | None = None  # (batch, chunk_size, action_dim): sum of w_i * prediction_i
-        # (chunk_size, 1) each, made anew on the chunks' device at the first push: for each coming step, the sum of
-        # the w_i of the predictions so far, and the number of those predictions
+        # for each coming step: the sum of the w_i of the predictions so far, and their number (chunk_size, 1)
         self._weight_totals = torch.zeros(chunk_size, 1, dtype=torch.float64)
         self._counts = torch.zeros(chunk_size, 1, dtype=torch.float64)
         self._dtype = torch.float32  # the dtype of the chunks, which pop returns

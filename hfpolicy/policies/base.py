@@ -1,11 +1,6 @@
-"""The policy contract and acting: the base class, an nn.Module that normalizes its own inputs and outputs and
-turns chunk-predicting networks into a step-by-step controller with an observation history and an action queue.
-
-Saving, loading, pushing and the model card are PyTorchModelHubMixin's methods here, each a few lines handing the
-policy (or its class) to the hub-I/O modules below it: checkpoint_files (config.json and model.safetensors), loading
-(local, Hub, LeRobot checkpoints through lerobot_format) and card (the card, the staged repository, the upload).
-Those never import this module: they get the policy or the class they work on.
-"""
+"""The policy base class: an nn.Module that normalizes its own inputs and outputs and acts step by step from predicted
+action chunks. Saving, loading and pushing hand the policy to checkpoint_files, loading and card, which never import
+this module."""
 
 import contextlib
 import functools
@@ -30,8 +25,6 @@ from hfpolicy.policies.normalization import Normalizer
 from hfpolicy.policies.registry import register_policy_class
 
 NoiseSource = torch.Generator | list[torch.Generator] | None  # one generator for the batch, or one per batch row
-
-
 NOISE_PARAMETERS = ("generator", "noise")  # what `predict_action_chunk` passes to a generate_actions that takes it
 
 
@@ -55,43 +48,17 @@ class Policy(
     tags=["robotics", "hfpolicy"],
     repo_url="https://github.com/hfpolicy/hfpolicy",
 ):
-    """Base class of every hfpolicy policy.
+    """Base class of every hfpolicy policy (docs/design.md#the-policy-base-class).
 
-    A subclass sets `config_class` (a registered `PolicyConfig`) and implements two methods that see normalized data:
-    `compute_loss(batch) -> {"loss": ...}` for training and `generate_actions(observation) -> (B, n_action_steps,
-    action_dim)` for acting. The base class provides normalization (stats are buffers saved in model.safetensors),
-    `forward` for training, `predict_action_chunk` and `select_action` for acting, and strict Hub (de)serialization.
-
-    Acting step by step: `select_action(observation)` takes one observation per env (tensors with a batch dim) and
-    returns one action per env. It keeps the last `n_obs_steps` observations (at an episode's first step the first
-    observation is repeated to fill the history) and a queue of `n_action_steps` actions, and predicts a new chunk only
-    when the queue is empty (`chunks_predicted` counts them). Call `reset()` at every episode start: it empties both. The queue is the policy's action
-    buffer (`hfpolicy.policies.action_selection`); a subclass that executes chunks differently overrides
-    `make_action_buffer` (ACT's temporal ensembling predicts a chunk at every step and averages the predictions).
-
-    Sampling noise (policies that sample, such as Diffusion Policy): `reset(seeds=[...])` gives each env slot of the
-    coming batch its own `torch.Generator` seeded with that slot's episode seed, and every chunk `select_action`
-    predicts draws slot i's noise from generator i alone, so an episode's actions depend on its seed only, not on the
-    batch size, the other episodes of the batch, or the process that runs it. Without seeds the noise comes from
-    `policy.noise_generator` (one generator, or one per slot) when set, else from torch's global random state.
-    `predict_action_chunk(observation, generator=..., noise=...)` takes the same noise sources directly; `noise` is the
-    policy's initial noise tensor (Diffusion Policy: (B, horizon, action_dim)), for reproducing another library's
-    actions exactly.
-
-    The timeline for n_obs_steps=2, horizon=16, n_action_steps=8 (Diffusion Policy on PushT). `o` is an observation
-    in the history, `h` a step of the predicted horizon, `a` an action that is executed; the chunk is predicted at t=0,
-    then again at t=8 and t=16 (so 20 steps make 3 predictions):
-
-        step t      : -1  0  1  2  3  4  5  6  7  8  9 10 11 12 13 14
-        history     :  o  o                                           (t=-1 repeats t=0 at an episode start)
-        horizon     :  h  h  h  h  h  h  h  h  h  h  h  h  h  h  h  h
-        executed    :     a  a  a  a  a  a  a  a                      (horizon[n_obs_steps - 1 :][: n_action_steps])
-        next chunk  :                            predicted at t=8 from observations t=7 and t=8
+    A subclass sets `config_class` (a registered `PolicyConfig`) and implements, on normalized data,
+    `compute_loss(batch) -> {"loss": ...}` and `generate_actions(observation) -> (B, >= n_action_steps, action_dim)`.
+    `select_action` keeps the last `n_obs_steps` observations and an action buffer (`make_action_buffer`), predicting
+    a chunk when the buffer needs one; `reset(seeds=...)` starts every episode, each env slot drawing its sampling noise
+    from a generator seeded with its episode's seed (else from `noise_generator`, else torch's global RNG).
     """
 
     config_class: ClassVar[type[PolicyConfig]] = PolicyConfig
-    # Per-episode acting pads a batch to a multiple of this many rows (see action_selection.PER_EPISODE_ROW_BLOCK);
-    # 1: the policy's generate_actions computes each row alone when given one generator per row.
+    # Per-episode acting pads a batch to a multiple of this many rows; 1: generate_actions computes each row alone.
     per_episode_row_block: ClassVar[int] = PER_EPISODE_ROW_BLOCK
 
     def __init_subclass__(cls, **kwargs):
@@ -114,7 +81,6 @@ class Policy(
         self._episode_generators: list[torch.Generator] | None = None  # one per env slot, set by reset(seeds=...)
         self.chunks_predicted = 0  # chunks `select_action` has predicted so far (a rollout marks the steps of new ones)
 
-    # --- what subclasses implement --------------------------------------------------------------------------------
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """Training loss on a normalized batch (inputs with a time dim, `action` (B, horizon, A), `action_is_pad`)."""
         raise NotImplementedError
@@ -123,30 +89,25 @@ class Policy(
         self, observation: dict[str, Tensor], generator: NoiseSource = None, noise: Tensor | None = None
     ) -> Tensor:
         """Normalized action chunk (B, >= n_action_steps, A) from normalized observations (B, n_obs_steps, ...).
-
-        Policies that sample declare `generator` (one `torch.Generator`, or a list with one per batch row; None:
-        torch's global RNG) and/or `noise` (the initial noise tensor) and get them; a deterministic policy writes
-        `generate_actions(self, observation)` and is called with the observation alone."""
+        Policies that sample declare `generator` (one, or one per batch row) and/or `noise` (the initial noise); a
+        deterministic policy writes `generate_actions(self, observation)`."""
         raise NotImplementedError
 
     def make_action_buffer(self) -> ActionBuffer:
-        """How `select_action` executes predicted chunks; called by `__init__` and `reset()`. Default: a queue of each
-        chunk's first `n_action_steps` actions. See `hfpolicy.policies.action_selection` for the interface."""
+        """How `select_action` executes predicted chunks (default: a queue of each chunk's first n_action_steps)."""
         return ActionQueue(self.config.n_action_steps)
 
     def after_optimizer_step(self) -> None:
         """Called by the training loop after every optimizer step (TD-MPC: its target network's EMA step)."""
 
     def exploring(self, std: float) -> contextlib.AbstractContextManager[None]:
-        """A context in which the policy acts with exploration noise of `std` (online reinforcement learning,
-        `--online.labels=reward`); policies that learn from rewards (TD-MPC) implement it."""
+        """A context in which the policy acts with exploration noise of `std` (online RL; TD-MPC implements it)."""
         raise NotImplementedError(f"the {self.config.type} policy does not explore (it does not learn from rewards)")
 
     def get_optim_params(self) -> Any:
         """Parameters (or param groups) for the optimizer."""
         return [p for p in self.parameters() if p.requires_grad]
 
-    # --- training ---------------------------------------------------------------------------------------------------
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """Normalizes a dataset batch and returns the subclass's losses; "loss" is the one to minimize."""
         needed = [*self.config.input_features, ACTION, *([REWARD] if self.config.reward_delta_indices else [])]
@@ -156,10 +117,8 @@ class Policy(
         return self.compute_loss(self.normalizer.normalize(self._with_feature_shapes(batch)))
 
     def _with_feature_shapes(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        """The batch with each feature's frames in the feature's shape: a shape-(1,) feature, which a dataset gives
-        as one number per frame (LeRobot's format stores it as a plain value), gets its trailing 1 back. An entry
-        that is neither (batch, *shape) nor (batch, time, *shape) is a ValueError naming the feature (a shape error
-        deep in a network names none)."""
+        """The batch with a shape-(1,) feature's plain numbers (as LeRobot's format stores them) given their trailing 1;
+        ValueError naming an entry that is neither (batch, *shape) nor (batch, time, *shape)."""
         shaped = dict(batch)
         for key, feature in {**self.config.input_features, **self.config.output_features}.items():
             if key not in batch:
@@ -176,13 +135,9 @@ class Policy(
                 )
         return shaped
 
-    # --- acting -----------------------------------------------------------------------------------------------------
     def reset(self, seeds: Sequence[int] | None = None) -> None:
-        """Forget the observation history and queued actions. Call at every episode start.
-
-        `seeds` (one per env of the coming batch, e.g. the episodes' env seeds) give each env slot its own noise
-        generator, so that sampling policies act as a function of the episode's seed alone (see the class docstring).
-        """
+        """Forgets the observation history and queued actions: call at every episode start. `seeds` (one per env) give
+        each env slot its own noise generator, so that an episode's actions depend on its seed alone."""
         self._obs_history.clear()
         self._actions = self.make_action_buffer()
         self._episode_generators = None if seeds is None else [torch.Generator().manual_seed(int(s)) for s in seeds]
@@ -196,12 +151,9 @@ class Policy(
         noise: Tensor | None = None,
         n_steps: int | None = None,
     ) -> Tensor:
-        """Actions (B, n_steps, A) in dataset units from raw observations with a time dim (B, n_obs_steps, ...).
-
-        `n_steps`: how many of the predicted actions to return (default n_action_steps; at most as many as the policy
-        predicts). Noise (sampling policies only): `noise`, the policy's initial noise tensor, or drawn from
-        `generator` (one generator or one per batch row), else from `self.noise_generator`, else from torch's global
-        RNG."""
+        """Actions (B, n_steps (default n_action_steps), A) in dataset units from raw observations (B, n_obs_steps, ...).
+        Sampling policies take `noise` (their initial noise) or draw it from `generator` (one, or one per row), else
+        from `noise_generator`, else from torch's global RNG."""
         n_steps = self.config.n_action_steps if n_steps is None else n_steps
         if generator is None:
             generator = self.noise_generator
@@ -229,8 +181,7 @@ class Policy(
 
     @torch.no_grad()
     def select_action(self, observation: dict[str, Tensor]) -> Tensor:
-        """One action per env (B, A) for one observation per env; see the class docstring for the history and the
-        action buffer (`make_action_buffer`)."""
+        """One action per env (B, A) for one observation per env (tensors with a batch dim)."""
         missing = [key for key in self.config.input_features if key not in observation]
         if missing:
             raise KeyError(
@@ -263,15 +214,12 @@ class Policy(
                 self._actions.push(chunk)
         return self._actions.pop()
 
-    # --- saving and loading -----------------------------------------------------------------------------------------
     def save_pretrained(self, save_directory: str | Path, *, model_card_kwargs: dict | None = None, **kwargs) -> Any:
-        """PyTorchModelHubMixin.save_pretrained; the README.md it writes loads the policy from `save_directory`
-        (its usage lines name the real path, not a placeholder)."""
+        """PyTorchModelHubMixin.save_pretrained, whose README.md loads the policy from `save_directory`."""
         model_card_kwargs = {"repo_id": str(save_directory), **(model_card_kwargs or {})}
         return super().save_pretrained(save_directory, model_card_kwargs=model_card_kwargs, **kwargs)
 
     def _save_pretrained(self, save_directory: Path) -> None:
-        """config.json (with `type`) and model.safetensors (weights and normalization stats), each written atomically."""
         save_policy_files(self, save_directory)
 
     @classmethod
@@ -287,14 +235,9 @@ class Policy(
         map_location: str | torch.device = "cpu",
         config_overrides: dict[str, Any] | None = None,
     ) -> "Policy":
-        """Loads a policy from a local directory or a Hub repo id. Only config.json and model.safetensors are read.
-
-        On the base class the policy type comes from config.json's `type`; on a subclass the type must match. Loading
-        is strict: missing or unexpected weights and shape mismatches raise `PolicyLoadError` naming them.
-        `config_overrides` replaces config fields that do not change the weights (e.g. {"n_action_steps": 4}).
-        A checkpoint saved by LeRobot (its config.json, model.safetensors and processor files) is recognised and
-        returned as hfpolicy's policy of that type, with the same weights and normalization (see `lerobot_format`).
-        """
+        """Loads a policy (strictly: PolicyLoadError names what does not fit) from a local directory, a training run's
+        folder or a Hub repo id, hfpolicy's or LeRobot's. On a subclass the saved type must match. `config_overrides`
+        replaces config fields that do not change the weights (e.g. {"n_action_steps": 4})."""
         return load_policy(
             cls,
             pretrained_name_or_path,
@@ -320,15 +263,9 @@ class Policy(
         model_card_kwargs: Any = None,
         **artifact_fields: Any,
     ) -> str:
-        """Uploads config.json + model.safetensors, a model card and the `artifacts` in one commit; returns the
-        commit URL. The repository is staged locally first, so a missing video fails before anything is created.
-
-        `artifacts` (hfpolicy.policies.card.PolicyArtifacts) holds what goes with the weights: eval_info (the card's
-        eval results and eval_info.json), eval videos, train_config, training_curve, env_type, dataset_repo_id,
-        train_command. Its fields may also be passed as keywords: `policy.push_to_hub("user/x", eval_info=info)`.
-        (`config` and `model_card_kwargs` are accepted for PyTorchModelHubMixin compatibility and ignored: the
-        config is always the policy's own.)
-        """
+        """Uploads the policy, its model card and the `artifacts` (card.PolicyArtifacts, or its fields as keywords) in
+        one commit, staged locally first; returns the commit URL. `config` and `model_card_kwargs` are ignored (they
+        are PyTorchModelHubMixin's)."""
         del config, model_card_kwargs
         if artifacts is not None and artifact_fields:
             raise TypeError(f"pass either artifacts= or its fields ({', '.join(artifact_fields)}), not both")
@@ -338,5 +275,5 @@ class Policy(
         )
 
     def generate_model_card(self, *args, **kwargs) -> Any:
-        """The card `save_pretrained` writes: hfpolicy's own (without eval results; `push_to_hub` adds them)."""
+        """The card `save_pretrained` writes (without eval results; `push_to_hub` adds them)."""
         return card.make_model_card(kwargs.get("repo_id") or f"hfpolicy {self.config.type} policy", self)

@@ -1,7 +1,5 @@
-"""A saved policy's two files, config.json and model.safetensors: written whole (`save_policy_files`), and read back
-with their checks (valid JSON, a readable safetensors file, a config that agrees with what the weights were trained
-as, finite weights). Only JSON and safetensors are ever read or written. hfpolicy.policies.loading finds the files;
-hfpolicy.policies.lerobot_format reads LeRobot's with the same checks."""
+"""A saved policy's two files, config.json and model.safetensors: written atomically, and read back with their checks
+(valid JSON, readable safetensors, a config that agrees with what the weights were trained as, finite weights)."""
 
 import json
 from pathlib import Path
@@ -24,16 +22,15 @@ WEIGHTS_EMA_METADATA = "hfpolicy_ema_weights"  # ... "true" when they are the EM
 
 
 def save_policy_files(policy: PolicyModule, folder: str | Path) -> None:
-    """config.json (with `type`) and model.safetensors (weights and normalization stats) of `policy` (a Policy) into
-    `folder`, each written atomically; the weights' metadata records the config they were trained as and the
-    policy's `weights_origin` (its training step, EMA or not) where known."""
+    """config.json and model.safetensors (weights and normalization stats) of `policy` into `folder`; the weights'
+    metadata records the config they were trained as and the policy's `weights_origin` where known."""
     folder = Path(folder)
     write_json_atomically(folder / CONFIG_FILE, policy.config.to_dict())
     state = {k: v.detach().contiguous().cpu() for k, v in policy.state_dict().items()}
     metadata = {
         "format": "pt",
         "policy_type": policy.config.type,
-        WEIGHTS_CONFIG_METADATA: json.dumps(policy.config.to_dict()),  # what the weights were trained as
+        WEIGHTS_CONFIG_METADATA: json.dumps(policy.config.to_dict()),
     }
     origin = policy.weights_origin
     if origin.training_step is not None:
@@ -44,7 +41,7 @@ def save_policy_files(policy: PolicyModule, folder: str | Path) -> None:
 
 
 def weights_origin(weights_metadata: dict[str, str]) -> WeightsOrigin:
-    """The WeightsOrigin that `save_policy_files` recorded (fields it did not record, or cannot be read, are None)."""
+    """The WeightsOrigin that `save_policy_files` recorded (None for what it did not record)."""
     step, ema = weights_metadata.get(WEIGHTS_STEP_METADATA, ""), weights_metadata.get(WEIGHTS_EMA_METADATA)
     return WeightsOrigin(
         training_step=int(step) if step.isdigit() else None, ema={"true": True, "false": False}.get(ema or "")
@@ -74,12 +71,8 @@ def read_weights(weights_path: Path) -> tuple[dict[str, Tensor], dict[str, str]]
 def check_config_matches_weights(
     config: PolicyConfig, weights_metadata: dict[str, str], config_path: Path, weights_path: Path
 ) -> None:
-    """Refuses a config.json (or config_overrides) that contradicts what the weights were trained as.
-
-    `save_pretrained` records the config in model.safetensors' metadata. Fields that only steer acting or training
-    (`config.acting_fields`: n_action_steps, the sampler, the optimizer presets, ...) may differ; any other field
-    that differs (horizon, crop_shape, n_obs_steps, features, ...) would give the weights another meaning. Weights
-    saved without that record (older files, other tools) are not checked."""
+    """Refuses a config.json (or config_overrides) that contradicts the config recorded with the weights in a field
+    other than `config.acting_fields` (it would give the weights another meaning). Weights without a record pass."""
     saved_json = weights_metadata.get(WEIGHTS_CONFIG_METADATA)
     if saved_json is None:
         return
@@ -103,10 +96,7 @@ def check_config_matches_weights(
 
 
 def check_weights_finite(state_dict: dict[str, Tensor], weights_path: Path) -> None:
-    """Refuses weights holding NaN or inf (a corrupted but readable file, or a diverged training), naming them.
-
-    All-NaN normalization buffers are the normalizer's "no stats yet" marker (using them raises MissingStatsError),
-    not damage, and are let through."""
+    """Refuses weights holding NaN or inf, naming them; all-NaN normalizer buffers (no stats yet) pass."""
     bad = {
         name: int((~torch.isfinite(tensor)).sum())
         for name, tensor in state_dict.items()

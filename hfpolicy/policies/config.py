@@ -1,8 +1,5 @@
-"""The configuration every policy shares: features in and out, normalization, action timing, training presets.
-
-A policy type is a dataclass registered under a name (`@PolicyConfig.register_subclass("diffusion")`); its config.json
-carries that name as `type`, and the command line selects it with `--policy.type=diffusion`.
-"""
+"""The configuration every policy shares. A policy type is a dataclass registered under a name
+(`@PolicyConfig.register_subclass("diffusion")`), saved as config.json's `type` and chosen by `--policy.type`."""
 
 import dataclasses
 import json
@@ -46,10 +43,9 @@ class PolicyConfig(draccus.ChoiceRegistry):
     LeRobot's; `--policy.path=...` sets it and takes its config as the base)"""
     device: str | None = None  # torch device to train on (cpu, cuda, mps); default: what accelerate chooses
 
-    # Fields a saved policy's config.json may change after training: they steer acting or training, not what the
-    # weights mean (every other field must match the config recorded in model.safetensors; see Policy.from_pretrained).
     window_fields: ClassVar[tuple[str, ...]] = ("n_action_steps",)  # the fields that set the training window
     retired_fields: ClassVar[frozenset[str]] = frozenset()  # fields of older configs, ignored when loading
+    # Fields a saved config.json may change after training: they steer acting or training, not what the weights mean.
     acting_fields: ClassVar[frozenset[str]] = frozenset(
         {
             "n_action_steps",
@@ -74,10 +70,8 @@ class PolicyConfig(draccus.ChoiceRegistry):
 
     @property
     def type(self) -> str:
-        """The registered name of this policy type, saved as `type` in config.json."""
         return self.get_choice_name(type(self))
 
-    # --- features ---------------------------------------------------------------------------------------------
     @property
     def image_features(self) -> dict[str, PolicyFeature]:
         return {k: f for k, f in self.input_features.items() if f.type == FeatureType.IMAGE}
@@ -95,8 +89,7 @@ class PolicyConfig(draccus.ChoiceRegistry):
         return self.output_features[ACTION]
 
     def validate_features(self) -> None:
-        """Raises ConfigFieldError naming what is missing when the features cannot drive this policy (and the fields,
-        where a field is the fix). Subclasses extend it."""
+        """ConfigFieldError naming what is wrong when the features cannot drive this policy. Subclasses extend it."""
         if not self.input_features:
             raise ConfigFieldError(
                 self, "the policy config has no input features: set them, or build the config from a dataset"
@@ -130,7 +123,6 @@ class PolicyConfig(draccus.ChoiceRegistry):
         """The feature's normalization mode: its key's entry in normalization_mapping, else its type's, else identity."""
         return feature_norm_mode(self.normalization_mapping, key, feature)
 
-    # --- dataset windows ----------------------------------------------------------------------------------------
     @property
     def observation_delta_indices(self) -> list[int]:
         """Frame offsets (relative to the current frame) of the observations one training sample needs."""
@@ -138,7 +130,7 @@ class PolicyConfig(draccus.ChoiceRegistry):
 
     @property
     def action_delta_indices(self) -> list[int]:
-        """Frame offsets of the actions one training sample needs. Subclasses with a longer horizon override it."""
+        """Frame offsets of the actions one training sample needs."""
         return list(range(self.n_action_steps))
 
     @property
@@ -148,13 +140,12 @@ class PolicyConfig(draccus.ChoiceRegistry):
 
     @property
     def drop_n_last_frames(self) -> int:
-        """Frames at the end of each episode that never start a training sample: a sample's action window may run
-        past the episode's end by at most n_action_steps - 1 padded steps (Diffusion Policy's PushT setup: 7)."""
+        """Frames at each episode's end that start no training sample: an action window may run past the end by at
+        most n_action_steps - 1 padded steps."""
         return max(0, max(self.action_delta_indices) - (self.n_action_steps - 1))
 
     def check_window_fits(self, episode_lengths: Sequence[int]) -> None:
-        """ValueError naming the fields that set the training window (as --policy.* flags) when no episode is long
-        enough for it: offsets past the longest episode, or every frame dropped as a sample start."""
+        """ValueError naming the training window's flags when no episode is long enough for it."""
         longest = max(int(n) for n in episode_lengths)
         offsets = [*self.observation_delta_indices, *self.action_delta_indices, *(self.reward_delta_indices or [])]
         reach = max(abs(i) for i in offsets)
@@ -176,7 +167,6 @@ class PolicyConfig(draccus.ChoiceRegistry):
             windows[REWARD] = [i / fps for i in self.reward_delta_indices]
         return windows
 
-    # --- (de)serialization ------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict with `type` first; enums become their values and tuples lists."""
         encoded = json.loads(json.dumps(draccus.encode(self), default=_json_default))
@@ -184,24 +174,23 @@ class PolicyConfig(draccus.ChoiceRegistry):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PolicyConfig":
-        """Builds the registered config class named by data["type"] (nested dataclasses and tuples restored)."""
+        """The registered config class named by data["type"], built from `data`; ValueError naming what is wrong."""
         if not isinstance(data, dict):
             raise ValueError(f"a policy config is a JSON object with a 'type' field, got a {type(data).__name__}")
         data = dict(data)
         type_name = data.pop("type", None)
-        if type_name is not None and not isinstance(type_name, str):
+        known = ", ".join(known_policy_types())
+        if type_name is None:
+            raise ValueError(f"a policy config needs a 'type' field; known types: {known}")
+        if not isinstance(type_name, str):
             raise ValueError(
                 f"'type' must be a policy type name (a string such as 'diffusion'), got {json.dumps(type_name)}; "
-                f"known types: {', '.join(known_policy_types())}"
+                f"known types: {known}"
             )
-        if type_name is None:
-            raise ValueError(f"a policy config needs a 'type' field; known types: {', '.join(known_policy_types())}")
         try:
             config_class = PolicyConfig.get_choice_class(type_name)
         except (KeyError, ValueError):
-            raise ValueError(
-                f"unknown policy type {type_name!r}; known types: {', '.join(known_policy_types())}"
-            ) from None
+            raise ValueError(f"unknown policy type {type_name!r}; known types: {known}") from None
         if not issubclass(config_class, cls):
             raise ValueError(f"config type {type_name!r} ({config_class.__name__}) is not a {cls.__name__}")
         data = {name: value for name, value in data.items() if name not in config_class.retired_fields}
@@ -222,8 +211,7 @@ class PolicyConfig(draccus.ChoiceRegistry):
 
 
 def feature_norm_mode(mapping: dict[str, NormMode], key: str | None, feature: PolicyFeature) -> NormMode:
-    """A feature's normalization mode under `mapping` (feature key or feature type -> mode): key, then type, then
-    identity."""
+    """A feature's mode under `mapping` (feature key or type -> mode): its key's, else its type's, else identity."""
     if key is not None and key in mapping:
         return NormMode(mapping[key])
     return NormMode(mapping.get(feature.type.value, NormMode.IDENTITY))

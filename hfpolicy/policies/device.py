@@ -1,5 +1,4 @@
-"""The torch device a policy runs on, as `--policy.device` names it (eval and train alike): checked against what
-torch finds on this machine, so that asking for a GPU that is not there is one clear line, not a torch traceback."""
+"""The torch device a policy runs on (`--policy.device`), checked against what torch finds on this machine."""
 
 import torch
 
@@ -20,8 +19,8 @@ def check_device(device: str) -> str:
 
 
 def accelerator_device_options(device: str | None) -> dict[str, bool]:
-    """The `Accelerator(...)` options that put training on `device` (None: accelerate's choice). accelerate gives
-    each process its GPU by local rank, so an index (cuda:1) is refused: CUDA_VISIBLE_DEVICES picks GPUs."""
+    """The `Accelerator(...)` options that put training on `device` (None: accelerate's choice); an index (cuda:1) is
+    refused, as accelerate gives each process its GPU by local rank."""
     if device is None:
         return {}
     kind = torch.device(check_device(device)).type

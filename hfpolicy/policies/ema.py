@@ -1,26 +1,8 @@
-"""Exponential moving average (EMA) of a model's weights, kept beside the model.
-
-Diffusion Policy evaluates and ships the EMA weights, not the raw ones. The EMA is a plain object, not a submodule, so
-the model's state_dict, DDP's gradient buckets and `save_pretrained` are unaffected until the EMA weights are swapped in:
-
-    ema = EMA(policy, power=config.ema_power, max_decay=config.ema_max_decay)
-    for batch in loader:
-        loss = policy(batch)["loss"]; loss.backward(); optimizer.step(); optimizer.zero_grad()
-        ema.step(policy)                       # after every optimizer step
-    with ema.applied_to(policy):               # EMA weights inside the block, the trained ones restored after it
-        evaluate(policy, ...); policy.save_pretrained(output_dir)
-
-The decay of the n-th update (n = 0, 1, 2, ...) is `min(max_decay, 1 - (1 + n) ** -power)`: 0 at the first update (the
-average starts as a copy of the weights), 0.405 at the second, 0.999 after ~10k updates and max_decay 0.9999 after
-~215k with power 0.75. This is the warmup of diffusers' EMAModel (use_ema_warmup=True, inv_gamma=1) and of the
-Diffusion Policy paper. Trainable floating-point parameters are averaged; buffers and frozen parameters are copied.
-
-Why not diffusers' EMAModel, which computes the same average (tests/policies/diffusion/test_ema.py checks they agree):
-it is slower (bench/ema_step.py; docs/speed.md#the-ema-update), because EMAModel.step first materializes
-`shadow - weights` for every parameter (`_foreach_sub`) and then subtracts it, where `_foreach_lerp_` updates in place
-in one pass. Keeping the average by name also lets checkpoints store it as named safetensors and swap
-buffers together with the weights.
-"""
+"""Exponential moving average (EMA) of a model's weights, kept beside the model (not a submodule, so the model's state
+dict, DDP and `save_pretrained` see the trained weights until `applied_to` swaps the average in). The n-th update's
+decay is min(max_decay, 1 - (1 + n) ** -power), the Diffusion Policy paper's warmup (diffusers' EMAModel with
+use_ema_warmup=True, inv_gamma=1); trainable float parameters are averaged, the rest copied. Faster than EMAModel:
+docs/speed.md#the-ema-update."""
 
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,11 +13,6 @@ from accelerate.utils import extract_model_from_parallel
 from torch import Tensor, nn
 
 
-def unwrap_model(model: nn.Module) -> nn.Module:
-    """The module inside DistributedDataParallel / DataParallel / torch.compile wrappers (accelerate's unwrapping)."""
-    return extract_model_from_parallel(model, keep_torch_compile=False)
-
-
 class EMA:
     """An exponential moving average of a model's state, updated with `step(model)` after each optimizer step."""
 
@@ -44,7 +21,7 @@ class EMA:
             raise ValueError(f"EMA power must be > 0, got {power}")
         if not 0.0 <= max_decay < 1.0:
             raise ValueError(f"EMA max_decay must be in [0, 1), got {max_decay}")
-        model = unwrap_model(model)
+        model = extract_model_from_parallel(model, keep_torch_compile=False)
         self.power = power
         self.max_decay = max_decay
         self.num_updates = 0  # updates done so far; the next one uses decay_at(num_updates)
@@ -61,12 +38,11 @@ class EMA:
 
     @property
     def decay(self) -> float:
-        """The decay the next `step` will use."""
         return self.decay_at(self.num_updates)
 
     @torch.no_grad()
     def step(self, model: nn.Module) -> None:
-        """shadow = decay * shadow + (1 - decay) * weights for trainable parameters; other entries are copied."""
+        """shadow = decay * shadow + (1 - decay) * weights; entries that are not averaged are copied."""
         state = self._model_state(model)
         weight = 1.0 - self.decay
         torch._foreach_lerp_([self.shadow[n] for n in self._averaged], [state[n] for n in self._averaged], weight)
@@ -76,7 +52,7 @@ class EMA:
 
     @torch.no_grad()
     def copy_to(self, model: nn.Module) -> None:
-        """Overwrites the model's weights with the EMA weights (for good; see `applied_to` for a temporary swap)."""
+        """Overwrites the model's weights with the EMA weights for good (`applied_to`: only within a block)."""
         state = self._model_state(model)
         for name, value in self.shadow.items():
             state[name].copy_(value)
@@ -95,13 +71,12 @@ class EMA:
                     state[name].copy_(value)
 
     def to(self, device: torch.device | str) -> "EMA":
-        """Moves the EMA weights (e.g. to the model's device after `EMA(...)` was built on another one)."""
+        """Moves the EMA weights to `device`."""
         self.shadow = {name: t.to(device) for name, t in self.shadow.items()}
         return self
 
-    # --- checkpointing (exact resume) --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume exactly: the update count, the settings and the averaged weights."""
+        """Everything needed to resume exactly."""
         return {
             "num_updates": self.num_updates,
             "power": self.power,
@@ -131,7 +106,7 @@ class EMA:
         self.num_updates = int(state["num_updates"])
 
     def _model_state(self, model: nn.Module) -> dict[str, Tensor]:
-        state = unwrap_model(model).state_dict(keep_vars=True)
+        state = extract_model_from_parallel(model, keep_torch_compile=False).state_dict(keep_vars=True)
         if state.keys() != self.shadow.keys():
             raise ValueError(
                 "this model's state does not match the one the EMA was built from "

@@ -1,4 +1,4 @@
-"""The errors of policies: one that cannot be loaded (or converted), pushed, or used before it has dataset stats."""
+"""The errors of policies."""
 
 
 class PolicyLoadError(RuntimeError):

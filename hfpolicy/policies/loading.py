@@ -1,6 +1,5 @@
-"""Loading a saved policy: a local directory (or a training run's folder) or a Hub repo id resolved to its files,
-which hfpolicy.policies.checkpoint_files reads and checks, and the dispatch between hfpolicy's own layout and a LeRobot
-checkpoint (hfpolicy.policies.lerobot_format). `Policy.from_pretrained` calls `load_policy` with its class."""
+"""Loading a saved policy (`Policy.from_pretrained`): a local directory, a training run's folder or a Hub repo id,
+in hfpolicy's layout (checkpoint_files) or LeRobot's (lerobot_format)."""
 
 import sys
 from pathlib import Path
@@ -36,9 +35,7 @@ def load_policy(
     config_overrides: dict[str, Any] | None = None,
     **hub_options: Any,
 ) -> Any:
-    """The policy saved at `source` (see `Policy.from_pretrained`), of class `cls` (Policy or a subclass) or a
-    subclass of it; `hub_options` (revision, force_download, token, cache_dir, local_files_only) go to
-    hf_hub_download."""
+    """The policy saved at `source`, of class `cls` or a subclass of it; `hub_options` go to hf_hub_download."""
     source = saved_policy_folder(source)
 
     def resolve(filename: str) -> Path:
@@ -83,9 +80,8 @@ RUN_CHECKPOINT_POLICY = (CHECKPOINTS_DIR, LAST_LINK, PRETRAINED_DIR)
 
 
 def saved_policy_folder(source: str | Path, say: bool = True) -> str | Path:
-    """`source`, or, when it is a training run's folder (or one of its checkpoints) rather than a saved policy, the
-    policy of its last checkpoint, saying so on stderr (unless not `say`: fine-tuning names it in its first line);
-    PolicyLoadError for a run without a checkpoint yet."""
+    """`source`, or, for a training run's folder (or one of its checkpoints), the policy of its last checkpoint,
+    saying so on stderr if `say`; PolicyLoadError for a run without a checkpoint yet."""
     local = Path(source)
     if not local.is_dir() or (local / CONFIG_FILE).is_file():
         return source
@@ -95,9 +91,11 @@ def saved_policy_folder(source: str | Path, say: bool = True) -> str | Path:
         local / PRETRAINED_DIR,
     ]
     found = next((path for path in candidates if (path / CONFIG_FILE).is_file()), None)
-    if found is not None and say:
-        print(f"{source} is a training run's folder: loading its last checkpoint's policy, {found}", file=sys.stderr)
     if found is not None:
+        if say:
+            print(
+                f"{source} is a training run's folder: loading its last checkpoint's policy, {found}", file=sys.stderr
+            )
         return found
     if (local / TRAIN_CONFIG_FILE).is_file() or (local / CHECKPOINTS_DIR).is_dir():
         raise PolicyLoadError(
@@ -154,8 +152,7 @@ def resolve_file(
 
 
 def check_file_name(filename: Any, source: str | Path) -> None:
-    """Refuses a file name, as a checkpoint's JSON gives it, that is not a plain name inside the checkpoint (an
-    absolute path, `..`, a folder): a policy's files are read from its own folder or repo, never from elsewhere."""
+    """Refuses a file name from a checkpoint's JSON that is not a plain name inside the checkpoint's own folder."""
     parts = Path(filename).parts if isinstance(filename, str) else ()
     if not parts or Path(filename).is_absolute() or ".." in parts or len(parts) != 1:
         raise PolicyLoadError(

@@ -1,6 +1,5 @@
-"""PolicyModule: what the modules below hfpolicy.policies.base (the registry, loading, the checkpoint files, the
-LeRobot format) know of a policy: an nn.Module built from a registered PolicyConfig, with its normalization stats and a
-strict load of saved weights. `Policy` (hfpolicy.policies.base) derives from it and adds everything else."""
+"""PolicyModule: what the modules below hfpolicy.policies.base (registry, loading, checkpoint files, LeRobot format)
+know of a policy. `Policy` derives from it."""
 
 from dataclasses import dataclass
 from typing import ClassVar
@@ -21,8 +20,7 @@ class WeightsOrigin:
 
 
 class PolicyModule(nn.Module):
-    """A policy as the modules below `Policy` see it: `config_class`, `config`, `normalizer` and `load_strict`;
-    `weights_origin` is saved with the weights and read back with them (a training sets it at each checkpoint)."""
+    """A policy's config, normalizer and strict weight loading; `weights_origin` is saved and loaded with the weights."""
 
     config_class: ClassVar[type[PolicyConfig]] = PolicyConfig
     config: PolicyConfig

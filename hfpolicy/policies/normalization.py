@@ -1,8 +1,5 @@
-"""Per-feature normalization with dataset stats kept as buffers, so they travel inside model.safetensors.
-
-A policy built without stats holds NaN buffers; normalizing with them raises `MissingStatsError` instead of silently
-passing data through unchanged or producing inf.
-"""
+"""Per-feature normalization with dataset stats kept as buffers, so they travel inside model.safetensors. A policy
+built without stats holds NaN buffers; normalizing with them raises `MissingStatsError`."""
 
 from collections.abc import Iterator, Mapping
 from typing import cast
@@ -26,9 +23,9 @@ def stats_shape(feature: PolicyFeature) -> tuple[int, ...]:
 
 
 class FeatureStats(nn.Module):
-    """The two statistics one feature's normalization mode needs, as buffers (NaN until set)."""
+    """The two statistics (STAT_NAMES[mode]) one feature's normalization needs, as buffers (NaN until set)."""
 
-    mean: Tensor  # the buffers of STAT_NAMES[mode] (two of the four)
+    mean: Tensor
     std: Tensor
     min: Tensor
     max: Tensor
@@ -106,7 +103,7 @@ class Normalizer(nn.Module):
         self._stats_checked = True
 
     def normalize(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        """A new dict with the configured features normalized; other entries (padding masks, indices) are kept."""
+        """A new dict with the configured features normalized; other entries are kept."""
         self.check()
         out = dict(batch)
         for module in self.feature_stats():
@@ -122,7 +119,6 @@ class Normalizer(nn.Module):
         return cast(FeatureStats, self.stats[name]).unnormalize(x)
 
     def feature_stats(self) -> Iterator[FeatureStats]:
-        """The modules of `self.stats` (a ModuleDict, typed as holding any Module)."""
         return (cast(FeatureStats, module) for module in self.stats.values())
 
     def _load_from_state_dict(self, *args, **kwargs):
@@ -131,5 +127,5 @@ class Normalizer(nn.Module):
 
 
 def _module_name(key: str) -> str:
-    """nn.Module names cannot contain dots: "observation.image" -> "observation_image"."""
+    """Module names cannot contain dots: "observation.image" -> "observation_image"."""
     return key.replace(".", "_")

@@ -1,7 +1,5 @@
-"""The policy registry: which Policy class a config type builds, and `make_policy`. A Policy subclass registers itself
-when it is defined (hfpolicy.policies.base calls `register_policy_class`); a type not defined yet is imported from
-`hfpolicy.policies.<type>.modeling` on first use. The registry knows classes only by what they register, so it sits
-below the base class."""
+"""The policy registry: which Policy class a config type builds. A Policy subclass registers itself when defined; a
+type not defined yet is imported from `hfpolicy.policies.<type>.modeling` on first use."""
 
 import importlib
 from typing import Any
@@ -14,7 +12,6 @@ _POLICY_CLASSES: dict[str, type[PolicyModule]] = {}  # config type name -> its P
 
 
 def register_policy_class(policy_class: type[PolicyModule]) -> None:
-    """Called for every Policy subclass with its own config class."""
     config_class = policy_class.config_class
     _POLICY_CLASSES[config_class.get_choice_name(config_class)] = policy_class
 
@@ -35,5 +32,4 @@ def get_policy_class(type_name: str) -> type[PolicyModule]:
 
 
 def make_policy(config: PolicyConfig, dataset_stats: dict[str, dict[str, Any]] | None = None) -> Any:
-    """Builds the Policy registered for `config.type`."""
     return get_policy_class(config.type)(config, dataset_stats=dataset_stats)

@@ -1,9 +1,5 @@
-"""ACT, the Action Chunking Transformer (Zhao et al., 2023): `ACTConfig` (registered as policy type "act") and
-`ACTPolicy`.
-
-The model is imported lazily (`from hfpolicy.policies.act import ACTPolicy` works) so that importing the config, which
-the command line needs, does not load torchvision.
-"""
+"""ACT, the Action Chunking Transformer (Zhao et al., 2023): `ACTConfig` (policy type "act") and `ACTPolicy`, imported
+lazily so that the command line loads the config alone."""
 
 from hfpolicy.policies.act.configuration import ACTConfig
 

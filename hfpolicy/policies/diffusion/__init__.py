@@ -1,8 +1,5 @@
-"""Diffusion Policy (Chi et al., 2023): `DiffusionConfig` (registered as policy type "diffusion") and `DiffusionPolicy`.
-
-The model is imported lazily (`from hfpolicy.policies.diffusion import DiffusionPolicy` works) so that importing the
-config, which the command line needs, does not load torchvision and diffusers.
-"""
+"""Diffusion Policy (Chi et al., 2023): `DiffusionConfig` (policy type "diffusion") and `DiffusionPolicy`, imported
+lazily so that the command line loads the config alone."""
 
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
 
