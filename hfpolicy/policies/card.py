@@ -1,20 +1,7 @@
-"""A policy's model card and the files that go with it to the Hub (`PolicyArtifacts`), staged in one folder.
-
-This is the policies' side of publishing: it needs a policy and huggingface_hub's ModelCard, nothing of training,
-evaluation or the run folder (those build a `PolicyArtifacts` and hand it to `Policy.push_to_hub`). It takes the
-policy it is given (a `Policy`, whose `push_to_hub` and `save_pretrained` call it) and never imports the base class,
-which imports it. A pushed policy repository holds:
-
-    config.json, model.safetensors   the policy (Policy.from_pretrained reads only these two)
-    README.md                        model card: YAML (library, tags, dataset, model-index eval results) + metrics,
-                                     the replay video, how to use it and the command that trained it
-    train_config.json                the full training config, when the policy was trained with hfpolicy.training
-    eval_info.json                   aggregate and per-episode eval results
-    replay.mp4                       the first eval episode (the Hub shows it on robotics model pages)
-    eval/episode_<i>.mp4             every filmed eval episode
-    eval.html                        the evaluation's page (hfpolicy view: per-episode table, videos, reward curves)
-    training_curve.png               loss (and eval success) over training steps
-"""
+"""A policy's model card and the files that go with it to the Hub (`PolicyArtifacts`), staged in one folder: config.json
+and model.safetensors, README.md (the card), train_config.json, eval_info.json, replay.mp4 (the first eval episode),
+eval/episode_<i>.mp4, eval.html (hfpolicy view's page) and training_curve.png. Training and evaluation build the
+`PolicyArtifacts` and hand them to `Policy.push_to_hub`."""
 
 import json
 import shutil
@@ -75,81 +62,7 @@ LEROBOT_CLASSES = {  # policy type -> (LeRobot module, class) that loads an expo
     "tdmpc": ("lerobot.policies.tdmpc.modeling_tdmpc", "TDMPCPolicy"),
 }
 
-CARD_TEMPLATE = """---
-{{ card_data }}
----
-
-# {{ repo_id }}
-
-A **{{ policy_name }}** policy for **{{ env_name }}**, trained with [hfpolicy](https://github.com/hfpolicy/hfpolicy){% if dataset_repo_ids %} on {% for d in dataset_repo_ids %}[{{ d }}](https://huggingface.co/datasets/{{ d }}){{ ", " if not loop.last }}{% endfor %}{% elif local_dataset %} on a local dataset: {{ local_dataset }}{% endif %}.
-{% if finetuned_from %}Fine-tuned from `{{ finetuned_from }}` (its weights and normalization stats were the start).
-{% endif %}{% if recipe %}Recipe: `{{ recipe }}`{% if recipe_reason %} ({{ recipe_reason }}){% endif %}.
-{% endif %}{% if online %}Online training: {{ online }}.
-{% endif %}It reads {{ inputs }} and outputs `action` {{ action_shape }}.
-{% if provenance %}
-**Provenance:** {{ provenance }}
-{% endif %}
-{% if metrics_table %}## Evaluation
-
-{{ metrics_table }}
-
-{% if video_url %}<video src="{{ video_url }}" controls autoplay loop muted width="384"></video>
-
-{% endif %}Per-episode results are in [eval_info.json](eval_info.json){% if n_videos %}; {{ n_videos }} filmed episodes are in [eval/](eval/){% endif %}.
-{% if has_eval_page %}Look at every episode (table, videos, reward curves) in [eval.html](eval.html): one offline page with its videos inside; download it and open it in a browser.
-{% endif %}
-{% endif %}## Use
-{% if lerobot_class %}
-With [LeRobot](https://github.com/huggingface/lerobot) {{ lerobot_version }} (this folder is in its checkpoint layout):
-
-```python
-from {{ lerobot_module }} import {{ lerobot_class }}
-from lerobot.processor import PolicyProcessorPipeline
-from lerobot.processor.converters import policy_action_to_transition, transition_to_policy_action
-
-policy = {{ lerobot_class }}.from_pretrained("{{ repo_id }}")
-preprocess = PolicyProcessorPipeline.from_pretrained("{{ repo_id }}", config_filename="policy_preprocessor.json")
-postprocess = PolicyProcessorPipeline.from_pretrained(
-    "{{ repo_id }}", config_filename="policy_postprocessor.json",
-    to_transition=policy_action_to_transition, to_output=transition_to_policy_action,
-)
-policy.reset()                                                # at every episode start
-action = postprocess(policy.select_action(preprocess(batch)))  # batch: {{ inputs }}
-```
-
-With hfpolicy, which reads LeRobot's layout as it is:
-{% endif %}
-```python
-from hfpolicy.policies import Policy
-
-policy = Policy.from_pretrained("{{ repo_id }}")
-policy.reset()                           # at every episode start
-action = policy.select_action(batch)     # batch: {{ inputs }}, each with a batch dim
-```
-
-Evaluate it in simulation:
-
-```bash
-hfpolicy eval --policy.path={{ repo_id }} --env.type={{ env_type }} --eval.n_episodes=50 --eval.batch_size=50
-```
-{% if train_command %}
-## Training
-
-Reproduce the training from this repository alone: its [train_config.json](train_config.json) holds every setting (the output folder left to choose){% if local_dataset and not scripted %}; the dataset is the local folder {{ local_dataset }}, which must exist where it runs{% endif %}.
-
-```bash
-hf download {{ repo_id }} train_config.json --local-dir={{ config_dir }}
-hfpolicy train --config_path={{ config_dir }}/train_config.json
-```
-
-The command that trained it:
-
-```bash
-{{ train_command }}
-```
-{% if has_curve %}
-![training curve](training_curve.png)
-{% endif %}{% endif %}"""
+CARD_TEMPLATE = (Path(__file__).parent / "model_card.md").read_text()  # Jinja, filled by make_model_card
 
 
 def make_model_card(
@@ -161,14 +74,9 @@ def make_model_card(
     provenance: str | None = None,
     library_name: str = "hfpolicy",
 ) -> ModelCard:
-    """The model card: YAML metadata (with model-index eval results when `artifacts` has eval_info) and a body with
-    the metrics table, the replay video, usage and the training command. With a train_config the card also says what
-    the run trained on when that was local data, and which recipe chose its settings; a fine-tuned policy says what
-    it started from.
-
-    `provenance` says where the weights came from; by default a policy converted from another library's checkpoint
-    (`config.converted_from`) says so. `library_name` is the Hub library: "lerobot" (an export in LeRobot's layout)
-    shows LeRobot's way to load it beside hfpolicy's."""
+    """The model card: YAML metadata (with eval results) and a body with the metrics, the replay video, usage, what the
+    run trained on and the training command. `provenance` defaults to `config.converted_from`; `library_name`
+    "lerobot" (an export in LeRobot's layout) also shows LeRobot's way to load it."""
     artifacts = artifacts or PolicyArtifacts()
     info = artifacts.eval_info_dict()
     eval_summary = info["aggregated"] if info is not None else None
@@ -218,7 +126,7 @@ def card_metadata(
     license: str,
     library_name: str,
 ) -> ModelCardData:
-    """The card's YAML: library, licence, tags, the dataset trained on, and the eval results as model-index."""
+    """The card's YAML: library, licence, tags, datasets, and the eval results as model-index."""
     env_type = artifacts.env_type or "pusht"
     env_name = ENV_NAMES.get(env_type, env_type)
     tags = ["robotics", "hfpolicy", POLICY_TAGS.get(config.type, config.type), env_type]
@@ -260,9 +168,8 @@ def _local_dataset(dataset_cfg: dict[str, Any]) -> str | None:
 
 
 def portable_train_config(train_config: dict[str, Any]) -> dict[str, Any]:
-    """train_config.json as it travels with the model: `hfpolicy train --config_path=` runs it anywhere. The run's
-    own folder, its resume and its push target are left out (a new run chooses them), and so is the folder of a
-    scripted recording (recorded again on the machine that runs it)."""
+    """train_config.json as it travels with the model, for `hfpolicy train --config_path=` anywhere: without the run's
+    folder, resume, push targets and the folder of a scripted recording."""
     portable = json.loads(json.dumps(train_config))
     portable.update(output_dir=None, resume=False)
     portable["hub"] = {**(portable.get("hub") or {}), "repo_id": None, "online_data_repo_id": None}
@@ -318,8 +225,7 @@ def _metrics_table(summary: dict[str, Any]) -> str:
 
 
 def stage_policy_repo(policy: Any, folder: str | Path, repo_id: str, artifacts: PolicyArtifacts | None = None) -> Path:
-    """Writes the whole repository (see the module docstring) into `folder`, the model card once; returns it.
-    Missing videos or a malformed eval_info fail here, before anything is uploaded."""
+    """Writes the whole repository into `folder` and returns it; missing videos or a malformed eval_info fail here."""
     folder, artifacts = Path(folder), artifacts or PolicyArtifacts()
     videos = [Path(video) for video in artifacts.videos]
     missing = [str(video) for video in videos if not video.is_file()]
@@ -356,8 +262,7 @@ def upload_policy_repo(
     branch: str | None = None,
     commit_message: str = "Upload policy with hfpolicy",
 ) -> str:
-    """Stages the policy's repository (`stage_policy_repo`: a missing video fails before anything is created), then
-    creates the repo (and branch) and uploads it in one commit; returns the commit URL."""
+    """Stages the policy's repository, creates the repo (and branch) and uploads it in one commit; returns its URL."""
     api = HfApi(token=token)
     with tempfile.TemporaryDirectory(prefix="hfpolicy-push-") as tmp:
         folder = stage_policy_repo(policy, Path(tmp), repo_id, artifacts)
@@ -377,7 +282,6 @@ def upload_policy_repo(
 
 
 def _dataset_names(repo_id: str | None) -> list[str]:
-    """'user/a', or '[user/a,user/b]' (a run on several datasets; train_config.json holds the flag's list as
-    "['user/a', 'user/b']") -> the Hub repo ids."""
+    """'user/a', '[user/a,user/b]' or "['user/a', 'user/b']" (a run on several datasets) -> the Hub repo ids."""
     parts = (part.strip().strip("'\"") for part in (repo_id or "").strip().strip("[]").split(","))
     return [part for part in parts if part]

@@ -1,11 +1,5 @@
-"""Configuration of ACT, the Action Chunking Transformer (Zhao et al., 2023, "Learning Fine-Grained Bimanual
-Manipulation with Low-Cost Hardware"). The defaults are the paper's (and LeRobot's): chunks of 100 actions, a 512-wide
-transformer with 4 encoder layers and 1 decoder layer, a 32-dim CVAE latent with KL weight 10, learning rate 1e-5.
-
-Inputs: images (`observation.image` or several `observation.images.*` cameras), `observation.state` (the robot's
-proprioception, also fed to the CVAE encoder) and `observation.environment_state`; at least one image or the
-environment state is required.
-"""
+"""Configuration of ACT (Zhao et al., 2023) with the paper's (and LeRobot's) defaults. Inputs: images, `observation.state`
+and `observation.environment_state`; at least one image or the environment state."""
 
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -137,13 +131,11 @@ class ACTConfig(PolicyConfig):
                     f"image feature {key!r} has {feature.shape[0]} channels; the ResNet backbone needs RGB (3)"
                 )
 
-    # --- dataset windows --------------------------------------------------------------------------------------------
     @property
     def action_delta_indices(self) -> list[int]:
-        """A training sample's actions: the current step and the chunk_size - 1 after it."""
         return list(range(self.chunk_size))
 
     @property
     def drop_n_last_frames(self) -> int:
-        """Every frame starts a training sample (actions past an episode's end are padding, masked in the loss)."""
+        """Every frame starts a training sample (actions past an episode's end are masked in the loss)."""
         return 0

@@ -1,14 +1,6 @@
-"""ACT to and from LeRobot (0.4 to 0.6 field names and weight layout): the four functions that
-`hfpolicy.policies.lerobot_format` calls (see its docstring).
-
-The networks compute the same functions; what differs:
-- module names: LeRobot keeps the network under `model.` (`model.encoder_robot_state_input_proj` is hfpolicy's
-  `state_proj`, `model.vae_encoder` is `cvae.encoder`, a decoder layer's `multihead_attn` / `linear1` / `norm2` are
-  `cross_attn` / `ff_in` / `norm_cross_attn`, ...);
-- the CVAE's fixed sinusoidal positions, which LeRobot saves as `model.vae_encoder_pos_enc`, are recomputed by
-  hfpolicy (a non-persistent buffer); on loading they are checked against hfpolicy's table.
-The normalization stats (LeRobot's processor files) are lerobot_format's.
-"""
+"""ACT to and from LeRobot (0.4 to 0.6): the four functions of `hfpolicy.policies.lerobot_format`. The networks are the
+same; module names differ (LeRobot's `model.encoder_robot_state_input_proj` is `state_proj`, ...), and the CVAE's
+fixed positions LeRobot saves (`model.vae_encoder_pos_enc`) are recomputed by hfpolicy, checked on loading."""
 
 import re
 from typing import Any
@@ -134,10 +126,8 @@ def _rename_to_lerobot(name: str) -> str:
 
 
 def state_dict_from_lerobot(state_dict: dict[str, Tensor], config: ACTConfig) -> dict[str, Tensor]:
-    """LeRobot ACT weights (model.safetensors) renamed to hfpolicy's ACTPolicy names (without normalization stats).
-
-    Raises LeRobotConversionError naming the keys that are not ACT weights, and when the saved CVAE positions differ
-    from the ones hfpolicy computes (which would mean different actions)."""
+    """LeRobot ACT weights renamed to ACTPolicy's; LeRobotConversionError naming keys that are not ACT weights, or
+    when the saved CVAE positions differ from hfpolicy's."""
     renamed, unknown = {}, []
     for name, value in state_dict.items():
         if name == VAE_POSITIONS_KEY:
@@ -160,8 +150,7 @@ def state_dict_from_lerobot(state_dict: dict[str, Tensor], config: ACTConfig) ->
 
 
 def state_dict_to_lerobot(state_dict: dict[str, Tensor], config: ACTConfig) -> dict[str, Tensor]:
-    """hfpolicy ACTPolicy weights (normalization stats excluded by the caller) under LeRobot ACT's names, with the CVAE
-    positions LeRobot saves."""
+    """ACTPolicy weights under LeRobot ACT's names, with the CVAE positions LeRobot saves."""
     converted = {_rename_to_lerobot(name): value for name, value in state_dict.items()}
     if config.use_vae:
         n_tokens = 1 + int(any(k.startswith("cvae.state_proj.") for k in state_dict)) + config.chunk_size

@@ -1,20 +1,7 @@
-"""ACT, the Action Chunking Transformer (Zhao et al., 2023): a conditional VAE whose decoder is a transformer.
-
-    acting (the latent is zero, its prior mean):
-      tokens: [latent, observation.state, observation.environment_state, camera 1 feature map cells, camera 2 ...]
-        latent / state vectors -> linear -> dim_model; learned 1D positions
-        images -> ResNet trunk (frozen batch norm, up to layer4) -> 1x1 conv -> dim_model; 2D sinusoidal positions
-      transformer encoder over the tokens (positions added to queries and keys at every layer)
-      transformer decoder: chunk_size learned queries cross-attend to the encoder output -> linear -> actions
-
-    training adds the CVAE encoder: a transformer over [CLS, observation.state, the chunk of actions] (fixed 1D
-    sinusoidal positions, padded actions masked out) whose CLS output gives the latent's mean and log-variance;
-    the latent is sampled with the reparametrization trick. Loss: L1 on the unpadded actions + kl_weight * KL.
-
-Everything here sees normalized data; the base class normalizes inputs and unnormalizes the actions. The layer layout
-(and with it the numerics) is LeRobot's ACT's, so LeRobot checkpoints load with identical actions
-(`hfpolicy.policies.act.lerobot` maps the weight names).
-"""
+"""ACT, the Action Chunking Transformer (Zhao et al., 2023): a conditional VAE whose decoder is a transformer. A
+transformer encoder reads [latent, states, camera feature-map cells]; chunk_size learned queries cross-attend to it and
+become actions. Training infers the latent with a CVAE encoder over [CLS, state, actions]; acting uses the zero latent.
+The layer layout (and with it the numerics) is LeRobot's, so LeRobot checkpoints act identically."""
 
 import math
 from collections import OrderedDict
@@ -34,11 +21,8 @@ BACKBONE_PREFIX = "backbone."  # parameters of the vision backbone (their own le
 
 
 class ACTPolicy(Policy):
-    """ACT for image and/or state inputs; deterministic when acting (zero latent).
-
-    With `config.temporal_ensemble_coeff` set, `select_action` predicts a chunk at every step and executes the
-    exponentially weighted average of all predictions for the current step (`TemporalEnsembler`).
-    """
+    """ACT for image and/or state inputs; deterministic when acting. With `temporal_ensemble_coeff` set it predicts a
+    chunk at every step and executes the weighted average of all predictions for the step (`TemporalEnsembler`)."""
 
     config_class = ACTConfig
 
@@ -78,7 +62,7 @@ class ACTPolicy(Policy):
         return super().make_action_buffer()
 
     def get_optim_params(self) -> list[dict]:
-        """Two parameter groups: the vision backbone with `optimizer_lr_backbone`, everything else with the default lr."""
+        """Two parameter groups: the vision backbone with `optimizer_lr_backbone`, the rest with the default lr."""
         named = [(name, p) for name, p in self.named_parameters() if p.requires_grad]
         groups: list[dict] = [{"params": [p for name, p in named if not name.startswith(BACKBONE_PREFIX)]}]
         backbone = [p for name, p in named if name.startswith(BACKBONE_PREFIX)]
@@ -86,7 +70,6 @@ class ACTPolicy(Policy):
             groups.append({"params": backbone, "lr": self.config.optimizer_lr_backbone})
         return groups
 
-    # --- the network ----------------------------------------------------------------------------------------------
     def current_observation(self, observation: dict[str, Tensor]) -> dict[str, Tensor]:
         """The inputs without their time dim, checking shapes: (B, 1, *shape) -> (B, *shape)."""
         current = {}
@@ -124,9 +107,8 @@ class ACTPolicy(Policy):
         return self.action_head(decoded)
 
     def encode_images(self, images: list[Tensor]) -> tuple[Tensor, Tensor]:
-        """Camera images (each (B, 3, H, W)) -> tokens (B, cells, D) and their positions (1, cells, D), the cells of
-        every camera's feature map in row-major order, camera after camera. Cameras of one shape share one batched
-        backbone pass (frozen batch norm: the result does not depend on the batching)."""
+        """Camera images (each (B, 3, H, W)) -> tokens (B, cells, D) and positions (1, cells, D) of every camera's
+        feature map cells, row-major, camera after camera; cameras of one shape share one backbone pass."""
         batch_size = images[0].shape[0]
         if len({tuple(image.shape) for image in images}) == 1:
             maps = self.backbone(torch.cat(images)).split(batch_size)
@@ -138,10 +120,9 @@ class ACTPolicy(Policy):
             tokens.append(self.image_proj(feature_map).flatten(2).transpose(1, 2))
         return torch.cat(tokens, dim=1), torch.cat(positions, dim=1)
 
-    # --- training ---------------------------------------------------------------------------------------------------
     def compute_loss(self, batch: dict[str, Tensor], noise: Tensor | None = None) -> dict[str, Tensor]:
-        """L1 between predicted and true actions over the unpadded ones, plus kl_weight * KL(posterior || N(0, I)) with
-        the CVAE. `noise` (B, latent_dim) is the reparametrization noise (default: random)."""
+        """L1 over the unpadded actions, plus kl_weight * KL(posterior || N(0, I)) with the CVAE; `noise` (B,
+        latent_dim) is the reparametrization noise (default: random)."""
         observation = self.current_observation(batch)
         actions = batch[ACTION]
         expected = (self.config.chunk_size, self.config.action_feature.shape[0])
@@ -173,12 +154,10 @@ class ACTPolicy(Policy):
         kld = (-0.5 * (1 + log_var - mean.square() - log_var.exp())).sum(-1).mean()
         return {"loss": l1 + self.config.kl_weight * kld, "l1_loss": l1.detach(), "kld_loss": kld.detach()}
 
-    # --- acting -----------------------------------------------------------------------------------------------------
     def generate_actions(
         self, observation: dict[str, Tensor], generator: NoiseSource = None, noise: Tensor | None = None
     ) -> Tensor:
-        """The whole normalized chunk (B, chunk_size, A), predicted with the zero latent (the prior's mean). ACT is
-        deterministic: `generator` and `noise` are ignored."""
+        """The whole normalized chunk (B, chunk_size, A), predicted with the zero latent; noise is ignored."""
         del generator, noise
         current = self.current_observation(observation)
         reference = next(iter(current.values()))
@@ -186,7 +165,6 @@ class ACTPolicy(Policy):
         return self.predict(current, latent)
 
 
-# --- vision backbone -----------------------------------------------------------------------------------------------
 class ResNetTrunk(nn.Sequential):
     """A torchvision ResNet without its pooling and classifier: (N, 3, H, W) -> (N, C, H / 32, W / 32)."""
 
@@ -198,7 +176,7 @@ class ResNetTrunk(nn.Sequential):
 
 
 def resnet_trunk(config: ACTConfig) -> ResNetTrunk:
-    """The config's torchvision ResNet (optionally with pretrained weights) with frozen batch norm, as the paper."""
+    """The config's torchvision ResNet with frozen batch norm, as the paper."""
     resnet = torchvision.models.get_model(
         config.vision_backbone,
         weights=config.pretrained_backbone_weights,
@@ -208,10 +186,9 @@ def resnet_trunk(config: ACTConfig) -> ResNetTrunk:
     return ResNetTrunk(resnet)
 
 
-# --- positions -----------------------------------------------------------------------------------------------------
 def sinusoid_angles(positions: Tensor, dim: int) -> Tensor:
-    """(..., ) positions -> (..., dim) sinusoid features: channel j is sin (j even) or cos (j odd) of
-    position / 10000 ** (2 * (j // 2) / dim), as in "Attention Is All You Need"."""
+    """Positions (...) -> (..., dim): channel j is sin (j even) or cos (j odd) of position / 10000 ** (2 * (j // 2) /
+    dim), as in "Attention Is All You Need"."""
     j = torch.arange(dim, device=positions.device)
     angles = positions.unsqueeze(-1) / 10000 ** (2 * torch.div(j, 2, rounding_mode="floor").to(positions.dtype) / dim)
     return torch.where(j % 2 == 0, angles.sin(), angles.cos())
@@ -223,8 +200,8 @@ def sinusoidal_positions_1d(n_positions: int, dim: int) -> Tensor:
 
 
 def sinusoidal_positions_2d(size: tuple[int, int] | torch.Size, dim: int, like: Tensor) -> Tensor:
-    """(1, H * W, dim) positions of a feature map's cells (row-major): dim / 2 channels encode the row, dim / 2 the
-    column, each scaled to (0, 2 pi] (as DETR: position (i + 1) / (n + 1e-6) * 2 pi)."""
+    """(1, H * W, dim) positions of a feature map's cells (row-major): half the channels the row, half the column,
+    each scaled to (0, 2 pi] as DETR's."""
     height, width = size
     eps, two_pi = 1e-6, 2 * math.pi
     rows = torch.arange(1, height + 1, dtype=torch.float32, device=like.device) / (height + eps) * two_pi
@@ -234,7 +211,6 @@ def sinusoidal_positions_2d(size: tuple[int, int] | torch.Size, dim: int, like: 
     return torch.cat([row_features, col_features], dim=-1).reshape(1, height * width, dim).to(like.dtype)
 
 
-# --- transformer ---------------------------------------------------------------------------------------------------
 def activation_function(name: str):
     return {"relu": F.relu, "gelu": F.gelu}[name]
 
@@ -338,7 +314,6 @@ class TransformerDecoder(nn.Module):
         return self.norm(x)
 
 
-# --- CVAE encoder --------------------------------------------------------------------------------------------------
 class CVAEEncoder(nn.Module):
     """[CLS, observation.state (if an input), actions (chunk_size)] -> transformer encoder (fixed sinusoidal positions,
     padded actions masked) -> the CLS token's output -> the latent's mean and log-variance (B, latent_dim) each."""

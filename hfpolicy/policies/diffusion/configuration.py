@@ -1,7 +1,5 @@
-"""Configuration of Diffusion Policy (Chi et al., 2023, "Diffusion Policy: Visuomotor Policy Learning via Action
-Diffusion"), the CNN variant. The defaults are the paper's PushT image setup; the state-only PushT variant is the same
-config with `observation.state` + `observation.environment_state` as input features and no image.
-"""
+"""Configuration of Diffusion Policy (Chi et al., 2023), the CNN variant. The defaults are the paper's PushT image
+setup; the state-only variant has `observation.state` + `observation.environment_state` as inputs and no image."""
 
 from dataclasses import dataclass
 from typing import ClassVar
@@ -27,14 +25,10 @@ class DiffusionConfig(PolicyConfig):
     n_action_steps: int = 8  # actions executed per prediction: horizon[n_obs_steps - 1 :][:n_action_steps]
 
     # --- vision encoder ---------------------------------------------------------------------------------------------
-    vision_backbone: str = (
-        "resnet18"  # torchvision ResNet used up to its last conv stage: resnet18 / resnet34 / resnet50
-    )
+    vision_backbone: str = "resnet18"  # torchvision ResNet used up to its last conv stage: resnet18/34/50
     pretrained_backbone_weights: str | None = None  # torchvision weights name (e.g. "IMAGENET1K_V1"); None: random init
     use_group_norm: bool = True  # replace the backbone's BatchNorm by GroupNorm (16 channels per group), as the paper
-    resize_shape: tuple[int, int] | None = (
-        None  # (H, W) every image is resized to (bilinear, antialiased) before cropping
-    )
+    resize_shape: tuple[int, int] | None = None  # (H, W) every image is resized to (bilinear) before cropping
     crop_shape: tuple[int, int] | None = (84, 84)  # (H, W) crop of every (resized) image; None: use the whole image
     crop_is_random: bool = True  # random crop in training mode (center crop in eval mode); False: always center
     spatial_softmax_num_keypoints: int = 32  # keypoints of the spatial-softmax pooling; feature = 2 * keypoints
@@ -73,16 +67,9 @@ class DiffusionConfig(PolicyConfig):
     ema_power: float = 0.75  # EMA warmup power: decay = 1 - (1 + step) ** -power
     ema_max_decay: float = 0.9999  # EMA decay never exceeds this
 
+    window_fields: ClassVar[tuple[str, ...]] = ("horizon", "n_obs_steps", "n_action_steps", "drop_last_frames")
+    retired_fields: ClassVar[frozenset[str]] = frozenset({"fast_kernels"})  # now DiffusionPolicy.set_cpu_kernels
     # The sampler and its step count may change after training (e.g. DDIM with 10 steps to act faster).
-    window_fields: ClassVar[tuple[str, ...]] = (
-        "horizon",
-        "n_obs_steps",
-        "n_action_steps",
-        "drop_last_frames",
-    )  # they set the training window
-    # Older configs had `fast_kernels`; the CPU kernels are now the running policy's choice
-    # (DiffusionPolicy.set_cpu_kernels, measured per machine by default), not a property of the weights.
-    retired_fields: ClassVar[frozenset[str]] = frozenset({"fast_kernels"})
     acting_fields: ClassVar[frozenset[str]] = PolicyConfig.acting_fields | {
         "noise_scheduler_type",
         "num_inference_steps",
@@ -91,16 +78,8 @@ class DiffusionConfig(PolicyConfig):
     def __post_init__(self):
         self.validate_settings()
 
-    # --- validation ----------------------------------------------------------------------------------------------------
     def validate_settings(self) -> None:
         """Checks the fields that do not depend on the features; raises ConfigFieldError naming the field and the fix."""
-        self._validate_choices()
-        self._validate_sampler()
-        self._validate_network()
-        self._validate_timing()
-
-    def _validate_choices(self) -> None:
-        """The named choices: scheduler, prediction type, beta schedule, backbone (and its pretrained weights)."""
         for name, known in (
             ("noise_scheduler_type", NOISE_SCHEDULER_TYPES),
             ("prediction_type", PREDICTION_TYPES),
@@ -116,9 +95,6 @@ class DiffusionConfig(PolicyConfig):
                 "untrained GroupNorm ones; set {use_group_norm=False} to use pretrained weights, or "
                 "{pretrained_backbone_weights=None} to train the backbone from scratch",
             )
-
-    def _validate_sampler(self) -> None:
-        """The diffusion step counts."""
         if self.num_train_timesteps < 1:
             raise ConfigFieldError(self, "{num_train_timesteps} must be >= 1")
         steps = self.num_inference_steps
@@ -127,9 +103,6 @@ class DiffusionConfig(PolicyConfig):
                 self,
                 "{num_inference_steps} must be between 1 and {num_train_timesteps} (or None to use num_train_timesteps)",
             )
-
-    def _validate_network(self) -> None:
-        """The U-Net's and the image encoder's sizes."""
         if not self.down_dims:
             raise ConfigFieldError(
                 self, "{down_dims} is empty; the U-Net needs at least one level, e.g. (512, 1024, 2048)"
@@ -151,14 +124,11 @@ class DiffusionConfig(PolicyConfig):
             shape = getattr(self, name)
             if shape is not None and (len(shape) != 2 or min(shape) < 1):
                 raise ConfigFieldError(self, f"{{{name}}} must be (height, width) with positive sizes, or None")
-
-    def _validate_timing(self) -> None:
-        """Observation history, horizon and executed actions fit together and the U-Net."""
         if self.drop_last_frames is not None and self.drop_last_frames < 0:
             raise ConfigFieldError(self, "{drop_last_frames} must be >= 0, or None")
         if self.n_obs_steps < 1 or self.n_action_steps < 1:
             raise ConfigFieldError(self, "{n_obs_steps} and {n_action_steps} must be >= 1")
-        multiple = self.horizon_multiple
+        multiple = 2 ** (len(self.down_dims) - 1)  # every U-Net level but the last halves the horizon
         if self.horizon < 1 or self.horizon % multiple:
             fitting = -(-max(self.horizon, 1) // multiple) * multiple  # the next multiple up: a horizon to try
             raise ConfigFieldError(
@@ -200,7 +170,7 @@ class DiffusionConfig(PolicyConfig):
             self._validate_image(key, shape)
 
     def _validate_image(self, key: str, shape: tuple[int, ...]) -> None:
-        """One image feature fits the encoder: RGB, and at least as large as the crop (after the resize)."""
+        """An image feature is RGB and at least as large as the crop (after the resize)."""
         if shape[0] != 3:
             raise ConfigFieldError(
                 self,
@@ -219,26 +189,18 @@ class DiffusionConfig(PolicyConfig):
                 size=size,
             )
 
-    # --- derived quantities ---------------------------------------------------------------------------------------------
-    @property
-    def horizon_multiple(self) -> int:
-        """The horizon must be a multiple of this: every U-Net level but the last halves the sequence length."""
-        return 2 ** (len(self.down_dims) - 1)
-
     @property
     def action_delta_indices(self) -> list[int]:
-        """The denoised horizon starts at the oldest observation: offsets 1 - n_obs_steps .. horizon - n_obs_steps."""
+        """The denoised horizon starts at the oldest observation."""
         return list(range(1 - self.n_obs_steps, 1 - self.n_obs_steps + self.horizon))
 
     @property
     def drop_n_last_frames(self) -> int:
-        """Frames at each episode's end to skip as training samples (their windows would be mostly padding):
-        `drop_last_frames` when set, else horizon - n_action_steps - n_obs_steps + 1 (7 on PushT)."""
+        """`drop_last_frames` when set, else horizon - n_action_steps - n_obs_steps + 1 (7 on PushT)."""
         if self.drop_last_frames is not None:
             return self.drop_last_frames
         return self.horizon - self.n_action_steps - self.n_obs_steps + 1
 
     @property
     def inference_steps(self) -> int:
-        """Denoising steps actually run when acting."""
         return self.num_inference_steps if self.num_inference_steps is not None else self.num_train_timesteps

@@ -1,16 +1,8 @@
-"""Diffusion Policy to and from LeRobot (0.4 to 0.6 field names and weight layout): the four functions that
-`hfpolicy.policies.lerobot_format` calls (see its docstring).
-
-The networks are the same; what differs:
-- module names: LeRobot's `diffusion.unet.down_modules.0.0.cond_encoder.1.weight` is hfpolicy's
-  `unet.down.0.0.film.weight`, `...conv1.block.0...` is `...conv1.0...`, `rgb_encoder.0` (one encoder per camera) is
-  `rgb_encoders.0`, the spatial softmax's `nets` is `keypoint_conv`; LeRobot also saves the keypoint grid `pos_grid`,
-  which hfpolicy recomputes (it is not a weight).
-- the order of the per-step conditioning vector: LeRobot concatenates observation.state, the cameras, then
-  observation.environment_state; hfpolicy the state features in input order, then the cameras. The FiLM layers' input
-  columns are permuted accordingly, so both compute the same function.
-- LeRobot's final U-Net block always uses 8 GroupNorm groups (hfpolicy: n_groups), so n_groups must be 8.
-"""
+"""Diffusion Policy to and from LeRobot (0.4 to 0.6): the four functions of `hfpolicy.policies.lerobot_format`. The
+networks are the same; module names differ (UNET_RENAMES), LeRobot saves the keypoint grid `pos_grid` that hfpolicy
+recomputes, and the conditioning's order differs (LeRobot: observation.state, the cameras, then the environment state;
+hfpolicy: the states in input order, then the cameras), so the FiLM layers' input columns are permuted. LeRobot's
+final U-Net block always has 8 GroupNorm groups, so n_groups must be 8."""
 
 import math
 from typing import Any
@@ -157,10 +149,7 @@ UNET_RENAMES = (  # (LeRobot, hfpolicy) name parts of the U-Net, applied in this
 
 def _conditioning_order(config: DiffusionConfig) -> Tensor:
     """Index of the LeRobot FiLM input column that feeds each hfpolicy column: hfpolicy_weight = lerobot_weight[:, i].
-
-    FiLM input = [diffusion-step embedding, then per observation step the features]; per step hfpolicy has the state
-    features in input order then the cameras, LeRobot observation.state, the cameras, observation.environment_state.
-    """
+    FiLM input = [diffusion-step embedding, then per observation step the features]."""
     image_width = 2 * config.spatial_softmax_num_keypoints
     widths = {key: f.shape[0] for key, f in config.state_features.items()}
     widths.update({key: image_width for key in config.image_features})
@@ -249,22 +238,16 @@ def state_dict_to_lerobot(state_dict: dict[str, Tensor], config: DiffusionConfig
         else:
             raise LeRobotConversionError(f"DiffusionPolicy weight {key!r} has no LeRobot counterpart")
         converted[LEROBOT_PREFIX + key] = value
-    for prefix in _encoder_prefixes(config):
+    encoders = ["rgb_encoder."] if config.image_features else []
+    if config.image_features and config.use_separate_rgb_encoder_per_camera:
+        encoders = [f"rgb_encoder.{i}." for i in range(len(config.image_features))]
+    for prefix in encoders:
         converted[f"{LEROBOT_PREFIX}{prefix}pool.pos_grid"] = _keypoint_grid(config)
     return converted
 
 
-def _encoder_prefixes(config: DiffusionConfig) -> list[str]:
-    if not config.image_features:
-        return []
-    if config.use_separate_rgb_encoder_per_camera:
-        return [f"rgb_encoder.{i}." for i in range(len(config.image_features))]
-    return ["rgb_encoder."]
-
-
 def _keypoint_grid(config: DiffusionConfig) -> Tensor:
-    """LeRobot's `pos_grid` buffer: (x, y) in [-1, 1] of every cell of the backbone's feature map, row-major, computed
-    in float64 and stored as float32 as LeRobot does."""
+    """LeRobot's `pos_grid` buffer: (x, y) in [-1, 1] of every feature map cell, computed in float64 as LeRobot's."""
     image_shape = next(iter(config.image_features.values())).shape
     height, width = config.crop_shape or config.resize_shape or image_shape[1:]
     for _ in range(5):  # every torchvision ResNet halves the size 5 times: stem conv, max-pool, layers 2-4

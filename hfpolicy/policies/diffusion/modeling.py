@@ -1,14 +1,6 @@
 """Diffusion Policy (Chi et al., 2023), CNN variant: a 1D conditional U-Net denoises a horizon of actions, conditioned
-through FiLM on the diffusion step and on the encoded observation history.
-
-    observation history (B, n_obs_steps, ...)
-      images -> (resize) -> crop -> ResNet (GroupNorm) -> spatial softmax keypoints -> linear   (B, n_obs_steps, 64 per camera)
-      state vectors (observation.state, observation.environment_state)            (B, n_obs_steps, D)
-      -> concatenated and flattened: the global conditioning                       (B, n_obs_steps * (D + 64 * cams))
-    noise (B, horizon, A) --[U-Net(sample, step, conditioning) x N steps, DDPM or DDIM from diffusers]--> actions
-
-Everything here sees normalized data; the base class normalizes inputs and unnormalizes the actions.
-"""
+through FiLM on the diffusion step and on the observation history (state vectors and, per camera, ResNet spatial-softmax
+keypoints), flattened. Everything here sees normalized data."""
 
 import dataclasses
 import math
@@ -32,11 +24,7 @@ from hfpolicy.policies.diffusion.cpu_kernels import set_acting_dtype, set_cpu_ke
 
 
 class DiffusionPolicy(Policy):
-    """Diffusion Policy for image (ResNet encoder) or state-only inputs; which one follows from the input features.
-
-    `generate_actions` and `compute_loss` take optional noise sources, so results can be reproduced exactly: per-episode
-    generators through `reset(seeds=...)`, `policy.noise_generator`, or `generator=` / `noise=` (see `Policy`).
-    """
+    """Diffusion Policy for image or state-only inputs (which one follows from the input features)."""
 
     config_class = DiffusionConfig
 
@@ -67,10 +55,8 @@ class DiffusionPolicy(Policy):
         self.sampler = make_noise_scheduler(config.noise_scheduler_type, config)  # the reverse process when acting
 
     def set_cpu_kernels(self, choice: str) -> None:
-        """Which CPU kernels the convolutions run from now on: "auto" (measured on this machine, cached), "matmul",
-        "onednn" (acting only, packed weights) or "torch" (PyTorch's own, rounding as LeRobot's); see
-        `hfpolicy.policies.diffusion.cpu_kernels`. Not part of the weights or the config: the same weights act the
-        same up to float rounding whichever is chosen."""
+        """Which CPU kernels the convolutions run from now on: "auto", "matmul", "onednn" or "torch" (see cpu_kernels);
+        the actions agree up to float rounding."""
         set_cpu_kernels(self.unet, choice)
         self.cpu_kernels = choice
         for encoder in self.modules():
@@ -78,21 +64,19 @@ class DiffusionPolicy(Policy):
                 encoder.set_memory_format(torch.contiguous_format if choice == "torch" else torch.channels_last)
 
     def set_acting_dtype(self, dtype: str, force: bool = False) -> None:
-        """With `dtype` "bfloat16" the U-Net's convolutions act on CPU with bf16 weights (half the bytes to read; the
-        actions move by a few pixels of PushT's 512, docs/speed.md), refused on a CPU without native bf16 unless
-        `force`; "float32" (the default) undoes it. Training is unaffected; not part of the weights or the config."""
+        """ "bfloat16": the U-Net's convolutions act on CPU with bf16 weights (faster; the actions move slightly,
+        docs/speed.md), refused on a CPU without native bf16 unless `force`; "float32" undoes it."""
         set_acting_dtype(self.unet, dtype, force)
         self.acting_dtype = dtype
 
     def set_sampler(self, noise_scheduler_type: str, num_inference_steps: int | None = None) -> None:
-        """Acts with another sampler from now on, e.g. `set_sampler("DDIM", 10)` on a policy trained with DDPM (the
-        weights do not depend on it). Updates the config, so save_pretrained records the choice."""
+        """Acts with another sampler from now on, e.g. `set_sampler("DDIM", 10)`; the config (and save_pretrained)
+        records it."""
         self.config = dataclasses.replace(
             self.config, noise_scheduler_type=noise_scheduler_type, num_inference_steps=num_inference_steps
         )
         self.sampler = make_noise_scheduler(noise_scheduler_type, self.config)
 
-    # --- observation encoding -------------------------------------------------------------------------------------
     def encode_observations(self, observation: dict[str, Tensor], random_crop: bool = False) -> Tensor:
         """Global conditioning (B, global_cond_dim) from normalized observations with a time dim (B, n_obs_steps, ...)."""
         n_obs = self.config.n_obs_steps
@@ -117,13 +101,11 @@ class DiffusionPolicy(Policy):
                 features.append(encoded.unflatten(0, (batch_size, n_obs, len(self.image_keys))).flatten(2))
         return torch.cat(features, dim=-1).flatten(1)
 
-    # --- training ---------------------------------------------------------------------------------------------------
     def compute_loss(
         self, batch: dict[str, Tensor], noise: Tensor | None = None, timesteps: Tensor | None = None
     ) -> dict[str, Tensor]:
-        """MSE between the U-Net's prediction and its target (the noise, or the actions for prediction_type "sample"),
-        averaged over the actions that are not padding. `noise` (B, horizon, A) and `timesteps` (B,) default to random.
-        """
+        """MSE between the U-Net's prediction and its target (the noise, or the actions for prediction_type "sample")
+        over the unpadded actions. `noise` (B, horizon, A) and `timesteps` (B,) default to random."""
         actions = batch[ACTION]
         expected = (self.config.horizon, self.action_dim)
         if actions.ndim != 3 or tuple(actions.shape[1:]) != expected:
@@ -150,17 +132,11 @@ class DiffusionPolicy(Policy):
             return {"loss": (loss * valid).sum() / (valid.sum() * loss.shape[-1]).clamp(min=1)}
         return {"loss": loss.mean()}
 
-    # --- acting -----------------------------------------------------------------------------------------------------
     def generate_actions(
         self, observation: dict[str, Tensor], generator: NoiseSource = None, noise: Tensor | None = None
     ) -> Tensor:
-        """Denoises a horizon of actions and returns the executed part (B, n_action_steps, A), normalized.
-
-        The observations are encoded once; the sampler (config.noise_scheduler_type) then runs
-        config.inference_steps U-Net evaluations. The initial sample is `noise` (B, horizon, A) if given, else drawn
-        from `generator` (one, or one per batch row: row i then depends on generator i alone), as is the DDPM
-        sampler's per-step noise; None: torch's global RNG. Images are center-cropped.
-        """
+        """Denoises a horizon of actions from `noise` (B, horizon, A), else from noise drawn from `generator` (as is the
+        DDPM sampler's per-step noise), and returns the executed part (B, n_action_steps, A)."""
         generator = generator if generator is not None else self.noise_generator
         global_cond = self.encode_observations(observation, random_crop=False)
         batch_size = global_cond.shape[0]
@@ -186,7 +162,7 @@ class DiffusionPolicy(Policy):
 
 
 def make_noise_scheduler(kind: str, config: DiffusionConfig) -> DDPMScheduler | DDIMScheduler:
-    """A diffusers scheduler with the config's noise schedule: "DDPM" or "DDIM"."""
+    """A diffusers scheduler ("DDPM" or "DDIM") with the config's noise schedule."""
     kwargs = dict(
         num_train_timesteps=config.num_train_timesteps,
         beta_start=config.beta_start,
@@ -203,7 +179,6 @@ def make_noise_scheduler(kind: str, config: DiffusionConfig) -> DDPMScheduler | 
     raise ValueError(f"unknown noise scheduler {kind!r}; use 'DDPM' or 'DDIM'")
 
 
-# --- vision encoder ---------------------------------------------------------------------------------------------------
 class RgbEncoder(nn.Module):
     """Image (N, 3, H, W) -> feature (N, 2 * keypoints): resize (optional), crop, ResNet conv stages, spatial softmax,
     linear + ReLU."""
@@ -225,8 +200,7 @@ class RgbEncoder(nn.Module):
         self.out = nn.Linear(self.feature_dim, self.feature_dim)
 
     def set_memory_format(self, memory_format: torch.memory_format) -> None:
-        """NHWC (channels-last) convolutions, forward and backward, are faster on CPU for these small feature maps
-        (docs/speed.md); torch's default layout rounds as LeRobot's encoder."""
+        """Channels-last is faster on CPU (docs/speed.md); torch's default layout rounds as LeRobot's encoder."""
         self.memory_format = memory_format
         self.backbone.to(memory_format=memory_format)
 
@@ -258,7 +232,7 @@ def crop_images(images: Tensor, crop_shape: tuple[int, int], random: bool) -> Te
 
 
 def _replace_batch_norm_by_group_norm(module: nn.Module) -> None:
-    """In place: every BatchNorm2d becomes a GroupNorm with 16 channels per group (batch-independent statistics)."""
+    """In place: every BatchNorm2d becomes a GroupNorm with 16 channels per group."""
     for name, child in module.named_children():
         if isinstance(child, nn.BatchNorm2d):
             setattr(module, name, nn.GroupNorm(child.num_features // 16, child.num_features))
@@ -281,7 +255,6 @@ class SpatialSoftmax(nn.Module):
         return attention @ self.positions
 
 
-# --- 1D conditional U-Net ----------------------------------------------------------------------------------------------
 class SinusoidalEmbedding(nn.Module):
     """Diffusion step (N,) -> (N, dim): sines and cosines at geometrically spaced frequencies."""
 
@@ -333,12 +306,9 @@ class FiLMResidualBlock(nn.Module):
 
 
 class ConditionalUnet1d(nn.Module):
-    """Denoiser: (noisy actions (B, horizon, A), diffusion steps (B,), global conditioning (B, G)) -> (B, horizon, A).
-
-    Down levels (two FiLM blocks each; all but the last halve the length), two middle blocks at the widest level, and
-    up levels that take the skip connection of the matching down level and double the length again. As in the paper,
-    the first (full-length) level's skip connection is not used by the up path.
-    """
+    """(noisy actions (B, horizon, A), diffusion steps (B,), conditioning (B, G)) -> (B, horizon, A): down levels of
+    two FiLM blocks (all but the last halve the length), two middle blocks, and up levels taking the skip connections
+    (as in the paper, not the first level's)."""
 
     def __init__(self, config: DiffusionConfig, action_dim: int, global_cond_dim: int):
         super().__init__()

@@ -1,12 +1,6 @@
-"""Configuration of TD-MPC in its FOWM variant (Hansen et al., 2022, "Temporal Difference Learning for Model Predictive
-Control"; Feng et al., 2023, "Finetuning Offline World Models in the Real World"). The fields and defaults are LeRobot
-0.6.1's (its xArm lift setup): a 50-dim latent, 512-wide MLPs, 5 Q functions, a horizon of 5, MPPI planning with 512
-Gaussian and 51 policy samples over 6 iterations keeping 50 elites, each action executed twice.
-
-Inputs: `observation.state`, `observation.environment_state` and at most one square image (any key); each is encoded
-to the latent and the encodings are averaged. Training reads windows of horizon + 1 observations, horizon actions and
-horizon rewards (`next.reward`).
-"""
+"""Configuration of TD-MPC in its FOWM variant (Hansen et al., 2022; Feng et al., 2023), with LeRobot 0.6.1's fields
+and defaults (its xArm lift setup; docs/tdmpc.md). Inputs: `observation.state`, `observation.environment_state` and
+at most one square image."""
 
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -161,7 +155,6 @@ class TDMPCConfig(PolicyConfig):
                 got=self.norm_mode(self.action_feature, ACTION).value,
             )
 
-    # --- dataset windows --------------------------------------------------------------------------------------------
     @property
     def observation_delta_indices(self) -> list[int]:
         """The current observation and the horizon after it (the consistency and TD targets)."""
@@ -177,5 +170,5 @@ class TDMPCConfig(PolicyConfig):
 
     @property
     def drop_n_last_frames(self) -> int:
-        """Every frame starts a training sample (steps past an episode's end are padding, masked in the losses)."""
+        """Every frame starts a training sample (steps past an episode's end are masked in the losses)."""
         return 0

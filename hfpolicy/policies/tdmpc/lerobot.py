@@ -1,11 +1,5 @@
-"""TD-MPC to and from LeRobot (0.6 field names and weight layout): the four functions that
-`hfpolicy.policies.lerobot_format` calls (see its docstring).
-
-The config fields are LeRobot's, with the same names and meanings. The networks are the same layer by layer; only the
-module names differ: LeRobot's `model_target.` is hfpolicy's `target_model.`, and inside each model `_encoder.
-image_enc_layers` / `state_enc_layers` / `env_state_enc_layers`, `_dynamics`, `_reward`, `_pi`, `_Qs`, `_V` are
-`encoder.image` / `encoder.state` / `encoder.env_state`, `dynamics`, `reward`, `policy`, `q_functions`, `value`.
-"""
+"""TD-MPC to and from LeRobot (0.6): the four functions of `hfpolicy.policies.lerobot_format`. The config fields and
+the networks are the same; only module names differ (MODELS, PARTS)."""
 
 from typing import Any
 
@@ -73,8 +67,7 @@ def _rename(name: str, direction: int) -> str:
 
 
 def state_dict_from_lerobot(state_dict: dict[str, Tensor], config: TDMPCConfig) -> dict[str, Tensor]:
-    """LeRobot TD-MPC weights renamed to TDMPCPolicy's (without normalization stats); LeRobotConversionError names
-    the keys that are not TD-MPC weights."""
+    """LeRobot TD-MPC weights renamed to TDMPCPolicy's; LeRobotConversionError names keys that are not TD-MPC's."""
     renamed, unknown = {}, []
     for name, value in state_dict.items():
         try:
@@ -89,5 +82,5 @@ def state_dict_from_lerobot(state_dict: dict[str, Tensor], config: TDMPCConfig) 
 
 
 def state_dict_to_lerobot(state_dict: dict[str, Tensor], config: TDMPCConfig) -> dict[str, Tensor]:
-    """TDMPCPolicy weights (normalization stats excluded by the caller) under LeRobot TD-MPC's names."""
+    """TDMPCPolicy weights under LeRobot TD-MPC's names."""
     return {_rename(name, 1): value for name, value in state_dict.items()}

@@ -1,23 +1,6 @@
-"""TD-MPC, FOWM variant: a task-oriented latent dynamics model (TOLD) learnt offline, acting by MPPI planning in its
-latent space (Hansen et al., 2022; Feng et al., 2023).
-
-    observation -> encoder -> latent z            (image CNN and state MLPs, each to the latent; their mean)
-    (z, a) -> dynamics -> next z,  reward -> r    (MLPs)
-    z -> pi -> action;  (z, a) -> Q_1..Q_k;  z -> V
-
-Acting (use_mpc): MPPI over `horizon` steps. Each iteration draws Gaussian action sequences (plus sequences rolled out
-by pi), scores each by its discounted predicted rewards plus a terminal value, minus the Q ensemble's disagreement, and
-refits the Gaussian to the softmax-weighted best (`n_elites`). One elite of the last iteration is drawn by its weight;
-its first action is executed `n_action_repeats` times. The final mean warm-starts the next plan (`reset()` forgets it).
-Every random draw of a plan comes from the per-episode generators of `reset(seeds=...)` when given (see `Policy`).
-Exploring (`exploring(std)`, online reinforcement learning only): the planner's std is floored at `std` and noise of
-the planner's std joins the executed action (use_mpc=false: noise of `std` on pi's action), as TD-MPC collects data.
-
-Training (FOWM): from a window of horizon + 1 observations, horizon actions and rewards, the latent is rolled out
-through the dynamics; losses: latent consistency with the target network's encodings, reward regression, TD for each
-Q (targets r + discount x V(next)), expectile regression of V towards the target network's min of two Q, and
-advantage-weighted regression of pi. The target network follows the weights by an EMA after each optimizer step.
-"""
+"""TD-MPC, FOWM variant (Hansen et al., 2022; Feng et al., 2023): a latent world model (encoder, dynamics, reward, pi,
+a Q ensemble and V) learnt offline, acting by MPPI planning in its latent space (docs/tdmpc.md). Every random draw of a
+plan comes from the per-episode generators of `reset(seeds=...)` when given."""
 
 import contextlib
 import copy
@@ -50,7 +33,6 @@ class TDMPCPolicy(Policy):
         self._exploration_std: float | None = None  # set while exploring (online RL collection); None: no noise
 
     def make_action_buffer(self) -> ActionQueue:
-        """A queue of each plan's first n_action_steps actions, each repeated n_action_repeats times."""
         return ActionQueue(self.config.n_action_steps * self.config.n_action_repeats)
 
     def reset(self, seeds=None) -> None:
@@ -68,9 +50,8 @@ class TDMPCPolicy(Policy):
 
     @contextlib.contextmanager
     def exploring(self, std: float) -> Iterator[None]:
-        """Acts as TD-MPC collects its data inside the block: the planner's std floored at `std` (and at min_std),
-        noise of the planner's std on the executed action; with use_mpc=false, noise of `std` on pi's action. The
-        noise comes from the per-episode generators, as every draw of a plan. Evaluation never explores."""
+        """Acts as TD-MPC collects its data inside the block: the planner's std floored at `std` and noise of that std
+        on the executed action (use_mpc=false: noise of `std` on pi's action)."""
         if std < 0:
             raise ValueError(f"the exploration std must be >= 0, got {std}")
         previous, self._exploration_std = self._exploration_std, float(std)
@@ -79,13 +60,10 @@ class TDMPCPolicy(Policy):
         finally:
             self._exploration_std = previous
 
-    # --- acting -----------------------------------------------------------------------------------------------------
     # It takes no `noise`: predict_action_chunk passes only the sources an override declares (noise_parameters).
     def generate_actions(self, observation: dict[str, Tensor], generator: NoiseSource = None) -> Tensor:  # type: ignore[override]
-        """Normalized actions (B, n_action_steps * n_action_repeats, A) in [-1, 1]: planned (use_mpc) or pi's.
-
-        With one generator per row, each row is computed alone (its own plan, from its own warm start), so that its
-        actions never depend on the batch: padding small batches instead would multiply the planning's cost."""
+        """Normalized actions (B, n_action_steps * n_action_repeats, A) in [-1, 1]: planned (use_mpc) or pi's. With one
+        generator per row, each row is planned alone, so that its actions never depend on the batch."""
         if isinstance(generator, list | tuple) and len(generator) > 1:
             warm, means, chunks = self._plan_mean, [], []  # means: each row's warm start, set by its plan (use_mpc)
             for i, row_generator in enumerate(generator):
@@ -104,7 +82,7 @@ class TDMPCPolicy(Policy):
 
     @torch.no_grad()
     def plan(self, z: Tensor, generator: NoiseSource = None) -> Tensor:
-        """MPPI from latents z (B, L): the chosen action sequence (B, horizon, A); see the module docstring."""
+        """MPPI from latents z (B, L): the chosen action sequence (B, horizon, A)."""
         cfg, batch_size = self.config, z.shape[0]
         horizon, n_pi, n_gaussian = cfg.horizon, cfg.n_pi_samples, cfg.n_gaussian_samples
         pi_actions = z.new_empty(batch_size, n_pi, horizon, self.action_dim)
@@ -159,7 +137,6 @@ class TDMPCPolicy(Policy):
             terminal = q.gather(0, pair.T[:, :, None].expand(-1, -1, q.shape[2])).min(0).values
         return value + discount * (terminal - cfg.uncertainty_regularizer_coeff * q.std(0))
 
-    # --- training ---------------------------------------------------------------------------------------------------
     def training_window(self, batch: dict[str, Tensor]) -> tuple[dict[str, Tensor], ...]:
         """(observations, actions and rewards, time first; which steps are valid), a training batch's windows checked
         and its images randomly shifted when training."""
@@ -189,7 +166,7 @@ class TDMPCPolicy(Policy):
         return observations, steps, valid
 
     def compute_loss(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        """FOWM's losses on a normalized window (see the module docstring); "loss" is their weighted sum."""
+        """FOWM's losses on a normalized window (docs/tdmpc.md); "loss" is their weighted sum."""
         cfg, horizon = self.config, self.config.horizon
         observations, steps, valid = self.training_window(batch)
         action, reward = steps[ACTION], steps[REWARD]
@@ -237,14 +214,12 @@ class TDMPCPolicy(Policy):
         return {"loss": loss, **losses}
 
 
-# --- random draws -------------------------------------------------------------------------------------------------------
 Draw = Callable[[torch.Generator | None, slice, torch.device], Tensor]
 
 
 def draw(generator: NoiseSource, batch_size: int, device: torch.device, sample: Draw) -> Tensor:
-    """`sample(generator, rows, device)` -> the rows' draws (first dim), moved to `device`: rows i from generator i when
-    `generator` is a list (one per row), else all rows from the one generator (None: torch's global RNG, on `device`).
-    A generator draws on its own device."""
+    """`sample(generator, rows, device)` for every row, moved to `device`: row i from generator i when `generator` is a
+    list, else all rows from the one generator (None: torch's global RNG)."""
     if isinstance(generator, list | tuple):
         return torch.cat([sample(g, slice(i, i + 1), g.device) for i, g in enumerate(generator)]).to(device)
     return sample(generator, slice(0, batch_size), device if generator is None else generator.device).to(device)
@@ -266,8 +241,7 @@ def categorical(probabilities: Tensor) -> Draw:
 
 
 def random_shift(images: Tensor, ratio: float) -> Tensor:
-    """Each image (N, C, H, W) shifted by a random whole number of pixels, up to round(ratio * H) each way, its edges
-    repeated (the DrQ augmentation TD-MPC trains with); from torch's global RNG."""
+    """Each image (N, C, H, W) shifted by up to round(ratio * H) pixels each way, edges repeated (DrQ's augmentation)."""
     n, channels, height, width = images.shape
     pad = int(round(ratio * height))
     if pad == 0:
@@ -280,7 +254,6 @@ def random_shift(images: Tensor, ratio: float) -> Tensor:
     return padded[index, torch.arange(channels, device=images.device)[None, :, None, None], rows, cols]
 
 
-# --- the world model ----------------------------------------------------------------------------------------------------
 def mlp(in_dim: int, hidden: int, out_dim: int, *head: nn.Module) -> nn.Sequential:
     """Linear, LayerNorm, Mish, Linear, LayerNorm, Mish, Linear (+ head): the dynamics, reward and pi networks."""
     layers = [nn.Linear(in_dim, hidden), nn.LayerNorm(hidden), nn.Mish(), nn.Linear(hidden, hidden)]
