@@ -61,9 +61,6 @@ class ActionQueue:
     def pop(self) -> Tensor:
         return self._queue.popleft()
 
-    def __len__(self) -> int:
-        return len(self._queue)
-
 
 class TemporalEnsembler:
     """ACT's temporal ensembling (Zhao et al. 2023, Algorithm 2): a chunk is predicted at every step, and the executed

@@ -29,16 +29,12 @@ NOISE_PARAMETERS = ("generator", "noise")  # what `predict_action_chunk` passes 
 
 
 @functools.cache
-def _noise_parameters_of(function: Any) -> frozenset[str]:
-    parameters = inspect.signature(function).parameters.values()
+def noise_parameters(generate_actions: Any) -> frozenset[str]:
+    """Which of `generator` / `noise` a generate_actions takes: a deterministic policy's takes neither."""
+    parameters = inspect.signature(generate_actions).parameters.values()
     if any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters):
         return frozenset(NOISE_PARAMETERS)
     return frozenset(parameter.name for parameter in parameters if parameter.name in NOISE_PARAMETERS)
-
-
-def noise_parameters(generate_actions: Any) -> frozenset[str]:
-    """Which of `generator` / `noise` a (bound) generate_actions takes: a deterministic policy's takes neither."""
-    return _noise_parameters_of(getattr(generate_actions, "__func__", generate_actions))
 
 
 class Policy(
@@ -162,7 +158,9 @@ class Policy(
             if len(generator) != batch_size:
                 raise ValueError(f"{len(generator)} noise generators for a batch of {batch_size}: pass one per row")
             generator = list(generator)
-        takes = noise_parameters(self.generate_actions)
+        takes = noise_parameters(
+            getattr(self.generate_actions, "__func__", self.generate_actions)
+        )  # cached per function
         if noise is not None and "noise" not in takes:
             raise TypeError(
                 f"{type(self).__name__}.generate_actions(observation) takes no `noise`: add a `noise: Tensor | None = "

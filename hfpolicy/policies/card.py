@@ -70,7 +70,6 @@ def make_model_card(
     policy: Any,
     artifacts: PolicyArtifacts | None = None,
     *,
-    license: str = "apache-2.0",
     provenance: str | None = None,
     library_name: str = "hfpolicy",
 ) -> ModelCard:
@@ -88,7 +87,7 @@ def make_model_card(
     if library_name != "lerobot":
         lerobot_module, lerobot_class = None, None
     return ModelCard.from_template(
-        card_metadata(repo_id, config, artifacts, eval_summary, license=license, library_name=library_name),
+        card_metadata(repo_id, config, artifacts, eval_summary, library_name=library_name),
         template_str=CARD_TEMPLATE,
         repo_id=repo_id,
         policy_name=POLICY_TAGS.get(config.type, config.type).replace("-", " ").title(),
@@ -122,8 +121,6 @@ def card_metadata(
     config: Any,
     artifacts: PolicyArtifacts,
     eval_summary: dict[str, Any] | None,
-    *,
-    license: str,
     library_name: str,
 ) -> ModelCardData:
     """The card's YAML: library, licence, tags, datasets, and the eval results as model-index."""
@@ -148,7 +145,7 @@ def card_metadata(
         ]
     return ModelCardData(
         library_name=library_name,
-        license=license,
+        license="apache-2.0",
         pipeline_tag="robotics",
         tags=tags,
         datasets=_dataset_names(artifacts.dataset_repo_id) or None,  # '[a,b]': a run on several datasets

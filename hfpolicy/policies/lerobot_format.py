@@ -48,13 +48,15 @@ NORM_MODES_FROM_LEROBOT = {"MEAN_STD": NormMode.MEAN_STD, "MIN_MAX": NormMode.MI
 NORM_MODES_TO_LEROBOT = {mode: name for name, mode in NORM_MODES_FROM_LEROBOT.items()}
 HFPOLICY_TYPE_OF_LEROBOT_TYPE = {"VISUAL": "image", "STATE": "state", "ACTION": "action"}  # ENV: per feature key
 FEATURE_TYPES_FROM_LEROBOT = {
+    "VISUAL": FeatureType.IMAGE,
+    "STATE": FeatureType.STATE,
     "ENV": FeatureType.STATE,
-    **{k: FeatureType(v) for k, v in HFPOLICY_TYPE_OF_LEROBOT_TYPE.items()},
+    "ACTION": FeatureType.ACTION,
 }
 LEROBOT_VERSION = CARD_LEROBOT_VERSION  # the LeRobot release whose layout export writes (and that tests check against)
 # LeRobot config fields every type has that say where LeRobot runs or uploads: nothing to do with the policy.
-RUNTIME_FIELDS = ("type", "input_features", "output_features", "normalization_mapping", "use_peft", "device")
-RUNTIME_FIELDS += ("push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path", "pretrained_revision")
+RUNTIME_FIELDS = {"type", "input_features", "output_features", "normalization_mapping", "use_peft", "device"}
+RUNTIME_FIELDS |= {"push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path", "pretrained_revision"}
 
 
 class LeRobotConversionWarning(UserWarning):

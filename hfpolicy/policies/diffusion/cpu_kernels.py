@@ -40,14 +40,14 @@ FEW_ROWS = 4 * PER_EPISODE_ROW_BLOCK
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})  # /proc/cpuinfo flags of native bf16 dot products
 
 
-def use_cpu_matmul_convolutions(module: nn.Module, choice: str = "auto") -> nn.Module:
-    """In place: every nn.Conv1d / nn.ConvTranspose1d inside `module` gets the kernel `choice`."""
+def use_cpu_matmul_convolutions(module: nn.Module) -> nn.Module:
+    """In place: every nn.Conv1d / nn.ConvTranspose1d inside `module` becomes switchable (kernel choice "auto")."""
     for child in module.modules():
         if type(child) is nn.Conv1d:
             child.__class__ = MatmulConv1d
         elif type(child) is nn.ConvTranspose1d:
             child.__class__ = MatmulConvTranspose1d
-    return set_cpu_kernels(module, choice)
+    return module
 
 
 def set_cpu_kernels(module: nn.Module, choice: str) -> nn.Module:
@@ -156,10 +156,10 @@ class _ChoosesKernel(nn.modules.conv._ConvNd):
             dense = weight.detach().to(dtype).unsqueeze(2)  # (C, C', 1, kernel)
             geometry = self._onednn_geometry()
             size = [x.shape[0], x.shape[1], 1, x.shape[2]]
+            reorder = torch.ops.mkldnn._reorder_convolution_weight
             if isinstance(self, nn.ConvTranspose1d):
-                packed_weight = torch.ops.mkldnn._reorder_convolution_transpose_weight(dense, *geometry, 1, size)
-            else:
-                packed_weight = torch.ops.mkldnn._reorder_convolution_weight(dense, *geometry, 1, size)
+                reorder = torch.ops.mkldnn._reorder_convolution_transpose_weight
+            packed_weight = reorder(dense, *geometry, 1, size)
             bias = None if self.bias is None else self.bias.detach().to(dtype)
         _PACKED[self] = (source, packed_weight, bias)
         return packed_weight, bias
@@ -175,12 +175,10 @@ class _ChoosesKernel(nn.modules.conv._ConvNd):
         dtype = self.acting_dtype
         weight, bias = self._packed(x, dtype)
         x4 = x.to(dtype).unsqueeze(2).contiguous()
+        convolution = torch.ops.mkldnn._convolution_pointwise
         if isinstance(self, nn.ConvTranspose1d):
-            out = torch.ops.mkldnn._convolution_transpose_pointwise(
-                x4, weight, bias, *self._onednn_geometry(), 1, "none", [], ""
-            )
-        else:
-            out = torch.ops.mkldnn._convolution_pointwise(x4, weight, bias, *self._onednn_geometry(), 1, "none", [], "")
+            convolution = torch.ops.mkldnn._convolution_transpose_pointwise
+        out = convolution(x4, weight, bias, *self._onednn_geometry(), 1, "none", [], "")
         return out.squeeze(2).to(x.dtype)
 
 

@@ -64,7 +64,7 @@ class DiffusionPolicy(Policy):
                 encoder.set_memory_format(torch.contiguous_format if choice == "torch" else torch.channels_last)
 
     def set_acting_dtype(self, dtype: str, force: bool = False) -> None:
-        """ "bfloat16": the U-Net's convolutions act on CPU with bf16 weights (faster; the actions move slightly,
+        """With "bfloat16" the U-Net's convolutions act on CPU with bf16 weights (faster; the actions move slightly,
         docs/speed.md), refused on a CPU without native bf16 unless `force`; "float32" undoes it."""
         set_acting_dtype(self.unet, dtype, force)
         self.acting_dtype = dtype
