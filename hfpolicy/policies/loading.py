@@ -105,17 +105,9 @@ def saved_policy_folder(source: str | Path, say: bool = True) -> str | Path:
     return source
 
 
-def resolve_file(
-    source: str | Path,
-    filename: str,
-    *,
-    revision: str | None = None,
-    force_download: bool = False,
-    token: str | bool | None = None,
-    cache_dir: str | Path | None = None,
-    local_files_only: bool = False,
-) -> Path:
-    """The local path of `filename` in a policy directory, or downloaded from the Hub repo `source`."""
+def resolve_file(source: str | Path, filename: str, *, revision: str | None = None, **hub_options: Any) -> Path:
+    """The local path of `filename` in a policy directory, or downloaded from the Hub repo `source` (`hub_options`:
+    force_download, token, cache_dir, local_files_only)."""
     check_file_name(filename, source)
     local = Path(source)
     if local.is_dir():
@@ -131,17 +123,7 @@ def resolve_file(
         return path
     try:
         validate_repo_id(str(source))  # offline, hf_hub_download would say "not cached"
-        return Path(
-            hf_hub_download(
-                repo_id=str(source),
-                filename=filename,
-                revision=revision,
-                cache_dir=cache_dir,
-                force_download=force_download,
-                token=token,
-                local_files_only=local_files_only,
-            )
-        )
+        return Path(hf_hub_download(repo_id=str(source), filename=filename, revision=revision, **hub_options))
     except (EntryNotFoundError, HFValidationError, HfHubHTTPError, OSError) as e:
         if isinstance(e, HFValidationError) and not str(source).count("/") == 1:
             raise PolicyLoadError(f"{source!r} is not a local directory, nor a Hub repo id (user/name)") from e

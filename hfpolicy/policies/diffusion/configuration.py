@@ -124,6 +124,10 @@ class DiffusionConfig(PolicyConfig):
             shape = getattr(self, name)
             if shape is not None and (len(shape) != 2 or min(shape) < 1):
                 raise ConfigFieldError(self, f"{{{name}}} must be (height, width) with positive sizes, or None")
+        self._validate_timing()
+
+    def _validate_timing(self) -> None:
+        """Observation history, horizon and executed actions fit together and the U-Net."""
         if self.drop_last_frames is not None and self.drop_last_frames < 0:
             raise ConfigFieldError(self, "{drop_last_frames} must be >= 0, or None")
         if self.n_obs_steps < 1 or self.n_action_steps < 1:
