@@ -62,7 +62,7 @@ LEROBOT_CLASSES = {  # policy type -> (LeRobot module, class) that loads an expo
     "tdmpc": ("lerobot.policies.tdmpc.modeling_tdmpc", "TDMPCPolicy"),
 }
 
-CARD_TEMPLATE = (Path(__file__).parent / "model_card.md").read_text()  # Jinja, filled by make_model_card
+CARD_TEMPLATE = (Path(__file__).parent / "model_card.md.jinja").read_text()  # Jinja, filled by make_model_card
 
 
 def make_model_card(

@@ -15,13 +15,6 @@ STAT_NAMES = {NormMode.MEAN_STD: ("mean", "std"), NormMode.MIN_MAX: ("min", "max
 EPS = 1e-8
 
 
-def stats_shape(feature: PolicyFeature) -> tuple[int, ...]:
-    """Images get per-channel stats shaped (C, 1, 1) so they broadcast over H and W; vectors keep their shape."""
-    if feature.type == FeatureType.IMAGE:
-        return (feature.shape[0], 1, 1)
-    return tuple(feature.shape)
-
-
 class FeatureStats(nn.Module):
     """The two statistics (STAT_NAMES[mode]) one feature's normalization needs, as buffers (NaN until set)."""
 
@@ -33,8 +26,10 @@ class FeatureStats(nn.Module):
     def __init__(self, key: str, feature: PolicyFeature, mode: NormMode):
         super().__init__()
         self.key, self.feature, self.mode = key, feature, mode
+        # images get per-channel stats (C, 1, 1), broadcast over H and W
+        shape = (feature.shape[0], 1, 1) if feature.type == FeatureType.IMAGE else tuple(feature.shape)
         for name in STAT_NAMES[mode]:
-            self.register_buffer(name, torch.full(stats_shape(feature), torch.nan))
+            self.register_buffer(name, torch.full(shape, torch.nan))
 
     def set_(self, stats: Mapping[str, object]) -> None:
         for name in STAT_NAMES[self.mode]:

@@ -39,7 +39,7 @@ class ACTPolicy(Policy):
             state_dim = config.input_features[OBS_STATE].shape[0] if self.has_state else None
             self.cvae = CVAEEncoder(config, state_dim, action_dim)
         if self.image_keys:
-            self.backbone = resnet_trunk(config)
+            self.backbone = ResNetTrunk(config)
             self.image_proj = nn.Conv2d(self.backbone.out_channels, dim, kernel_size=1)
         self.latent_proj = nn.Linear(config.latent_dim, dim)
         if self.has_state:
@@ -166,24 +166,20 @@ class ACTPolicy(Policy):
 
 
 class ResNetTrunk(nn.Sequential):
-    """A torchvision ResNet without its pooling and classifier: (N, 3, H, W) -> (N, C, H / 32, W / 32)."""
+    """The config's torchvision ResNet with frozen batch norm (as the paper), without its pooling and classifier:
+    (N, 3, H, W) -> (N, out_channels, H / 32, W / 32)."""
 
-    def __init__(self, resnet: torchvision.models.ResNet):
+    def __init__(self, config: ACTConfig):
+        resnet = torchvision.models.get_model(
+            config.vision_backbone,
+            weights=config.pretrained_backbone_weights,
+            norm_layer=FrozenBatchNorm2d,
+            replace_stride_with_dilation=[False, False, config.replace_final_stride_with_dilation],
+        )
         super().__init__(
             OrderedDict((name, module) for name, module in resnet.named_children() if name not in ("avgpool", "fc"))
         )
         self.out_channels = resnet.fc.in_features
-
-
-def resnet_trunk(config: ACTConfig) -> ResNetTrunk:
-    """The config's torchvision ResNet with frozen batch norm, as the paper."""
-    resnet = torchvision.models.get_model(
-        config.vision_backbone,
-        weights=config.pretrained_backbone_weights,
-        norm_layer=FrozenBatchNorm2d,
-        replace_stride_with_dilation=[False, False, config.replace_final_stride_with_dilation],
-    )
-    return ResNetTrunk(resnet)
 
 
 def sinusoid_angles(positions: Tensor, dim: int) -> Tensor:
