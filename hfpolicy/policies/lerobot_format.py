@@ -425,20 +425,20 @@ def write_lerobot_checkpoint(policy: PolicyModule, folder: str | Path) -> list[P
     pre_state = "policy_preprocessor_step_3_normalizer_processor.safetensors"
     post_state = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
     device = {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}}
-    normalizer_config = {"eps": EPS, "norm_map": data["normalization_mapping"]}
-    normalizer = {"registry_name": NORMALIZER_STEP, "config": {**normalizer_config, "features": features}}
+
+    def normalizer(step_name: str, step_features: dict[str, Any], state_file: str) -> dict[str, Any]:
+        step_config = {"eps": EPS, "norm_map": data["normalization_mapping"], "features": step_features}
+        return {"registry_name": step_name, "config": step_config, "state_file": state_file}
+
     preprocessor_steps = [
         {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
         {"registry_name": "to_batch_processor", "config": {}},
         device,
-        {**normalizer, "state_file": pre_state},
+        normalizer(NORMALIZER_STEP, features, pre_state),
     ]
-    unnormalizer = {
-        "registry_name": UNNORMALIZER_STEP,
-        "config": {**normalizer_config, "features": data["output_features"]},
-    }
+    postprocessor_steps = [normalizer(UNNORMALIZER_STEP, data["output_features"], post_state), device]
     preprocessor = {"name": "policy_preprocessor", "steps": preprocessor_steps}
-    postprocessor = {"name": "policy_postprocessor", "steps": [{**unnormalizer, "state_file": post_state}, device]}
+    postprocessor = {"name": "policy_postprocessor", "steps": postprocessor_steps}
     written = [
         write_json_atomically(folder / CONFIG_FILE, data, indent=4),
         write_json_atomically(folder / PREPROCESSOR_FILE, preprocessor),

@@ -238,12 +238,17 @@ def state_dict_to_lerobot(state_dict: dict[str, Tensor], config: DiffusionConfig
         else:
             raise LeRobotConversionError(f"DiffusionPolicy weight {key!r} has no LeRobot counterpart")
         converted[LEROBOT_PREFIX + key] = value
-    encoders = ["rgb_encoder."] if config.image_features else []
-    if config.image_features and config.use_separate_rgb_encoder_per_camera:
-        encoders = [f"rgb_encoder.{i}." for i in range(len(config.image_features))]
-    for prefix in encoders:
+    for prefix in _encoder_prefixes(config):
         converted[f"{LEROBOT_PREFIX}{prefix}pool.pos_grid"] = _keypoint_grid(config)
     return converted
+
+
+def _encoder_prefixes(config: DiffusionConfig) -> list[str]:
+    if not config.image_features:
+        return []
+    if config.use_separate_rgb_encoder_per_camera:
+        return [f"rgb_encoder.{i}." for i in range(len(config.image_features))]
+    return ["rgb_encoder."]
 
 
 def _keypoint_grid(config: DiffusionConfig) -> Tensor:
