@@ -54,7 +54,7 @@ FEATURE_TYPES_FROM_LEROBOT = {
     "ACTION": FeatureType.ACTION,
 }
 LEROBOT_VERSION = CARD_LEROBOT_VERSION  # the LeRobot release whose layout export writes (and that tests check against)
-# LeRobot config fields every type has that say where LeRobot runs or uploads: nothing to do with the policy.
+# LeRobot config fields of every type that this module handles, or that say where LeRobot runs or uploads.
 RUNTIME_FIELDS = {"type", "input_features", "output_features", "normalization_mapping", "use_peft", "device"}
 RUNTIME_FIELDS |= {"push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path", "pretrained_revision"}
 
