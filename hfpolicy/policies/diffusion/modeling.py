@@ -321,32 +321,21 @@ class ConditionalUnet1d(nn.Module):
         dims = config.down_dims
         levels = list(zip([action_dim, *dims[:-1]], dims, strict=True))
 
+        def block(in_channels: int, out_channels: int) -> FiLMResidualBlock:
+            return FiLMResidualBlock(in_channels, out_channels, cond_dim, config)
+
         self.down = nn.ModuleList()
         for i, (in_channels, out_channels) in enumerate(levels):
+            blocks = [block(in_channels, out_channels), block(out_channels, out_channels)]
             is_last = i == len(levels) - 1
-            self.down.append(
-                nn.ModuleList(
-                    [
-                        FiLMResidualBlock(in_channels, out_channels, cond_dim, config),
-                        FiLMResidualBlock(out_channels, out_channels, cond_dim, config),
-                        nn.Identity() if is_last else nn.Conv1d(out_channels, out_channels, 3, stride=2, padding=1),
-                    ]
-                )
-            )
-        self.mid = nn.ModuleList(
-            [FiLMResidualBlock(dims[-1], dims[-1], cond_dim, config) for _ in range(2)],
-        )
+            downsample = nn.Identity() if is_last else nn.Conv1d(out_channels, out_channels, 3, stride=2, padding=1)
+            self.down.append(nn.ModuleList([*blocks, downsample]))
+        self.mid = nn.ModuleList([block(dims[-1], dims[-1]) for _ in range(2)])
         self.up = nn.ModuleList()
         for out_channels, deep_channels in reversed(list(zip(dims[:-1], dims[1:], strict=True))):
-            self.up.append(
-                nn.ModuleList(
-                    [
-                        FiLMResidualBlock(2 * deep_channels, out_channels, cond_dim, config),  # input + skip
-                        FiLMResidualBlock(out_channels, out_channels, cond_dim, config),
-                        nn.ConvTranspose1d(out_channels, out_channels, 4, stride=2, padding=1),
-                    ]
-                )
-            )
+            blocks = [block(2 * deep_channels, out_channels), block(out_channels, out_channels)]  # input + skip
+            upsample = nn.ConvTranspose1d(out_channels, out_channels, 4, stride=2, padding=1)
+            self.up.append(nn.ModuleList([*blocks, upsample]))
         self.final = nn.Sequential(
             Conv1dBlock(dims[0], dims[0], config.kernel_size, config.n_groups),
             nn.Conv1d(dims[0], action_dim, 1),
