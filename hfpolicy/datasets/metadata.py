@@ -183,11 +183,14 @@ def stats_from_episode_table(root: Path) -> dict[str, dict[str, np.ndarray]] | N
         columns = [name for name in pq.read_schema(path).names if name.startswith(EP_STATS_PREFIX)]
         if not columns:
             return None
-        table = pq.read_table(path, columns=columns).to_pylist()
-        for row in table:
-            stats: dict[str, dict[str, np.ndarray]] = {}
-            for column, value in row.items():
-                key, _, stat = column[len(EP_STATS_PREFIX) :].rpartition("/")
-                stats.setdefault(key, {})[stat] = np.asarray(value)
-            per_episode.append(stats)
+        per_episode += [row_stats(row) for row in pq.read_table(path, columns=columns).to_pylist()]
     return aggregate_stats(per_episode) if per_episode else None
+
+
+def row_stats(row: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
+    """The stats/{key}/{stat} columns of an episode-table row as {key: {stat: array}}."""
+    stats: dict[str, dict[str, np.ndarray]] = {}
+    for column, value in row.items():
+        key, _, stat = column[len(EP_STATS_PREFIX) :].rpartition("/")
+        stats.setdefault(key, {})[stat] = np.asarray(value)
+    return stats
