@@ -216,9 +216,8 @@ class DatasetWriter:
         self.video_files_size_in_mb = video_files_size_in_mb
         release: Callable[[], None]
         if appending is None:
-            created = not root.exists() or (
-                not _folder_entries(root) and (root / LOCK_FILE).exists()
-            )  # or a dead writer's
+            # new, or a dead writer's (only its lock file in it): removed on abort
+            created = not root.exists() or (not _folder_entries(root) and (root / LOCK_FILE).exists())
             self._root_lock = RunLock(root).acquire()  # the folder is this writer's until the end
             release = partial(_release_destination, self._root_lock, root, created)
         else:
@@ -412,7 +411,7 @@ class DatasetWriter:
                     f"{where} must be a uint8 array shaped (H, W, C) = {shape}, got {array.dtype} {array.shape}"
                 )
             return np.ascontiguousarray(array)
-        target = np.dtype(NUMERIC_DTYPES[dtype])
+        target = NUMERIC_DTYPES[dtype]
         if array.dtype.kind == "f" and target.kind in "biu":
             raise TypeError(f"{where} has dtype {dtype}, got floating-point values {array.dtype}")
         if is_scalar(feature):
