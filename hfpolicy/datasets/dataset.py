@@ -49,7 +49,6 @@ class PolicyDataset(torch.utils.data.Dataset):
     """
 
     uint8_images = False
-    streamed = False  # frames held in memory (StreamingPolicyDataset: streamed from the Hub)
 
     def __init__(
         self,

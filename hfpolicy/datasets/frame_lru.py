@@ -46,11 +46,6 @@ class FrameLRU(PerProcessBudget):
             self.evictions += 1
         self.peak_bytes = max(self.peak_bytes, self.bytes + nbytes)
 
-    def __contains__(self, key: Hashable) -> bool:
-        """Whether `key` is held (without making it the most recently used)."""
-        self._reset_if_forked()
-        return key in self._entries
-
     def put(self, key: Hashable, array: np.ndarray, what: str, keep: Set[Hashable] = frozenset()) -> None:
         """Keeps `array` as the most recently used, making room for it."""
         self._reset_if_forked()

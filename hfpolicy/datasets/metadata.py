@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from hfpolicy.constants import EPISODE_INDEX, TASK, TASK_INDEX
 from hfpolicy.datasets import legacy_v21
-from hfpolicy.datasets.features import IMAGE, VIDEO, is_visual
+from hfpolicy.datasets.features import VIDEO, is_visual
 from hfpolicy.datasets.format import (
     EP_DATA_CHUNK,
     EP_DATA_FILE,
@@ -72,10 +72,6 @@ class DatasetMeta:
     @property
     def video_keys(self) -> list[str]:
         return [key for key, ft in self.features.items() if ft["dtype"] == VIDEO]
-
-    @property
-    def image_keys(self) -> list[str]:
-        return [key for key, ft in self.features.items() if ft["dtype"] == IMAGE]
 
     @property
     def camera_keys(self) -> list[str]:

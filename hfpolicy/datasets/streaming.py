@@ -48,14 +48,10 @@ class StreamingPolicyDataset(PolicyDataset):
         stream_ram_gb: decoded frames kept in memory, over all DataLoader workers (each keeps its share).
         stream_disk_gb: fetched files kept on disk, over all DataLoader workers.
         stream_retries: attempts per file (with exponential backoff) before StreamingError names it.
-        stream_video: "range" reads each episode's video by byte ranges of the Hub file (nothing on disk; the file
-            may be larger than the disk budget), "download" fetches whole video files into the disk cache, "auto"
-            downloads when the chosen episodes' video files all fit the disk budget (each worker's share), else
-            reads by range.
+        stream_video: "range" reads videos by byte ranges of the Hub file (nothing on disk), "download" fetches whole
+            files into the disk cache, "auto" downloads when the chosen episodes' files fit the disk budget.
         range_block_bytes: the most bytes per range request (smaller episodes take smaller blocks).
     """
-
-    streamed = True
 
     def __init__(
         self,

@@ -1,20 +1,16 @@
 """`DatasetWriter`: record frames and episodes into a LeRobot v3.0 dataset.
 
-    writer = DatasetWriter.create("out/pusht", "user/pusht", fps=10, features={
-        "observation.image": {"dtype": "video", "shape": [96, 96, 3], "names": ["height", "width", "channels"]},
-        "action": {"dtype": "float32", "shape": [2], "names": ["x", "y"]},
-    })
-    for episode in episodes:
-        for frame in episode:
-            writer.add_frame({"observation.image": rgb_uint8_hwc, "action": ...}, task="Push the T.")
-        writer.save_episode()        # or writer.clear_episode() to drop it
-    root = writer.finish()
+    with DatasetWriter.create("out/pusht", "user/pusht", fps=10, features={
+        "action": {"dtype": "float32", "shape": [2], "names": ["x", "y"]}, ...
+    }) as writer:
+        for episode in episodes:
+            for frame in episode:
+                writer.add_frame({"action": ..., ...}, task="Push the T.")
+            writer.save_episode()  # or writer.clear_episode() to drop it
 
-Everything is written into a hidden folder beside `root` that `finish()` renames to `root`, so an interrupted write
-leaves nothing there; the writer holds `root` with the run lock until then (a second writer gets RunLockedError).
-`DatasetWriter.open(root)` appends to an existing dataset and `truncate_dataset(root, n)` keeps its first n episodes
-(docs/datasets.md#the-writers-append-mode). Videos are H.264, encoded while the frames arrive and appended to the
-current mp4 without re-encoding; each episode starts with a keyframe.
+Everything is written into a hidden folder beside `root` that `finish()` renames to `root` (nothing there after an
+interrupted write); the writer holds `root` with the run lock until then. `DatasetWriter.open(root)` appends to a
+dataset, `truncate_dataset(root, n)` keeps its first n episodes (docs/datasets.md#the-writers-append-mode).
 """
 
 import contextlib
@@ -289,13 +285,9 @@ class DatasetWriter:
         data_files_size_in_mb: float = DEFAULT_DATA_FILE_SIZE_MB,
         video_files_size_in_mb: float = DEFAULT_VIDEO_FILE_SIZE_MB,
     ) -> "DatasetWriter":
-        """Starts a dataset at `root` (which must not exist, unless `overwrite`: then it is replaced by `finish()`).
-
-        `features` in the info.json style: {key: {"dtype", "shape", "names"}}. dtypes: numeric ("float32",
-        "int64", "bool", ...), "video" (mp4; shape (H, W, 3), even H and W), "image" (PNG bytes in the parquet) or
-        "string"; the writer adds the bookkeeping columns. `video_crf`: H.264 quality (lower is better);
-        `video_preset`: x264 speed. Files roll over at the size limits, chunk folders at `chunks_size` files.
-        """
+        """Starts a dataset at `root` (new, unless `overwrite`: then `finish()` replaces it). `features`: {key:
+        {"dtype", "shape", "names"}}, dtype numeric ("float32", "bool", ...), "video" (H.264 mp4; shape (H, W, 3), even
+        H and W; `video_crf`: lower is better), "image" (PNG bytes in the parquet) or "string"."""
         root = Path(root)
         check_dataset_destination(root, overwrite)  # checked again once the folder is held
         if fps <= 0:
