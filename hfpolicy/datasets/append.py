@@ -164,10 +164,15 @@ def _commit_meta(root: Path, info: dict, n: int, last: dict, tasks: dict, stats)
     }  # fmt: skip
     write_json_atomically(root / INFO_PATH, info, indent=4)
     write_json_atomically(root / STATS_PATH, stats_to_json(stats or {}), indent=4)
+    write_tasks(root, tasks)
+    return info
+
+
+def write_tasks(root: Path, tasks: dict[str, int]) -> None:
+    """meta/tasks.parquet as LeRobot keeps it: the task strings as its index, named "task"."""
     frame = pd.DataFrame({TASK_INDEX: list(tasks.values())}, index=pd.Index(list(tasks), name=TASK))
     with replacing(root / TASKS_PATH, suffix=".parquet") as tmp:
         frame.to_parquet(tmp)
-    return info
 
 
 def _unfinished_append_left_files(root: Path, info: dict, next_data: tuple, next_video: dict) -> bool:

@@ -32,9 +32,8 @@ class PolicyDataset(torch.utils.data.Dataset):
 
     Args:
         repo_id: the dataset's Hub repo id ("lerobot/pusht"), or a name for a local dataset.
-        root: a local dataset root (the folder with meta/, data/, videos/). None downloads `repo_id` from the Hub
-            into the HF cache: meta/ first, then only the data and video files of the chosen episodes.
-        revision: Hub branch, tag or commit (default: the main branch). Ignored with `root`.
+        root: a local dataset root (with meta/, data/, videos/). None downloads `repo_id` from the Hub into the HF
+            cache, only the files of the chosen episodes (`revision`: a branch, tag or commit).
         episodes: episode indices to use (default: all).
         delta_timestamps: per feature key, time offsets in seconds relative to each frame, e.g.
             {"observation.image": [-0.1, 0.0], "action": [0.0, 0.1, ..., 1.5]}. Offsets must be multiples of 1/fps.

@@ -60,11 +60,5 @@ class FrameLRU(PerProcessBudget):
         self._reset_if_forked()
         return len(self._entries)
 
-    # Pickling (DataLoader workers started with spawn/forkserver): the budget travels, the arrays do not.
     def __getstate__(self) -> dict:
         return {"max_bytes": self.max_bytes, "budget_words": self.budget_words}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._reset(share=1)
-        self._pid = -1  # unpickled before the worker knows its worker info: take the share at first use

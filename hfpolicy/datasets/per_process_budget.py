@@ -35,6 +35,12 @@ class PerProcessBudget:
         self._reset_if_forked()
         return self.max_bytes // self._share
 
+    def __setstate__(self, state: dict) -> None:
+        """Pickled to a DataLoader worker (spawn/forkserver; `__getstate__` says what travels): it starts empty."""
+        self.__dict__.update(state)
+        self._reset(share=1)
+        self._pid = -1  # unpickled before the worker knows its worker info: take the share at first use
+
     def share_words(self) -> str:
         """How errors name this process's share: "" in a single process."""
         return f" (its share in each of {self._share} DataLoader workers)" if self._share > 1 else ""

@@ -204,12 +204,5 @@ class RemoteFiles(PerProcessBudget):
             "--dataset.streaming=false)"
         ) from error
 
-    # Pickling (DataLoader workers started with spawn/forkserver): the repo, commit, budget and file sizes travel;
-    # the worker starts an empty cache of its own.
     def __getstate__(self) -> dict:
         return {k: getattr(self, k) for k in ("repo_id", "commit", "max_bytes", "retries", "sizes", "block_bytes")}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._reset(share=1)
-        self._pid = -1  # unpickled before the worker knows its worker info: take the share at first use

@@ -125,23 +125,14 @@ def _members(dataset) -> list[tuple[Any, Sequence, int]]:
 
 class EpisodeAwareSampler(torch.utils.data.Sampler[int]):
     """The one epoch order of training data: the positions of every frame but the last `drop_last_frames` of each
-    episode, of one dataset or of a mixture's members, for any reader.
+    episode of `dataset` (a PolicyDataset or StreamingPolicyDataset, a MixtureDataset, or (start, end) ranges).
 
-    Per member a fresh permutation of its frames, or with `buffer_episodes` a shuffle buffer (`buffer_order`); each
-    sample picks member d with probability weights[d]. The order is a pure function of (seed, epoch, shards,
-    batch_size, num_replicas) and the members' episodes, so a mid-epoch resume is exact with any number of workers.
-    One member draws with the generator (seed, epoch), member d of several with (seed, epoch, d + 1).
-
-    Args:
-        dataset: a PolicyDataset or StreamingPolicyDataset, a MixtureDataset, or a sequence of (start, end) ranges.
-        drop_last_frames: frames left out at the end of every episode.
-        seed: the base seed; epoch `e` draws with (seed, e).
-        weights: the members' shares of the samples.
-        buffer_episodes: episodes of each member open at once (None: each member in a permutation of its frames).
-        num_samples: samples per epoch (default: the eligible frames of all members).
-        num_replicas, rank: the processes and this one (which takes every num_replicas-th position).
-        shards, batch_size: groups of a shuffle buffer; batch k (of `batch_size`) of a process draws from shard k mod
-            shards.
+    Per member a fresh permutation of its frames, or with `buffer_episodes` a shuffle buffer of that many episodes
+    (`buffer_order`); each of `num_samples` (default: all frames) picks member d with probability weights[d]. Batch k
+    (of `batch_size`) of a process draws from shard k mod `shards`; process `rank` takes every num_replicas-th
+    position. The order is a pure function of (seed, epoch, shards, batch_size, num_replicas) and the episodes (one
+    member draws with the generator (seed, epoch), member d of several with (seed, epoch, d + 1)), so a mid-epoch
+    resume is exact with any number of workers.
     """
 
     def __init__(

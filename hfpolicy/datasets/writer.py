@@ -28,12 +28,11 @@ from typing import Any
 
 import av
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hfpolicy.constants import EPISODE_INDEX, FRAME_INDEX, INDEX, TASK, TASK_INDEX, TIMESTAMP
-from hfpolicy.datasets.append import CommittedState, settle
+from hfpolicy.datasets.append import CommittedState, settle, write_tasks
 from hfpolicy.datasets.features import (
     IMAGE,
     NUMERIC_DTYPES,
@@ -64,7 +63,6 @@ from hfpolicy.datasets.format import (
     EPISODES_PATH,
     INFO_PATH,
     STATS_PATH,
-    TASKS_PATH,
     VIDEO_PATH,
     ep_stats_column,
     ep_video_column,
@@ -590,9 +588,7 @@ class DatasetWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         with replacing(path, suffix=".parquet") as tmp:
             pq.write_table(pa.Table.from_pylist(self._episode_rows), tmp)
-        tasks = pd.DataFrame({TASK_INDEX: list(self.tasks.values())}, index=pd.Index(list(self.tasks), name=TASK))
-        with replacing(base / TASKS_PATH, suffix=".parquet") as tmp:
-            tasks.to_parquet(tmp)
+        write_tasks(base, self.tasks)
         write_json_atomically(base / STATS_PATH, stats_to_json(aggregate_stats(self._episode_stats)), indent=4)
         totals = {
             "total_episodes": self.num_episodes,
