@@ -195,19 +195,16 @@ def convert_pusht_zarr(
         source_words=f"the zarr {zarr_path}",
         replaces_output=overwrite,
     )
-    group, (starts, ends), states, actions, chosen = open_pusht_zarr(zarr_path, episodes)
+    group, states, actions, bounds = open_pusht_zarr(zarr_path, episodes)
     images = _ZarrFrames(group["data/img"], f"{zarr_path}/data/img")
-    image_size = int(group["data/img"].shape[1])
-
     scorer = PushTScorer()
-    features = pusht_features(image_size, environment_state)
+    features = pusht_features(int(group["data/img"].shape[1]), environment_state)
     writer = DatasetWriter.create(
         output_dir, repo_id or f"local/{output_dir.name}", PUSHT_FPS, features, overwrite=overwrite, video_crf=video_crf
     )
     with writer:
-        bar = tqdm(chosen, desc="converting PushT episodes", unit="episode", disable=not progress)
-        for episode in bar:
-            start, end = int(starts[episode]), int(ends[episode])
+        bar = tqdm(bounds, desc="converting PushT episodes", unit="episode", disable=not progress)
+        for start, end in bar:
             write_zarr_episode(
                 writer, scorer, images[start, end], states[start:end], actions[start:end], environment_state
             )
@@ -217,8 +214,8 @@ def convert_pusht_zarr(
 
 def open_pusht_zarr(
     zarr_path: Path, episodes: Sequence[int] | None
-) -> tuple[Any, tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray, list[int]]:
-    """(the zarr group, (episode starts, ends), states, actions, the chosen episode indices), checked."""
+) -> tuple[Any, np.ndarray, np.ndarray, list[tuple[int, int]]]:
+    """(the zarr group, states, actions, the [start, end) frames of each chosen episode), checked."""
     import zarr
 
     if not zarr_path.is_dir():
@@ -239,7 +236,7 @@ def open_pusht_zarr(
     bad = [e for e in chosen if not 0 <= e < len(ends)]
     if bad or not chosen:
         raise ValueError(f"episodes {bad or chosen} are not in {zarr_path} (it has episodes 0..{len(ends) - 1})")
-    return group, (starts, ends), states, actions, chosen
+    return group, states, actions, [(int(starts[e]), int(ends[e])) for e in chosen]
 
 
 def write_zarr_episode(
@@ -253,8 +250,7 @@ def write_zarr_episode(
     """One zarr episode as the writer's next episode, with rewards recomputed (and the T's keypoints, if asked)."""
     n = len(states)
     _, reward, success = episode_rewards(scorer, states, actions)
-    done = np.zeros(n, dtype=bool)
-    done[-1] = True
+    done = np.arange(n) == n - 1
     agent = states[:, :2].astype(np.float32)
     keypoints = scorer.keypoints(states[:, 2:5]).astype(np.float32) if environment_state else None
     for i in range(n):
