@@ -253,6 +253,7 @@ class PolicyDataset(torch.utils.data.Dataset):
 
     def _check_delta_timestamps(self, delta_timestamps: dict[str, list[float]]) -> dict[str, list[int]]:
         indices: dict[str, list[int]] = {}
+        longest_s = int(self.meta.episodes.loc[self.episodes, EP_LENGTH].max()) / self.fps
         for key, offsets in delta_timestamps.items():
             if key not in self.features:
                 raise ValueError(
@@ -265,7 +266,6 @@ class PolicyDataset(torch.utils.data.Dataset):
                 raise ValueError(f"delta_timestamps key {key!r} is a video, but download_videos=False")
             if len(offsets) == 0:
                 raise ValueError(f"delta_timestamps[{key!r}] is empty: give at least one offset (0.0 is the frame)")
-            longest_s = max(int(self.meta.episode_number(ep, EP_LENGTH)) for ep in self.episodes) / self.fps
             absurd = [t for t in offsets if not math.isfinite(t) or abs(t) > longest_s]
             if absurd:
                 raise ValueError(

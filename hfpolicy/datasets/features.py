@@ -16,23 +16,8 @@ STRING = "string"
 VISUAL_DTYPES = (VIDEO, IMAGE)
 CHANNEL_NAMES = ("channel", "channels", "c", "rgb")
 
-NUMERIC_DTYPES = {
-    name: np.dtype(name)
-    for name in [
-        "bool",
-        "int8",
-        "int16",
-        "int32",
-        "int64",
-        "uint8",
-        "uint16",
-        "uint32",
-        "uint64",
-        "float16",
-        "float32",
-        "float64",
-    ]
-}
+_INTEGER_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+NUMERIC_DTYPES = {name: np.dtype(name) for name in ("bool", *_INTEGER_DTYPES, "float16", "float32", "float64")}
 
 
 def is_visual(feature: Mapping[str, Any]) -> bool:

@@ -52,9 +52,7 @@ class DatasetMeta:
             stats = load_stats_json(root / STATS_PATH) or legacy_v21.load_stats(root)
         else:
             episodes, tasks = load_episode_table(root, info.get("total_episodes")), load_tasks(root)
-            stats = load_stats_json(root / STATS_PATH)
-            if stats is None:
-                stats = stats_from_episode_table(root)
+            stats = load_stats_json(root / STATS_PATH) or stats_from_episode_table(root)
         return cls(root=root, repo_id=repo_id or root.name, info=info, stats=stats, tasks=tasks, episodes=episodes)
 
     @property
