@@ -107,8 +107,10 @@ class PolicyDataset(torch.utils.data.Dataset):
     def _load_columns(self) -> None:
         keys = [k for k, ft in self.features.items() if ft["dtype"] != VIDEO]
         table = self._read_data_table(keys)
-        self._check_bookkeeping_columns(table)
-        self._store_columns(table, [key for key in keys if key in table.column_names])
+        for key in (INDEX, EPISODE_INDEX, FRAME_INDEX, TIMESTAMP, TASK_INDEX):
+            if key not in table.column_names:
+                raise DatasetFormatError(f"the data files of {self.repo_id} have no {key!r} column")
+        self._store_columns(table, [key for key in keys if key in table.column_names])  # streamed: no image columns
         self.num_frames = len(table)
         self.num_episodes = len(self.episodes)
         self._find_episode_bounds()
@@ -143,11 +145,6 @@ class PolicyDataset(torch.utils.data.Dataset):
             if not bars_were_off:
                 datasets.utils.enable_progress_bars()
         return hf_dataset.data.table
-
-    def _check_bookkeeping_columns(self, table: pa.Table) -> None:
-        for key in (INDEX, EPISODE_INDEX, FRAME_INDEX, TIMESTAMP, TASK_INDEX):
-            if key not in table.column_names:
-                raise DatasetFormatError(f"the data files of {self.repo_id} have no {key!r} column")
 
     def _store_columns(self, table: pa.Table, keys: list[str]) -> None:
         """Numeric columns as numpy arrays, strings as lists, image bytes as arrow arrays, by (episode, frame)."""
