@@ -202,7 +202,6 @@ class DatasetWriter:
         self.fps = fps
         self.robot_type = robot_type
         self.features = features  # info.json features, user features first, then the bookkeeping columns
-        self.overwrite = overwrite
         self.video_crf = video_crf
         self.video_preset = video_preset
         self.chunks_size = chunks_size
