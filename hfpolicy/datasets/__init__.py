@@ -41,9 +41,8 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # The converter imports gym-pusht (pygame, pymunk, shapely): load it only when asked for.
     if name == "convert_pusht_zarr":
-        from hfpolicy.datasets.pusht_zarr import convert_pusht_zarr  # lazy: optional heavy dependency (gym-pusht)
+        from hfpolicy.datasets.pusht_zarr import convert_pusht_zarr  # lazy: gym-pusht (pygame, pymunk, shapely)
 
         return convert_pusht_zarr
     raise AttributeError(f"module 'hfpolicy.datasets' has no attribute {name!r}")

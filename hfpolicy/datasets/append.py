@@ -1,21 +1,9 @@
 """What an appending `DatasetWriter` continues from: the committed state of a LeRobot v3.0 dataset on disk, and
-truncation to its first episodes.
+truncation to its first episodes (docs/datasets.md#the-writers-append-mode).
 
-An append adds files and never rewrites the data rows of earlier episodes: its data rows go to a new data file, its
-video segments to a new mp4 per camera, its rows of the episode table to a new meta/episodes file; then
-meta/tasks.parquet, meta/stats.json and, last, meta/info.json are replaced (each a write and a rename). info.json's
-`total_episodes` is the commit: readers (`DatasetMeta.load`) take the first `total_episodes` episodes, so a writer
-killed before it leaves the last complete append readable, and the files it had added are orphans. Files of one
-append follow those of the previous one in (chunk, file) order, so what lies beyond the files of the last committed
-episode is such an orphan: `settle` removes it, reading only the last meta/episodes file (and listing chunk folders
-only when the next file numbers are taken), so opening a dataset to append costs the same however many episodes it
-holds.
-
-`settle(root, n)` also truncates: it keeps the first `n` episodes (info.json first, then stats.json from the kept
-episodes' stats and the tasks they use, then the data and video files of later episodes removed, a data file shared
-with a later episode rewritten with the kept rows only (a shared video file is kept, its later frames unreferenced),
-and last the episode table's later rows, so that a truncation killed half-way is redone by the next settle). A
-reader that opens the dataset while a truncation rewrites a shared data file may fail: truncate when no one reads.
+info.json's `total_episodes` is the commit: files numbered after those of the last committed episode are a killed
+append's orphans, which `settle` removes. Truncating rewrites info.json first and the episode table's rows last, so
+a truncation killed half-way is redone by the next settle; truncate when no one reads.
 """
 
 import os
@@ -46,7 +34,7 @@ from hfpolicy.datasets.format import (
     load_info,
     next_chunk_file,
 )
-from hfpolicy.datasets.metadata import load_tasks
+from hfpolicy.datasets.metadata import load_tasks, row_stats
 from hfpolicy.datasets.stats import STAT_KEYS, aggregate_stats, load_stats_json, stats_to_json
 from hfpolicy.io.atomic import is_temporary, replacing, write_json_atomically
 
@@ -77,7 +65,7 @@ _NUMBERED = re.compile(r"(chunk|file)-(\d+)(\.parquet|\.mp4)?$")
 
 
 def _numbered(folder: Path, prefix: str, suffix: str = "") -> list[tuple[int, Path]]:
-    """The entries of `folder` named {prefix}-NNN{suffix}, by number (names only: no stat of each)."""
+    """The entries of `folder` named {prefix}-NNN{suffix}, by number."""
     found = []
     for name in os.listdir(folder) if folder.is_dir() else []:
         match = _NUMBERED.match(name)
@@ -87,8 +75,7 @@ def _numbered(folder: Path, prefix: str, suffix: str = "") -> list[tuple[int, Pa
 
 
 def _files(folder: Path, suffix: str, from_chunk: int = 0) -> list[Path]:
-    """The chunk-XXX/file-YYY files under `folder` in chunks >= `from_chunk`, in (chunk, file) order: only those
-    chunk folders are listed, so finding the last files costs the same however many there are before."""
+    """The chunk-XXX/file-YYY files under `folder` in chunks >= `from_chunk` (only those listed), in order."""
     return [
         path
         for chunk, folder_path in _numbered(folder, "chunk")
@@ -113,11 +100,7 @@ def _kept_episodes(root: Path, n: int) -> tuple[list[dict[str, dict[str, np.ndar
             if row.pop(EPISODE_INDEX) >= n:
                 continue
             tasks.update(row.pop(EP_TASKS) or [])
-            stats: dict[str, dict[str, np.ndarray]] = {}
-            for column, value in row.items():
-                key, _, stat = column[len(EP_STATS_PREFIX) :].rpartition("/")
-                stats.setdefault(key, {})[stat] = np.asarray(value)
-            parts.append(stats)
+            parts.append(row_stats(row))
     return parts, tasks
 
 
@@ -138,8 +121,7 @@ def _rewrite_parquet(path: Path, n: int) -> None:
 
 
 def _remove_beyond(folder: Path, suffix: str, last: tuple[int, int]) -> None:
-    """Unlinks the files under `folder` after (chunk, file) `last` (an unfinished append's, or those of truncated
-    episodes) and the chunk folders they leave empty."""
+    """Unlinks the files under `folder` after (chunk, file) `last` and the chunk folders they leave empty."""
     for path in _files(folder, suffix, from_chunk=last[0]):
         if chunk_file(path) > last:
             path.unlink()
@@ -149,7 +131,7 @@ def _remove_beyond(folder: Path, suffix: str, last: tuple[int, int]) -> None:
 
 
 def _remove_temporary(*folders: Path) -> None:
-    """Temporary files that writes of a killed writer left in `folders` (where files are rewritten in place)."""
+    """Removes the temporary files that a killed writer left in `folders`."""
     for folder in folders:
         for name in os.listdir(folder) if folder.is_dir() else []:
             if is_temporary(name):
@@ -182,15 +164,19 @@ def _commit_meta(root: Path, info: dict, n: int, last: dict, tasks: dict, stats)
     }  # fmt: skip
     write_json_atomically(root / INFO_PATH, info, indent=4)
     write_json_atomically(root / STATS_PATH, stats_to_json(stats or {}), indent=4)
-    frame = pd.DataFrame({TASK_INDEX: list(tasks.values())}, index=pd.Index(list(tasks), name=TASK))
-    with replacing(root / TASKS_PATH, suffix=".parquet") as tmp:
-        frame.to_parquet(tmp)
+    write_tasks(root, tasks)
     return info
 
 
+def write_tasks(root: Path, tasks: dict[str, int]) -> None:
+    """meta/tasks.parquet as LeRobot keeps it: the task strings as its index, named "task"."""
+    frame = pd.DataFrame({TASK_INDEX: list(tasks.values())}, index=pd.Index(list(tasks), name=TASK))
+    with replacing(root / TASKS_PATH, suffix=".parquet") as tmp:
+        frame.to_parquet(tmp)
+
+
 def _unfinished_append_left_files(root: Path, info: dict, next_data: tuple, next_video: dict) -> bool:
-    """Whether an unfinished append left files: only if it left the first one it numbers (data or video); only then
-    are the last chunk folders listed (a clean dataset is opened without listing them)."""
+    """Whether an unfinished append left files: the first data or video file it would number exists."""
     return (root / info["data_path"].format(chunk_index=next_data[0], file_index=next_data[1])).exists() or any(
         (root / info["video_path"].format(video_key=key, chunk_index=c, file_index=f)).exists()
         for key, (c, f) in next_video.items()

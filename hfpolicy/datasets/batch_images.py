@@ -1,12 +1,5 @@
-"""Camera frames in batches: uint8 on their way to the model, float32 in [0, 1] where it runs.
-
-A training run's batches carry their frames as uint8 (`PolicyDataset.uint8_images`) and `frames_to_float` makes
-them float32 on the device the policy runs on. Why: the division into fresh float32 memory is most of what a batch
-costs the in-memory reader, and with DataLoader workers the main process's largest share
-(docs/streaming.md#uint8-frames-in-training-batches). On a GPU it becomes one kernel, and the host-to-device copy is
-4x smaller.
-Every path gives the same float32 values: the division uint8 / 255 correctly rounded, as numpy computes it.
-"""
+"""Camera frames in batches: uint8 on their way to the model, float32 in [0, 1] on the device where it runs
+(docs/streaming.md#uint8-frames-in-training-batches). Every path gives uint8 / 255 correctly rounded, as numpy does."""
 
 import numpy as np
 import torch

@@ -1,9 +1,7 @@
 """`PolicyDataset`: a LeRobot v3.0 or v2.1 dataset (local or from the Hub) as a torch Dataset of training samples.
 
-Everything per item is index arithmetic on arrays built once: the non-video columns are read from the data parquet
-files through 🤗 datasets into numpy arrays, camera frames come from a uint8 frame cache filled one episode at a
-time (see frame_cache.py). `delta_timestamps` turn into frame offsets; offsets that fall outside the episode repeat
-its edge frame and are flagged in `{key}_is_pad`.
+Items are index arithmetic on arrays built once: the non-video columns as numpy arrays, camera frames from a uint8
+frame cache (frame_cache.py). Window offsets outside the episode repeat its edge frame, flagged in `{key}_is_pad`.
 """
 
 import math
@@ -34,28 +32,22 @@ class PolicyDataset(torch.utils.data.Dataset):
 
     Args:
         repo_id: the dataset's Hub repo id ("lerobot/pusht"), or a name for a local dataset.
-        root: a local dataset root (the folder with meta/, data/, videos/). None downloads `repo_id` from the Hub
-            into the HF cache: meta/ first, then only the data and video files of the chosen episodes.
-        revision: Hub branch, tag or commit (default: the main branch). Ignored with `root`.
+        root: a local dataset root (with meta/, data/, videos/). None downloads `repo_id` from the Hub into the HF
+            cache, only the files of the chosen episodes (`revision`: a branch, tag or commit).
         episodes: episode indices to use (default: all).
         delta_timestamps: per feature key, time offsets in seconds relative to each frame, e.g.
             {"observation.image": [-0.1, 0.0], "action": [0.0, 0.1, ..., 1.5]}. Offsets must be multiples of 1/fps.
         tolerance_s: how far timestamps may stray from multiples of 1/fps (and video frames from their time).
         image_transforms: applied to every image tensor, (C, H, W) or (T, C, H, W) float in [0, 1].
         frame_cache: "auto" (RAM up to `frame_cache_max_ram_gb`, else a memory-mapped file), "ram" or "disk".
-        frame_cache_max_ram_gb: the RAM cap of the "auto" frame cache.
         download_videos: False leaves camera features out (no video download, no decoding).
 
     Items are dicts: every feature as a tensor (images float32 [0, 1] (C, H, W); windowed keys with a leading time
-    dim and a bool `{key}_is_pad` (T,)), the bookkeeping columns (index, episode_index, frame_index, timestamp,
-    task_index) and `task` (the task string).
-
-    `uint8_images = True` (a training run sets it) makes batches fetched by an index list (`dataset[[i, j, ...]]`,
-    without image_transforms) carry their frames as uint8 0..255, for `batch_images.frames_to_float` on the device.
+    dim and a bool `{key}_is_pad` (T,)), the bookkeeping columns and `task` (the task string). With `uint8_images`
+    (a training run sets it), batches fetched by an index list carry their frames as uint8, for `frames_to_float`.
     """
 
     uint8_images = False
-    streamed = False  # frames held in memory (StreamingPolicyDataset: streamed from the Hub)
 
     def __init__(
         self,
@@ -97,7 +89,6 @@ class PolicyDataset(torch.utils.data.Dataset):
         self._deltas = {key: np.asarray(offsets, dtype=np.int64) for key, offsets in self.delta_indices.items()}
         self._make_frame_caches(frame_cache, frame_cache_max_ram_gb)
 
-    # --- loading ------------------------------------------------------------------------------------------------
     def _select_episodes(self, episodes: Sequence[int] | None) -> list[int]:
         available = [int(e) for e in self.meta.episodes.index]
         if episodes is None:
@@ -114,10 +105,12 @@ class PolicyDataset(torch.utils.data.Dataset):
         return chosen
 
     def _load_columns(self) -> None:
-        """Reads the non-video columns of the chosen episodes (through 🤗 datasets) into arrays in episode order."""
         keys = [k for k, ft in self.features.items() if ft["dtype"] != VIDEO]
         table = self._read_data_table(keys)
-        self._store_columns(table, keys)
+        for key in (INDEX, EPISODE_INDEX, FRAME_INDEX, TIMESTAMP, TASK_INDEX):
+            if key not in table.column_names:
+                raise DatasetFormatError(f"the data files of {self.repo_id} have no {key!r} column")
+        self._store_columns(table, [key for key in keys if key in table.column_names])  # streamed: no image columns
         self.num_frames = len(table)
         self.num_episodes = len(self.episodes)
         self._find_episode_bounds()
@@ -125,7 +118,7 @@ class PolicyDataset(torch.utils.data.Dataset):
         self._check_finite()
 
     def _read_data_table(self, keys: list[str]) -> pa.Table:
-        """The `keys` columns of the chosen episodes' rows of the data files, as one arrow table."""
+        """The `keys` columns of the chosen episodes' rows of the data files (through 🤗 datasets)."""
         files = sorted({self.meta.data_file(ep) for ep in self.episodes})
         missing = [f for f in files if not (self.root / f).is_file()]
         if missing:
@@ -151,15 +144,10 @@ class PolicyDataset(torch.utils.data.Dataset):
         finally:
             if not bars_were_off:
                 datasets.utils.enable_progress_bars()
-        table: pa.Table = hf_dataset.data.table
-        for key in (INDEX, EPISODE_INDEX, FRAME_INDEX, TIMESTAMP, TASK_INDEX):
-            if key not in table.column_names:
-                raise DatasetFormatError(f"the data files of {self.repo_id} have no {key!r} column")
-        return table
+        return hf_dataset.data.table
 
     def _store_columns(self, table: pa.Table, keys: list[str]) -> None:
-        """Numeric columns as numpy arrays, strings as lists, image bytes as arrow arrays, sorted by (episode,
-        frame)."""
+        """Numeric columns as numpy arrays, strings as lists, image bytes as arrow arrays, by (episode, frame)."""
         episode_col = column_to_numpy(EPISODE_INDEX, self.features[EPISODE_INDEX], table.column(EPISODE_INDEX))
         frame_col = column_to_numpy(FRAME_INDEX, self.features[FRAME_INDEX], table.column(FRAME_INDEX))
         lexsorted = np.lexsort((frame_col, episode_col))
@@ -200,7 +188,6 @@ class PolicyDataset(torch.utils.data.Dataset):
         self._row_episode = np.repeat(np.arange(len(starts)), ends - starts)  # row -> episode position
 
     def _check_stats_finite(self) -> None:
-        """Stats with NaN/inf (meta/stats.json) would normalize every batch into NaN."""
         bad = [
             f"{key}.{name}"
             for key, part in self.stats.items()
@@ -263,6 +250,7 @@ class PolicyDataset(torch.utils.data.Dataset):
 
     def _check_delta_timestamps(self, delta_timestamps: dict[str, list[float]]) -> dict[str, list[int]]:
         indices: dict[str, list[int]] = {}
+        longest_s = int(self.meta.episodes.loc[self.episodes, EP_LENGTH].max()) / self.fps
         for key, offsets in delta_timestamps.items():
             if key not in self.features:
                 raise ValueError(
@@ -275,7 +263,6 @@ class PolicyDataset(torch.utils.data.Dataset):
                 raise ValueError(f"delta_timestamps key {key!r} is a video, but download_videos=False")
             if len(offsets) == 0:
                 raise ValueError(f"delta_timestamps[{key!r}] is empty: give at least one offset (0.0 is the frame)")
-            longest_s = max(int(self.meta.episode_number(ep, EP_LENGTH)) for ep in self.episodes) / self.fps
             absurd = [t for t in offsets if not math.isfinite(t) or abs(t) > longest_s]
             if absurd:
                 raise ValueError(
@@ -307,7 +294,6 @@ class PolicyDataset(torch.utils.data.Dataset):
         for key, chw in shapes.items():
             self._caches[key] = FrameCache(self.num_frames, chw, self.num_episodes, storage=storage)
 
-    # --- frames -------------------------------------------------------------------------------------------------
     def _fill_episode(self, key: str, episode_pos: int) -> None:
         start, end = (int(v) for v in self.episode_bounds[episode_pos])
         self._decode_episode(key, episode_pos, self._caches[key].array[start:end])
@@ -330,17 +316,13 @@ class PolicyDataset(torch.utils.data.Dataset):
         self, key: str, episode: int, timestamps: np.ndarray, tolerance: float, out: np.ndarray, what: str
     ) -> None:
         """Decodes the frames of camera `key` of `episode` at `timestamps` (times in its video file) into `out`."""
-        decode_video_segment(self._video_path(episode, key, what), timestamps, tolerance, out, what)
-
-    def _video_path(self, episode: int, key: str, what: str) -> Path:
-        """The local video file that holds camera `key` of `episode`."""
         path = self.root / self.meta.video_file(episode, key)
         if not path.is_file():
             raise DatasetFormatError(f"{what}: the video file {path} is missing (an incomplete download?)")
-        return path
+        decode_video_segment(path, timestamps, tolerance, out, what)
 
     def _image_column(self, key: str, episode_pos: int) -> pa.Array:
-        """The stored image bytes of image feature `key` for the `episode_pos`-th chosen episode, in frame order."""
+        """The image bytes of image feature `key` for the `episode_pos`-th chosen episode, in frame order."""
         start, end = (int(v) for v in self.episode_bounds[episode_pos])
         return self._image_bytes[key][start:end]
 
@@ -362,7 +344,6 @@ class PolicyDataset(torch.utils.data.Dataset):
         frames[TASK] = [self.tasks.get(t, "") for t in self._columns[TASK_INDEX][start:end].tolist()]
         return frames
 
-    # --- items --------------------------------------------------------------------------------------------------
     def __len__(self) -> int:
         return self.num_frames
 
@@ -380,8 +361,8 @@ class PolicyDataset(torch.utils.data.Dataset):
         return self.__getitems__(np.asarray([idx]))[0]
 
     def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
-        """Items for many indices at once (the DataLoader calls this with a batch's indices): the windows, column
-        gathers and the uint8 -> float conversion run once per batch, then each item gets views of the results."""
+        """Items for many indices at once (the DataLoader calls this with a batch's indices): one `get_batch`, then
+        each item gets views of it."""
         batch = self.get_batch(indices)
         keys = list(batch)
         columns = [value.unbind(0) if isinstance(value, torch.Tensor) else value for value in batch.values()]
@@ -430,9 +411,8 @@ class PolicyDataset(torch.utils.data.Dataset):
         return batch
 
     def _camera_frames(self, key: str, rows: np.ndarray, episode_pos: np.ndarray, out=None) -> np.ndarray:
-        """uint8 frames (*rows.shape, C, H, W) of camera `key` at dataset positions `rows` (into `out` if given),
-        whose first dim belongs to the episodes `episode_pos`; episodes not decoded yet are decoded into the frame
-        cache first."""
+        """uint8 frames (*rows.shape, C, H, W) of camera `key` at dataset positions `rows` (into `out` if given), whose
+        first dim belongs to the episodes `episode_pos`; episodes not decoded yet are decoded into the cache first."""
         cache = self._caches[key]
         for episode in np.unique(episode_pos).tolist():
             if not cache.is_filled(episode):

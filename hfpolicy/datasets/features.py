@@ -16,20 +16,8 @@ STRING = "string"
 VISUAL_DTYPES = (VIDEO, IMAGE)
 CHANNEL_NAMES = ("channel", "channels", "c", "rgb")
 
-NUMERIC_DTYPES = {
-    "bool": np.bool_,
-    "int8": np.int8,
-    "int16": np.int16,
-    "int32": np.int32,
-    "int64": np.int64,
-    "uint8": np.uint8,
-    "uint16": np.uint16,
-    "uint32": np.uint32,
-    "uint64": np.uint64,
-    "float16": np.float16,
-    "float32": np.float32,
-    "float64": np.float64,
-}
+_INTEGER_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+NUMERIC_DTYPES = {name: np.dtype(name) for name in ("bool", *_INTEGER_DTYPES, "float16", "float32", "float64")}
 
 
 def is_visual(feature: Mapping[str, Any]) -> bool:
@@ -46,7 +34,7 @@ def numpy_dtype(key: str, feature: Mapping[str, Any]) -> np.dtype:
             f"feature {key!r} has dtype {feature['dtype']!r}; numeric dtypes are {sorted(NUMERIC_DTYPES)}, "
             f"visual ones {list(VISUAL_DTYPES)}, and {STRING!r}"
         )
-    return np.dtype(NUMERIC_DTYPES[feature["dtype"]])
+    return NUMERIC_DTYPES[feature["dtype"]]
 
 
 def is_scalar(feature: Mapping[str, Any]) -> bool:
@@ -55,8 +43,8 @@ def is_scalar(feature: Mapping[str, Any]) -> bool:
 
 
 def image_chw(key: str, feature: Mapping[str, Any]) -> tuple[int, int, int]:
-    """(C, H, W) of an image/video feature. info.json shapes are (H, W, C) with names [height, width, channels] in
-    LeRobot's writer, but some datasets on the Hub declare (C, H, W) with names [channels, height, width]."""
+    """(C, H, W) of an image/video feature, declared (H, W, C) as LeRobot writes it or (C, H, W) (told by the names,
+    else by the short axis)."""
     shape = tuple(int(n) for n in feature["shape"])
     if len(shape) != 3:
         raise DatasetFormatError(f"visual feature {key!r} must have a 3-dim shape, got {shape}")
@@ -78,11 +66,8 @@ def image_chw(key: str, feature: Mapping[str, Any]) -> tuple[int, int, int]:
 def dataset_to_policy_features(
     features: Mapping[str, Mapping[str, Any]],
 ) -> tuple[dict[str, PolicyFeature], dict[str, PolicyFeature]]:
-    """Splits dataset features into policy inputs and outputs.
-
-    Images and videos become IMAGE inputs shaped (C, H, W); other `observation.*` float vectors become STATE
-    inputs; `action` is the ACTION output. Everything else (rewards, done flags, bookkeeping, strings) is skipped.
-    """
+    """(inputs, outputs) of a policy: images and videos as IMAGE inputs (C, H, W), other `observation.*` float
+    vectors as STATE inputs, `action` as the ACTION output; everything else is skipped."""
     inputs: dict[str, PolicyFeature] = {}
     outputs: dict[str, PolicyFeature] = {}
     for key, feature in features.items():
@@ -98,8 +83,8 @@ def dataset_to_policy_features(
 
 
 def arrow_type(key: str, feature: Mapping[str, Any]) -> pa.DataType:
-    """The parquet column type LeRobot uses for a non-video feature: values for shape (1,), fixed-size lists for
-    vectors, nested fixed-size lists for arrays, a {bytes, path} struct for images."""
+    """The parquet column type LeRobot uses for a non-video feature: values for shape (1,), (nested) fixed-size lists
+    for arrays, a {bytes, path} struct for images."""
     if feature["dtype"] == IMAGE:
         return pa.struct([("bytes", pa.binary()), ("path", pa.string())])
     if feature["dtype"] == STRING:
@@ -133,11 +118,9 @@ def column_to_numpy(key: str, feature: Mapping[str, Any], column: pa.ChunkedArra
         column = column.combine_chunks()
     dtype = numpy_dtype(key, feature)
     n = len(column)
-    if pa.types.is_list(column.type) or pa.types.is_fixed_size_list(column.type) or pa.types.is_large_list(column.type):
+    if _is_list(column.type):
         flat = column
-        while (
-            pa.types.is_list(flat.type) or pa.types.is_fixed_size_list(flat.type) or pa.types.is_large_list(flat.type)
-        ):
+        while _is_list(flat.type):
             flat = flat.flatten()
         values = flat.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
         shape = tuple(int(s) for s in feature["shape"])
@@ -151,6 +134,10 @@ def column_to_numpy(key: str, feature: Mapping[str, Any], column: pa.ChunkedArra
     if not is_scalar(feature):
         raise DatasetFormatError(f"column {key!r} holds plain values but info.json says shape {feature['shape']}")
     return values
+
+
+def _is_list(kind: pa.DataType) -> bool:
+    return pa.types.is_list(kind) or pa.types.is_fixed_size_list(kind) or pa.types.is_large_list(kind)
 
 
 def with_image_metadata(schema: pa.Schema, image_keys: list[str]) -> pa.Schema:

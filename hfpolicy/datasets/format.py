@@ -1,24 +1,5 @@
-"""The LeRobot dataset format, codebase version v3.0: file layout, path templates, and the errors for bad datasets.
-
-A v3.0 dataset root holds
-
-    meta/info.json                              schema: codebase_version, fps, robot_type, features, path templates,
-                                                chunks_size, data/video file size limits, totals, splits
-    meta/stats.json                             per feature: min / max / mean / std / count (optionally quantiles)
-    meta/tasks.parquet                          one row per task: the task string (the pandas index) -> task_index
-    meta/episodes/chunk-XXX/file-XXX.parquet    one row per episode: episode_index, tasks, length, where its frames
-                                                live (data/chunk_index, data/file_index, dataset_from_index,
-                                                dataset_to_index), per video key videos/{key}/chunk_index,
-                                                file_index, from_timestamp, to_timestamp, and per-episode stats
-                                                as stats/{key}/{stat} columns
-    data/chunk-XXX/file-XXX.parquet             frames of many episodes: index, episode_index, frame_index,
-                                                timestamp, task_index and every non-video feature
-    videos/{key}/chunk-XXX/file-XXX.mp4         the frames of many episodes concatenated; an episode's frame with
-                                                timestamp t sits at from_timestamp + t in the file
-
-Chunks are folders of at most `chunks_size` files; a new file starts when the current one would pass
-`data_files_size_in_mb` / `video_files_size_in_mb`.
-"""
+"""The LeRobot dataset format, codebase version v3.0: file layout (docs/datasets.md#the-on-disk-layout), path
+templates, and the errors for bad datasets."""
 
 import json
 import math

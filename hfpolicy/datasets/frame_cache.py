@@ -1,16 +1,8 @@
-"""A uint8 frame cache for camera features: each episode's frames are decoded once, then indexed for every window.
+"""A uint8 frame cache for camera features: each episode's frames are decoded once (on first use), then indexed.
 
-Training reads random windows all the time; decoding an mp4 per item costs milliseconds, indexing a cache costs
-microseconds. The cache holds (N, C, H, W) uint8 frames for the selected rows of one camera feature and is filled
-lazily, one episode at a time, the first time an item of that episode is read: a cold item decodes one episode
-segment of its video file (a seek to the episode's keyframe), never a whole file.
-
-Storage is shared between DataLoader workers, so each episode is decoded once for all of them:
-- "ram": an anonymous shared memory map (pages cost nothing until an episode is decoded; forked workers see
-  one another's writes; nothing in /dev/shm);
-- "disk": a memory-mapped file under `$HF_HOME/hfpolicy/frame_cache/` (beside the HF hub cache), used when the
-  cache would pass the RAM cap; workers started with spawn reopen it by path. The file is removed when the dataset
-  that made it is garbage-collected.
+Its storage is shared with DataLoader workers, so each episode is decoded once for all of them: "ram", an anonymous
+shared memory map (forked workers see one another's writes), or "disk", a memory-mapped file under
+`$HF_HOME/hfpolicy/frame_cache/` (spawned workers reopen it by path; removed when the cache is collected).
 """
 
 import bisect
@@ -33,7 +25,6 @@ _HEADER_BYTES = 64  # the per-episode "decoded" flags are padded to this alignme
 
 
 def frame_cache_dir() -> Path:
-    """Where "disk" frame caches live: beside the HF hub cache."""
     from huggingface_hub import constants
 
     return Path(constants.HF_HOME) / "hfpolicy" / "frame_cache"
@@ -54,30 +45,23 @@ class FrameCache:
         self._flag_bytes = -(-max(num_episodes, 1) // _HEADER_BYTES) * _HEADER_BYTES
         self.nbytes = self._flag_bytes + num_frames * int(np.prod(chw))
         self.path: str | None = None
-        if storage == "ram":
-            self._open_anonymous()
-        else:
+        if storage == "disk":
             directory = frame_cache_dir()
             directory.mkdir(parents=True, exist_ok=True)
             self.path = str(directory / f"{uuid.uuid4().hex}.u8")
             with open(self.path, "wb") as f:
                 f.truncate(self.nbytes)  # sparse: no disk used until episodes are decoded
             weakref.finalize(self, _remove_file, self.path, os.getpid())
-            self._open_file()
+        self._open()
 
-    def _open_anonymous(self) -> None:
-        self._buffer: mmap.mmap | np.memmap = mmap.mmap(
-            -1, max(self.nbytes, 1)
-        )  # MAP_SHARED | MAP_ANONYMOUS: shared with forked workers
-        self._bind(np.frombuffer(self._buffer, dtype=np.uint8, count=self.nbytes))
-
-    def _open_file(self) -> None:
-        assert self.path is not None  # set for storage="disk"
-        memmap = np.memmap(self.path, dtype=np.uint8, mode="r+", shape=(self.nbytes,))
-        self._buffer = memmap
-        self._bind(memmap)
-
-    def _bind(self, raw: np.ndarray) -> None:
+    def _open(self) -> None:
+        raw: np.ndarray
+        self._buffer: mmap.mmap | np.memmap
+        if self.path is not None:
+            raw = self._buffer = np.memmap(self.path, dtype=np.uint8, mode="r+", shape=(self.nbytes,))
+        else:
+            self._buffer = mmap.mmap(-1, max(self.nbytes, 1))  # MAP_SHARED | MAP_ANONYMOUS: seen by forked workers
+            raw = np.frombuffer(self._buffer, dtype=np.uint8, count=self.nbytes)
         self._flags = raw[: self.num_episodes]
         frames = raw[self._flag_bytes : self._flag_bytes + self.num_frames * int(np.prod(self.chw))]
         self.array = frames.reshape(self.num_frames, *self.chw)  # numpy view: single-threaded gathers
@@ -103,47 +87,17 @@ class FrameCache:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        if self.storage == "disk":
-            self._open_file()
-        else:
-            self._open_anonymous()
+        self._open()
 
 
 def decode_video_segment(
-    path: str | Path | VideoFile,
-    timestamps: np.ndarray,
-    tolerance_s: float,
-    out: np.ndarray,
-    what: str,
+    path: str | Path | VideoFile, timestamps: np.ndarray, tolerance_s: float, out: np.ndarray, what: str
 ) -> None:
-    """Decodes the frames at `timestamps` (absolute times in the file, ascending) into `out` (len, C, H, W) uint8.
-
-    Seeks to the keyframe before the first timestamp and stops after the last, so only the episode's segment is
-    decoded. Raises TimestampError naming `what` and the times with no frame within `tolerance_s`, and
-    DatasetFormatError naming `what` and the file when the file is not a decodable video (truncated, garbage).
-    `path` may be a binary file object (a remote file read by byte ranges): the same decoder reads it.
-    """
+    """Decodes the frames at `timestamps` (times in the file, ascending) of `path` (or a binary file object) into
+    `out` (len, C, H, W) uint8, from the keyframe before the first. TimestampError names the times with no frame
+    within `tolerance_s`; DatasetFormatError a file that is not a decodable video."""
     timestamps = np.asarray(timestamps, dtype=np.float64)
     filled = np.zeros(len(timestamps), dtype=bool)
-    try:
-        _decode_into(path, timestamps, tolerance_s, out, what, filled)
-    except av.error.FFmpegError as e:  # garbage, or cut short (a broken download, a full disk while writing)
-        raise DatasetFormatError(
-            f"{what}: the video {video_name(path)} cannot be decoded ({type(e).__name__}: {e}): it is truncated or not an mp4; "
-            "download it again (delete it from the cache) or re-encode it"
-        ) from e
-    if not filled.all():
-        missing = timestamps[~filled]
-        shown = ", ".join(f"{t:.4f}" for t in missing[:5]) + (" ..." if len(missing) > 5 else "")
-        raise TimestampError(
-            f"{what}: {len(missing)} of {len(timestamps)} frames are not in {video_name(path)} within {tolerance_s} s of the "
-            f"expected video times ({shown} s). The episode's from_timestamp / the data timestamps do not match the "
-            "video; re-encode the video, or fix meta/episodes, or raise tolerance_s if the times are only slightly off."
-        )
-
-
-def _decode_into(path, timestamps: np.ndarray, tolerance_s: float, out: np.ndarray, what: str, filled: np.ndarray):
-    """The decoding loop of `decode_video_segment`: fills `out[j]` and sets `filled[j]` for each frame found."""
     _, height, width = out.shape[1:]
     reformatter = VideoReformatter()  # one for all frames: a new one per frame costs more than the decoding
     threads = rgb_threads(width, height)
@@ -170,3 +124,16 @@ def _decode_into(path, timestamps: np.ndarray, tolerance_s: float, out: np.ndarr
         raise DatasetFormatError(
             f"{what}: {video_name(path)} holds no video stream: re-encode it, or download it again"
         ) from e
+    except av.error.FFmpegError as e:  # garbage, or cut short (a broken download, a full disk while writing)
+        raise DatasetFormatError(
+            f"{what}: the video {video_name(path)} cannot be decoded ({type(e).__name__}: {e}): it is truncated or not an mp4; "
+            "download it again (delete it from the cache) or re-encode it"
+        ) from e
+    if not filled.all():
+        missing = timestamps[~filled]
+        shown = ", ".join(f"{t:.4f}" for t in missing[:5]) + (" ..." if len(missing) > 5 else "")
+        raise TimestampError(
+            f"{what}: {len(missing)} of {len(timestamps)} frames are not in {video_name(path)} within {tolerance_s} s of the "
+            f"expected video times ({shown} s). The episode's from_timestamp / the data timestamps do not match the "
+            "video; re-encode the video, or fix meta/episodes, or raise tolerance_s if the times are only slightly off."
+        )

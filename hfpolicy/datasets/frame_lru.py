@@ -1,9 +1,4 @@
-"""`FrameLRU`: decoded episodes (uint8 frames of one camera) kept in memory up to a byte budget, the least recently
-used evicted first, but after those the caller says are in use (`keep`: the episodes of the batch being read); the
-frame store of the streaming reader (streaming.py).
-
-Each process keeps its own, at most budget / num_workers (per_process_budget.py).
-"""
+"""`FrameLRU`: the streaming reader's decoded episodes, kept in memory up to a byte budget (per process)."""
 
 from collections import OrderedDict
 from collections.abc import Hashable, Set
@@ -14,7 +9,8 @@ from hfpolicy.datasets.per_process_budget import PerProcessBudget
 
 
 class FrameLRU(PerProcessBudget):
-    """uint8 arrays by key, their bytes summed and bounded by `max_bytes` (over all DataLoader workers)."""
+    """uint8 arrays by key, bounded by `max_bytes` (over all DataLoader workers), the least recently used evicted
+    first, but after those the caller says are in use (`keep`: the episodes of the batch being read)."""
 
     def __init__(self, max_bytes: int, budget_words: str):
         if max_bytes <= 0:
@@ -35,9 +31,8 @@ class FrameLRU(PerProcessBudget):
         return array
 
     def make_room(self, nbytes: int, what: str, keep: Set[Hashable] = frozenset()) -> None:
-        """Evicts least recently used arrays until `nbytes` more fit, those not in `keep` (in use) first;
-        ValueError naming the budget when they never can. Call before allocating the array, so that the bound
-        holds while it is filled."""
+        """Evicts arrays until `nbytes` more fit (ValueError when they never can); call it before allocating the
+        array, so that the bound holds while it is filled."""
         budget = self.budget
         if nbytes > budget:
             raise ValueError(
@@ -51,13 +46,8 @@ class FrameLRU(PerProcessBudget):
             self.evictions += 1
         self.peak_bytes = max(self.peak_bytes, self.bytes + nbytes)
 
-    def __contains__(self, key: Hashable) -> bool:
-        """Whether `key` is held (without making it the most recently used)."""
-        self._reset_if_forked()
-        return key in self._entries
-
     def put(self, key: Hashable, array: np.ndarray, what: str, keep: Set[Hashable] = frozenset()) -> None:
-        """Keeps `array` as the most recently used (after `make_room(array.nbytes)`, evicting if it was not called)."""
+        """Keeps `array` as the most recently used, making room for it."""
         self._reset_if_forked()
         if key in self._entries:
             self.bytes -= self._entries.pop(key).nbytes
@@ -70,11 +60,5 @@ class FrameLRU(PerProcessBudget):
         self._reset_if_forked()
         return len(self._entries)
 
-    # Pickling (DataLoader workers started with spawn/forkserver): the budget travels, the arrays do not.
     def __getstate__(self) -> dict:
         return {"max_bytes": self.max_bytes, "budget_words": self.budget_words}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._reset(share=1)
-        self._pid = -1  # unpickled before the worker knows its worker info: take the share at first use

@@ -23,15 +23,12 @@ CARD_FILE = "README.md"
 
 
 class DatasetDownloadError(OSError):
-    """A Hub dataset cannot be downloaded as a LeRobot dataset (an invalid repo id, a repo without meta/info.json).
-    An OSError, as the download's other failures are."""
+    """A Hub dataset cannot be downloaded as a LeRobot dataset (an invalid repo id, a repo without meta/info.json)."""
 
 
 def download_meta(repo_id: str, revision: str | None = None) -> Path:
-    """Downloads meta/ of a Hub dataset into the HF cache; returns its snapshot folder, which is named by the commit
-    the download resolved (pass that as the revision of later downloads, so a push in between cannot mix two
-    versions). An invalid repo id, or a repo without LeRobot's meta/info.json, raises DatasetDownloadError saying so.
-    """
+    """Downloads meta/ of a Hub dataset into the HF cache; returns its snapshot folder, named by the commit it
+    resolved (the revision of later downloads, so a push in between cannot mix two versions)."""
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 
@@ -54,11 +51,8 @@ def download_dataset(
     episodes: Sequence[int] | None = None,
     download_videos: bool = True,
 ) -> Path:
-    """Downloads meta/ and then only the data (and video) files of `episodes` into the HF cache; returns the root.
-
-    Both downloads use the commit the first one resolved, so a push in between cannot mix two versions. An invalid
-    repo id, or a repo without LeRobot's meta/info.json, raises DatasetDownloadError saying so.
-    """
+    """Downloads meta/ and then only the data (and video) files of `episodes`, of one commit, into the HF cache;
+    returns the root."""
     meta_root = download_meta(repo_id, revision)
     commit = meta_root.name  # snapshots/<commit sha>
     meta = DatasetMeta.load(meta_root, repo_id)  # checks the format version before any data is downloaded
@@ -70,8 +64,8 @@ def download_dataset(
 
 
 def markdown_text(value: Any) -> str:
-    """`value` as plain text inside Markdown (a dataset's strings in its card): HTML escaped, Markdown's punctuation
-    backslash-escaped, line breaks as spaces, so that no string of a dataset becomes a tag, a link or a table cell."""
+    """`value` as plain text inside Markdown: HTML escaped, Markdown's punctuation backslash-escaped, line breaks as
+    spaces, so that no string of a dataset becomes a tag, a link or a table cell."""
     text = html.escape(" ".join(str(value).split()), quote=False)
     return re.sub(r"([\\`*_{}\[\]()#+!|~>-])", r"\\\1", text)
 
@@ -110,9 +104,8 @@ def make_dataset_card(
     tags: Sequence[str] = (),
     description: str | None = None,
 ) -> DatasetCard:
-    """A dataset card whose YAML makes the Hub list it under robotics and lets the viewer and
-    `datasets.load_dataset(repo_id)` read the frames (configs -> data/*/*.parquet). What comes from the dataset
-    (feature names, robot type, info.json) is escaped: it reads as text, never as Markdown or HTML."""
+    """A dataset card listed under robotics whose configs let `datasets.load_dataset(repo_id)` read the frames; what
+    comes from the dataset is escaped (it reads as text, never as Markdown or HTML)."""
     card_data = DatasetCardData(
         license=license,
         task_categories=["robotics"],
@@ -159,8 +152,7 @@ def make_dataset_card(
 
 
 def dataset_files(root: Path) -> list[Path]:
-    """The files a dataset folder holds (under meta/, data/, videos/, images/; README.md): hidden ones (temporary
-    files, caches, .gitattributes) and anything else (an `hfpolicy view` page) left out."""
+    """The files of a dataset folder (under meta/, data/, videos/, images/; README.md), hidden ones left out."""
     return sorted(
         path
         for path in root.rglob("*")
@@ -182,14 +174,11 @@ def push_dataset_to_hub(
     tag_version: bool = True,
     commit_message: str | None = None,
 ) -> str:
-    """Uploads a finished dataset root (LeRobot v3.0 or v2.1) and its dataset card in one commit; returns the commit
-    URL.
+    """Uploads a finished dataset root (LeRobot v3.0 or v2.1) and its card in one commit; returns the commit URL.
 
-    The card is the folder's own README.md when it has one (LeRobot's, or one written by hand; `license`, `tags` and
-    `description` are then unused), else `make_dataset_card`'s. With `tag_version` the commit is tagged with the
-    dataset's codebase version ("v3.0", "v2.1"), which LeRobot's loader looks for. Only the dataset's own files are
-    uploaded (see `dataset_files`). A dataset whose meta/ is incomplete, or that lacks a data or video file its
-    meta/ names, raises DatasetFormatError before anything is created on the Hub.
+    The card is the folder's README.md if it has one (`license`, `tags`, `description` then unused), else
+    `make_dataset_card`'s. `tag_version` tags the commit with the codebase version, which LeRobot's loader looks for.
+    An incomplete dataset raises DatasetFormatError before anything is created on the Hub.
     """
     root = Path(root)
     meta = DatasetMeta.load(root, repo_id)  # refuses a dataset whose meta is incomplete
@@ -201,9 +190,9 @@ def push_dataset_to_hub(
             f"{root} lacks {len(missing)} file(s) that its meta/ names ({', '.join(missing[:3])}"
             f"{' ...' if len(missing) > 3 else ''}): an incomplete copy or download; push the complete dataset"
         )
-    files = dataset_files(root)
     operations = [
-        CommitOperationAdd(path_in_repo=path.relative_to(root).as_posix(), path_or_fileobj=str(path)) for path in files
+        CommitOperationAdd(path_in_repo=path.relative_to(root).as_posix(), path_or_fileobj=str(path))
+        for path in dataset_files(root)
     ]
     if not (root / CARD_FILE).is_file():
         card = make_dataset_card(info, repo_id, license=license, tags=tags, description=description)

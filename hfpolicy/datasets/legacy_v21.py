@@ -1,22 +1,5 @@
-"""LeRobot's v2.1 layout, read into the shape of a v3.0 dataset's meta/ (the episode table, tasks, stats).
-
-A v2.1 dataset root (as LeRobot 0.3.x writes it, and as LeRobot's own v2.1 -> v3.0 converter reads it) holds
-
-    meta/info.json               codebase_version "v2.1", fps, features, chunks_size, total_chunks, total_videos and
-                                 the per-episode templates data_path
-                                 "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet" and video_path
-                                 "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
-    meta/episodes.jsonl          one line per episode: {"episode_index", "tasks": [task strings], "length"}
-    meta/tasks.jsonl             one line per task: {"task_index", "task"}
-    meta/episodes_stats.jsonl    one line per episode: {"episode_index", "stats": {key: {min, max, mean, std, count}}}
-    meta/stats.json              (older v2.0 datasets only) the dataset stats
-    data/chunk-XXX/episode_YYYYYY.parquet        the frames of one episode (index runs across the dataset)
-    videos/chunk-XXX/{key}/episode_YYYYYY.mp4    one episode of one camera; its frame at timestamp t sits at t
-
-An episode's chunk is episode_index // chunks_size. The table built here has the v3.0 columns (data/chunk_index
-is that chunk, video from_timestamp is 0), so that `DatasetMeta.data_file` / `video_file` and the readers work
-unchanged: they pass episode_chunk and episode_index to the path templates as well.
-"""
+"""LeRobot's v2.1 layout (docs/datasets.md#the-on-disk-layout) read into the shape of a v3.0 dataset's meta/: the
+episode table (one data file and one video per episode, from_timestamp 0), tasks and stats."""
 
 import json
 from pathlib import Path

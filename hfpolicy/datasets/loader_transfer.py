@@ -1,19 +1,7 @@
 """`PackedBatch`: how a batch gathered in a DataLoader worker travels to the main process: its small tensors packed
-into one shared-memory buffer, its camera frames as uint8, turned into float32 in [0, 1] on arrival.
-
-Why (with torch's default `file_descriptor` sharing; the figures: docs/streaming.md#workers):
-- the main process pays a fixed cost for each tensor of a batch it receives, whatever its size, and a PushT batch
-  has 13;
-- a new shared-memory float32 image tensor costs a worker far more to allocate and fill than the uint8 -> float32
-  division into reused memory.
-The division on arrival is the one PolicyDataset.get_batch does (`uint8_to_float`), so the values are identical; a
-training run skips it (`uint8_images`: the device converts, batch_images.py). What is left of the main process's
-cost: torch passes each shared tensor's file descriptor through a connection to the worker's resource-sharer
-thread, which answers when the busy worker releases its GIL; packing the frames into the same buffer as the rest
-cost as much and adds a copy of every frame, so they keep their own.
-
-The main process gets a plain dict: the small tensors are views into the received buffer; values, dtypes, shapes and
-key order are those of the batch the main process would have gathered itself.
+into one shared-memory buffer (the main process pays per tensor received), its camera frames as uint8, turned into
+float32 in [0, 1] on arrival unless a training run wants them uint8 (docs/streaming.md#workers). The main process
+gets the plain dict it would have gathered itself.
 """
 
 import math
@@ -29,8 +17,7 @@ _ALIGN = 64
 
 
 def shared_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """An uninitialized tensor in shared memory when in a DataLoader worker (sending it then passes a handle instead
-    of copying it once more, as torch's default collate does), else in ordinary memory."""
+    """An uninitialized tensor, in shared memory in a DataLoader worker (sending it then passes a handle, no copy)."""
     if torch.utils.data.get_worker_info() is None:
         return torch.empty(shape, dtype=dtype)
     storage = torch.empty(0, dtype=dtype)._typed_storage()._new_shared(math.prod(shape))
@@ -39,7 +26,7 @@ def shared_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
 
 def _unpack(buffer: torch.Tensor, layout: list[tuple], rest: dict[str, Any], keys: list[str], to_float) -> dict:
     """The batch again: the packed tensors as views of `buffer` (layout: key, dtype, shape, byte offset), the
-    `to_float` keys' uint8 frames as float32 in [0, 1]."""
+    `to_float` frames as float32."""
     packed = {}
     for key, dtype, shape, offset in layout:
         size = math.prod(shape) * dtype.itemsize
@@ -87,7 +74,6 @@ def batch_for_loader(get_batch, indices: np.ndarray, camera_keys, uint8_images: 
 
 
 def identity_collate(batch: dict[str, Any]) -> dict[str, Any]:
-    """The `collate_fn` of a DataLoader that fetches whole batches (`batch_size=None`): the batch as the dataset
-    gathered it (torch's default, `default_convert`, walks every tensor and list item for numpy arrays there are
-    none of: docs/streaming.md#the-readers-small-costs)."""
+    """The `collate_fn` of a DataLoader that fetches whole batches (`batch_size=None`): torch's default walks every
+    item for numpy arrays there are none of (docs/streaming.md#the-readers-small-costs)."""
     return batch

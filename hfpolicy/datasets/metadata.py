@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from hfpolicy.constants import EPISODE_INDEX, TASK, TASK_INDEX
 from hfpolicy.datasets import legacy_v21
-from hfpolicy.datasets.features import IMAGE, VIDEO, is_visual
+from hfpolicy.datasets.features import VIDEO, is_visual
 from hfpolicy.datasets.format import (
     EP_DATA_CHUNK,
     EP_DATA_FILE,
@@ -52,9 +52,7 @@ class DatasetMeta:
             stats = load_stats_json(root / STATS_PATH) or legacy_v21.load_stats(root)
         else:
             episodes, tasks = load_episode_table(root, info.get("total_episodes")), load_tasks(root)
-            stats = load_stats_json(root / STATS_PATH)
-            if stats is None:
-                stats = stats_from_episode_table(root)
+            stats = load_stats_json(root / STATS_PATH) or stats_from_episode_table(root)
         return cls(root=root, repo_id=repo_id or root.name, info=info, stats=stats, tasks=tasks, episodes=episodes)
 
     @property
@@ -72,10 +70,6 @@ class DatasetMeta:
     @property
     def video_keys(self) -> list[str]:
         return [key for key, ft in self.features.items() if ft["dtype"] == VIDEO]
-
-    @property
-    def image_keys(self) -> list[str]:
-        return [key for key, ft in self.features.items() if ft["dtype"] == IMAGE]
 
     @property
     def camera_keys(self) -> list[str]:
@@ -183,11 +177,14 @@ def stats_from_episode_table(root: Path) -> dict[str, dict[str, np.ndarray]] | N
         columns = [name for name in pq.read_schema(path).names if name.startswith(EP_STATS_PREFIX)]
         if not columns:
             return None
-        table = pq.read_table(path, columns=columns).to_pylist()
-        for row in table:
-            stats: dict[str, dict[str, np.ndarray]] = {}
-            for column, value in row.items():
-                key, _, stat = column[len(EP_STATS_PREFIX) :].rpartition("/")
-                stats.setdefault(key, {})[stat] = np.asarray(value)
-            per_episode.append(stats)
+        per_episode += [row_stats(row) for row in pq.read_table(path, columns=columns).to_pylist()]
     return aggregate_stats(per_episode) if per_episode else None
+
+
+def row_stats(row: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
+    """The stats/{key}/{stat} columns of an episode-table row as {key: {stat: array}}."""
+    stats: dict[str, dict[str, np.ndarray]] = {}
+    for column, value in row.items():
+        key, _, stat = column[len(EP_STATS_PREFIX) :].rpartition("/")
+        stats.setdefault(key, {})[stat] = np.asarray(value)
+    return stats

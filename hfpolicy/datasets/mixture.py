@@ -1,18 +1,8 @@
-"""The training data: `MixtureDataset`, the union of N >= 1 datasets (members), each held in memory
-(PolicyDataset) or streamed from the Hub (StreamingPolicyDataset); one dataset is a mixture of one. Its epoch
-order is sampler.EpisodeAwareSampler's (each member drawn at its sampling weight).
+"""The training data: `MixtureDataset`, the union of N >= 1 datasets, each held in memory (PolicyDataset) or
+streamed (StreamingPolicyDataset); one dataset is a mixture of one (docs/datasets.md#several-datasets).
 
-Positions are concatenated: dataset d's frame i is position offsets[d] + i. `renames` maps source feature keys to
-the mixture's (a camera called differently in one dataset). Features are those every dataset has
-with the same dtype and shape; a feature only some datasets have is left out (`dropped_features` names them, and
-asking for one is refused by the caller), a shared feature whose dtype or shape differs, or a different fps, is
-refused naming the datasets. Stats are pooled exactly from each dataset's count, mean and std (the variance of the
-union, not an average of stds), min of mins and max of maxes; a mixture of one keeps its member's stats as they are.
-
-Streamed members split the streaming budgets (`split_budgets`) rather than share them: each keeps its own frame LRU
-and disk cache, with a share of the memory budget in proportion to the bytes its open episodes need and a share of
-the disk budget in proportion to its files, so the shares add up to the budget and each member's own checks (its
-open episodes fit) hold unchanged; one shared LRU would let one member's reads evict another's open episodes.
+Dataset d's frame i is position offsets[d] + i. Features are those every dataset has alike (after `renames`); stats
+are pooled exactly. Streamed members split the streaming budgets rather than share them (`split_budgets`).
 """
 
 from collections.abc import Mapping, Sequence
@@ -50,7 +40,7 @@ def renamed_key(key: str, renames: Mapping[str, str]) -> str:
 
 
 def renamed_view(dataset: Any, renames: Mapping[str, str]) -> SimpleNamespace:
-    """A dataset's (or DatasetMeta's) features and fps under `renames`; two sources renamed to one key is refused."""
+    """A dataset's (or DatasetMeta's) features and fps under `renames`; two features renamed to one is refused."""
     features = {}
     for key, feature in dataset.features.items():
         new = renames.get(key, key)
@@ -99,13 +89,8 @@ def pooled_stats(parts: Sequence[dict[str, dict[str, np.ndarray]]], names: Seque
 
 
 class MixtureDataset(torch.utils.data.Dataset):
-    """The union of N >= 1 datasets, in memory or streamed (same fps, delta_timestamps built for the shared
-    features).
-
-    `dataset[[i, j, ...]]` gives the collated batch of those positions, as a PolicyDataset does, with a
-    `dataset_index` entry; `episode_bounds` are the episodes of all members in concatenated positions.
-    `uint8_images` as for PolicyDataset.
-    """
+    """The union of N >= 1 datasets of one fps. `dataset[[i, j, ...]]` is the collated batch of those positions, as
+    for a PolicyDataset, with a `dataset_index` entry; `episode_bounds` are all members' episodes, concatenated."""
 
     uint8_images = False
 
@@ -154,8 +139,7 @@ class MixtureDataset(torch.utils.data.Dataset):
             ds.prefetch_frames(progress=progress)
 
     def get_batch(self, indices: Sequence[int], uint8_images: bool = False) -> dict[str, Any]:
-        """The collated batch of mixture positions: each dataset fetches its own, then the rows are put back in
-        the order asked for (`uint8_images` as for PolicyDataset.get_batch)."""
+        """The collated batch of mixture positions: each dataset fetches its own, then the rows go back in order."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if len(idx) and (idx.min() < 0 or idx.max() >= self.num_frames):
             raise IndexError(f"positions must be in [0, {self.num_frames}), got {idx.min()}..{idx.max()}")
@@ -189,9 +173,9 @@ class MixtureDataset(torch.utils.data.Dataset):
     def split_budgets(
         self, ram_bytes: int, disk_bytes: int, buffer_episodes: int, num_workers: int = 0, shards: int = 1
     ) -> list[tuple[int, int]]:
-        """Gives each streamed member its share of the memory and disk budgets (over all DataLoader workers) and
-        checks that its open episodes fit it; ValueError naming each member's need when they do not fit together.
-        Returns the (memory, disk) bytes of each."""
+        """Gives each streamed member its (memory, disk) share of the budgets (over all DataLoader workers), in
+        proportion to its open episodes' bytes and its files, and returns them; ValueError naming each member's need
+        when they do not fit together."""
         streamed = [ds for ds in self.datasets if isinstance(ds, StreamingPolicyDataset)]
         if len(streamed) != len(self.datasets):
             raise TypeError("split_budgets shares the streaming budgets: every member must be a StreamingPolicyDataset")
@@ -221,14 +205,13 @@ class MixtureDataset(torch.utils.data.Dataset):
 
 
 def _kept(key: str, features: dict) -> bool:
-    """Batch keys of the shared features (and their *_is_pad), the task and the dataset index."""
+    """Whether a batch key is a shared feature (or its *_is_pad), the task or the dataset index."""
     base = key[: -len("_is_pad")] if key.endswith("_is_pad") else key
     return base in features or key in ("task", DATASET_INDEX)
 
 
 def _shares(total: int, needs: Sequence[int], floors: Sequence[int] | None = None) -> list[int]:
-    """`total` split in proportion to `needs` (evenly when none needs any), each share at least its floor (their
-    sum fits `total`) and 1 byte."""
+    """`total` split in proportion to `needs` (evenly when none needs any), each share at least its floor and 1."""
     floors = list(floors or [0] * len(needs))
     weights = np.asarray(needs, dtype=np.float64)
     weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(needs), 1 / len(needs))

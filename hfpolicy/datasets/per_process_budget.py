@@ -1,9 +1,5 @@
-"""`PerProcessBudget`: the byte budget that the streaming caches (frame_lru.py's frames in memory, remote_files.py's
-files on disk) share with the DataLoader's workers.
-
-Each process keeps its own entries: a DataLoader worker drops what it inherited from the main process (by the
-process id it was made in) and keeps at most budget / num_workers, so all workers together stay within the budget.
-"""
+"""`PerProcessBudget`: the byte budget that the streaming caches (frames in memory, files on disk) share with the
+DataLoader's workers: each worker starts empty and keeps at most budget / num_workers."""
 
 import os
 
@@ -11,7 +7,7 @@ import torch
 
 
 class PerProcessBudget:
-    """Base of a cache bounded by `max_bytes` over all DataLoader workers; a subclass empties its own entries in
+    """Base of a cache bounded by `max_bytes` over all DataLoader workers; a subclass empties its entries in
     `_clear()` and calls `self._reset_if_forked()` before each use."""
 
     max_bytes: int
@@ -38,6 +34,12 @@ class PerProcessBudget:
         """This process's bytes: the budget divided among the DataLoader workers."""
         self._reset_if_forked()
         return self.max_bytes // self._share
+
+    def __setstate__(self, state: dict) -> None:
+        """Pickled to a DataLoader worker (spawn/forkserver; `__getstate__` says what travels): it starts empty."""
+        self.__dict__.update(state)
+        self._reset(share=1)
+        self._pid = -1  # unpickled before the worker knows its worker info: take the share at first use
 
     def share_words(self) -> str:
         """How errors name this process's share: "" in a single process."""

@@ -1,20 +1,7 @@
 """Convert the diffusion_policy PushT zarr (pusht_cchi_v7_replay.zarr) into a LeRobot v3.0 dataset shaped like the
-Hub's lerobot/pusht: fps 10, observation.image (video 96x96x3), observation.state (agent x, y), action (target x, y),
-next.reward, next.success, next.done (and optionally observation.environment_state, gym-pusht's 16 keypoint
-coordinates of the T, for state-only policies).
-
-Rewards are recomputed with gym-pusht's own geometry: coverage = area(T ∩ goal) / area(goal), reward =
-clip(coverage / success_threshold, 0, 1), success = coverage > success_threshold (0.95), exactly as
-`PushTEnv.step` computes them. `next.*` at frame i describes the state the action of frame i led to: the recorded
-state i + 1. The zarr does not record the state after an episode's last action (the demonstrator stopped once the
-T was placed), so for the last frame gym-pusht simulates it: reset to the recorded state
-`LAST_STEP_WARMUP_FRAMES` frames earlier (with the reset compensation below) and replay the episode's last actions.
-The warm-up lets the agent's velocity, which the zarr does not record, settle; it reproduces a full-episode replay
-within 0.005 coverage. With it, 7 of the 206 demonstrations end in success and every one ends with reward >= 0.9.
-
-Reset compensation: gym-pusht's `reset_to_state` sets the block's position before its angle, and pymunk rotates a
-body about its centre of gravity (local (0, 45) for the T), so to put the block at a recorded pose (p, θ) the
-position to pass is p - c + R(θ)·c.
+Hub's lerobot/pusht: fps 10, observation.image (video 96x96x3), observation.state, action, next.reward,
+next.success, next.done (and optionally observation.environment_state, the T's 16 keypoint coordinates). Rewards are
+recomputed with gym-pusht's geometry (docs/datasets.md#converting).
 """
 
 import json
@@ -73,9 +60,8 @@ class ZarrStoreError(ValueError):
 
 
 def validate_pusht_zarr(group, zarr_path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(episode_ends, states, actions) of a PushT zarr after checking what is converted: no chunk file missing (zarr
-    would read it as zeros: black frames, actions at the origin), every chunk decodes, shapes agree, episode ends
-    rise strictly to the frame count, states and actions are finite. Raises ZarrStoreError naming array and chunk."""
+    """(episode_ends, states, actions) of a PushT zarr, checked: no chunk file missing (zarr would read zeros), every
+    chunk decodes, shapes agree, episode ends rise to the frame count, values are finite (else ZarrStoreError)."""
     shapes = {name: tuple(group[name].shape) for name in ZARR_ARRAYS}
     n = shapes["data/img"][0]
     expected = {"data/img": (n, None, None, 3), "data/state": (n, 5), "data/action": (n, 2)}
@@ -114,8 +100,7 @@ ZARR_METADATA_FILES = (".zgroup", ".zarray", ".zattrs", "zarr.json")  # JSON fil
 
 
 def check_zarr_metadata(zarr_path: Path) -> None:
-    """ZarrStoreError naming the first metadata file of the converted arrays (and the groups above them) that is not
-    a JSON object: one cut short by a copy or download that broke off."""
+    """ZarrStoreError naming the first metadata file of the converted arrays (or their groups) that is no JSON object."""
     folders = ["", "data", "meta", *ZARR_ARRAYS]
     for path in (zarr_path / folder / name for folder in folders for name in ZARR_METADATA_FILES):
         if not path.is_file():
@@ -131,16 +116,18 @@ def check_zarr_metadata(zarr_path: Path) -> None:
             )
 
 
+def _read_chunk(array, index: int, name: str) -> np.ndarray:
+    step = int(array.chunks[0])
+    try:
+        return np.asarray(array[index * step : (index + 1) * step])
+    except Exception as e:  # noqa: BLE001 (codec errors come as many types)
+        raise ZarrStoreError(f"{name} chunk {index} cannot be decoded ({type(e).__name__}: {e})") from e
+
+
 def _read_array(group, name: str, zarr_path: Path) -> np.ndarray:
     """A whole zarr array, read chunk by chunk so that a chunk that fails to decode is named."""
     array = group[name]
-    step = int(array.chunks[0])
-    blocks = []
-    for index, start in enumerate(range(0, array.shape[0], step)):
-        try:
-            blocks.append(np.asarray(array[start : start + step]))
-        except Exception as e:  # noqa: BLE001 (codec errors come as many types)
-            raise ZarrStoreError(f"{zarr_path}/{name} chunk {index} cannot be decoded ({type(e).__name__}: {e})") from e
+    blocks = [_read_chunk(array, i, f"{zarr_path}/{name}") for i in range(-(-array.shape[0] // int(array.chunks[0])))]
     return np.concatenate(blocks) if blocks else np.asarray(array[:])
 
 
@@ -174,12 +161,7 @@ class _ZarrFrames:
         blocks = []
         for index in range(first, last + 1):
             if index not in self._cache:
-                try:
-                    block = np.asarray(self.array[index * self.chunk : (index + 1) * self.chunk])
-                except Exception as e:  # noqa: BLE001 (codec errors come as many types)
-                    raise ZarrStoreError(
-                        f"{self.name} chunk {index} cannot be decoded ({type(e).__name__}: {e})"
-                    ) from e
+                block = _read_chunk(self.array, index, self.name)
                 if not np.isfinite(block).all() or block.min() < 0 or block.max() > 255:
                     raise ZarrStoreError(
                         f"{self.name}: images must hold values in 0..255, chunk {index} has {block.min()}..{block.max()}"
@@ -202,18 +184,9 @@ def convert_pusht_zarr(
     video_crf: int = 23,
     progress: bool = True,
 ) -> Path:
-    """Converts the diffusion_policy PushT zarr to a LeRobot v3.0 dataset at `output_dir`; returns its path.
-
-    Args:
-        zarr_path: the zarr folder (pusht_cchi_v7_replay.zarr).
-        output_dir: the dataset root to create (must not exist unless `overwrite`).
-        repo_id: the dataset's name (default: local/<output_dir name>); only used in messages and the card.
-        episodes: zarr episode indices to convert (default: all); they are renumbered 0..n-1 in order.
-        environment_state: also write observation.environment_state (16 keypoint coordinates).
-        overwrite: replace `output_dir` if it exists.
-        video_crf: H.264 quality of the image videos (lower is better and bigger).
-        progress: show a progress bar.
-    """
+    """Converts the diffusion_policy PushT zarr to a LeRobot v3.0 dataset at `output_dir` (new, unless `overwrite`);
+    returns its path. `repo_id` names it in messages (default: local/<output_dir name>); `episodes` (default: all)
+    are renumbered 0..n-1; `video_crf`: H.264 quality (lower is better and bigger)."""
     zarr_path, output_dir = Path(zarr_path), Path(output_dir)
     check_apart(
         output_dir,
@@ -222,19 +195,16 @@ def convert_pusht_zarr(
         source_words=f"the zarr {zarr_path}",
         replaces_output=overwrite,
     )
-    group, (starts, ends), states, actions, chosen = open_pusht_zarr(zarr_path, episodes)
+    group, states, actions, bounds = open_pusht_zarr(zarr_path, episodes)
     images = _ZarrFrames(group["data/img"], f"{zarr_path}/data/img")
-    image_size = int(group["data/img"].shape[1])
-
     scorer = PushTScorer()
-    features = pusht_features(image_size, environment_state)
+    features = pusht_features(int(group["data/img"].shape[1]), environment_state)
     writer = DatasetWriter.create(
         output_dir, repo_id or f"local/{output_dir.name}", PUSHT_FPS, features, overwrite=overwrite, video_crf=video_crf
     )
     with writer:
-        bar = tqdm(chosen, desc="converting PushT episodes", unit="episode", disable=not progress)
-        for episode in bar:
-            start, end = int(starts[episode]), int(ends[episode])
+        bar = tqdm(bounds, desc="converting PushT episodes", unit="episode", disable=not progress)
+        for start, end in bar:
             write_zarr_episode(
                 writer, scorer, images[start, end], states[start:end], actions[start:end], environment_state
             )
@@ -244,9 +214,8 @@ def convert_pusht_zarr(
 
 def open_pusht_zarr(
     zarr_path: Path, episodes: Sequence[int] | None
-) -> tuple[Any, tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray, list[int]]:
-    """(the zarr group, (episode starts, ends), states, actions, the chosen episode indices), checked: a
-    FileNotFoundError or ValueError naming the zarr and what it lacks."""
+) -> tuple[Any, np.ndarray, np.ndarray, list[tuple[int, int]]]:
+    """(the zarr group, states, actions, the [start, end) frames of each chosen episode), checked."""
     import zarr
 
     if not zarr_path.is_dir():
@@ -267,7 +236,7 @@ def open_pusht_zarr(
     bad = [e for e in chosen if not 0 <= e < len(ends)]
     if bad or not chosen:
         raise ValueError(f"episodes {bad or chosen} are not in {zarr_path} (it has episodes 0..{len(ends) - 1})")
-    return group, (starts, ends), states, actions, chosen
+    return group, states, actions, [(int(starts[e]), int(ends[e])) for e in chosen]
 
 
 def write_zarr_episode(
@@ -278,12 +247,10 @@ def write_zarr_episode(
     actions: np.ndarray,
     environment_state: bool,
 ) -> None:
-    """One zarr episode (its frames, states, actions) as the writer's next episode, with rewards recomputed (and the
-    block's keypoints as observation.environment_state, if asked)."""
+    """One zarr episode as the writer's next episode, with rewards recomputed (and the T's keypoints, if asked)."""
     n = len(states)
     _, reward, success = episode_rewards(scorer, states, actions)
-    done = np.zeros(n, dtype=bool)
-    done[-1] = True
+    done = np.arange(n) == n - 1
     agent = states[:, :2].astype(np.float32)
     keypoints = scorer.keypoints(states[:, 2:5]).astype(np.float32) if environment_state else None
     for i in range(n):

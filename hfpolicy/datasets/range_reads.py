@@ -1,18 +1,7 @@
 """`RangeFile`: one file of a Hub dataset commit read by byte ranges through huggingface_hub's `HfFileSystem`, as
-the binary file object the video decoder reads; the byte-range side of the streaming reader (remote_files.py opens
-it and retries it).
-
-Only the bytes asked for are fetched, `block_bytes` at a time (fsspec's read-ahead cache keeps the last block), so
-decoding one episode out of a long multi-episode mp4 fetches the file's header (the moov atom up front, and the first
-packets the decoder probes) and that episode's stretch of it, not the whole file, and nothing is written to disk.
-`block_for` sizes the blocks to the read: an eighth of the episode's bytes, between 64 KiB and 1 MiB.
-
-Memory: the kept block, the block being fetched (both up to `block_bytes` plus one read) and PyAV's I/O buffer: at
-most `read_buffer_bytes(block_bytes)`, which the streaming reader reserves in its frame budget (stream_ram_gb) while
-an episode is decoded from a RangeFile.
-
-A read that fails is kept in `error` before it goes back to PyAV, which may report it as a broken file or as an end
-of the file: the caller raises `error` instead, so a network failure is retried, never taken for a truncated video.
+the binary file object the video decoder reads: decoding one episode of a long mp4 fetches the file's header and
+that episode's stretch, `block_bytes` at a time, and writes nothing to disk. A failed read is kept in `error`, so the
+caller retries it rather than take it for a truncated video (PyAV may report it as either).
 """
 
 from hfpolicy.io.video import AV_IO_BUFFER_BYTES
@@ -23,8 +12,7 @@ RANGE_REQUESTS_PER_READ = 8  # a read of n bytes asks for blocks of about n / 8 
 
 
 def block_for(read_bytes: float, most: int = RANGE_BLOCK_BYTES) -> int:
-    """Bytes per request for a read of about `read_bytes`: an eighth of them, at least 64 KiB, at most `most`; small
-    episodes fetch little past their end, large ones take few requests."""
+    """Bytes per request for a read of about `read_bytes`: an eighth of them, at least 64 KiB, at most `most`."""
     return int(min(most, max(min(RANGE_MIN_BLOCK_BYTES, most), read_bytes / RANGE_REQUESTS_PER_READ)))
 
 
@@ -34,11 +22,8 @@ def read_buffer_bytes(block_bytes: int) -> int:
 
 
 class RangeFile:
-    """`path` of the dataset repo `repo_id` at `commit` (`size` bytes), readable and seekable, fetched by range.
-
-    Use as a context manager. `fetched_bytes` is what was fetched over the network so far; `error` the first
-    exception a read or a seek raised (None when none did).
-    """
+    """`path` of the dataset repo `repo_id` at `commit` (`size` bytes), readable and seekable, fetched by range; a
+    context manager. `fetched_bytes`: fetched so far; `error`: the first exception a read or a seek raised."""
 
     def __init__(self, repo_id: str, commit: str, path: str, size: int, block_bytes: int = RANGE_BLOCK_BYTES):
         from huggingface_hub import HfFileSystem

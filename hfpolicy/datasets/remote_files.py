@@ -1,15 +1,7 @@
-"""`RemoteFiles`: the files of one commit of a Hub dataset repo, fetched one at a time (huggingface_hub's
-`hf_hub_download`) into a local cache bounded in bytes, the least recently used evicted first, or read by byte
-ranges without touching the disk (`read_by_range`, range_reads.py); the remote side of the streaming reader
-(streaming.py).
-
-A fetch or a range read that fails (the network, the server, a file that is gone) is retried with exponential backoff; when it still
-fails, StreamingError names the file, the commit and the flags that help. A failure is never skipped: a streamed
-epoch is the epoch its sampler promised, or an error.
-
-Each process keeps its own cache folder under `$HF_HOME/hfpolicy/stream_cache/` (removed when the process ends or
-the object is collected): a DataLoader worker starts an empty one holding at most budget / num_workers, so all
-workers together stay within the budget.
+"""`RemoteFiles`: the files of one commit of a Hub dataset repo, fetched one at a time into a local cache bounded in
+bytes (one folder per process under `$HF_HOME/hfpolicy/stream_cache/`, least recently used evicted first), or read
+by byte ranges (range_reads.py). A failure is retried with exponential backoff, then StreamingError names the file,
+the commit and the flags that help: it is never skipped.
 """
 
 import multiprocessing.util
@@ -63,16 +55,9 @@ def first_line(error: BaseException) -> str:
 
 
 class RemoteFiles(PerProcessBudget):
-    """Local copies of files of `repo_id` at `commit`, at most `max_bytes` of them at once (over all workers).
-
-    Args:
-        repo_id: the Hub dataset repo.
-        commit: the 40-hex commit every file is fetched at (one version of the dataset, whatever is pushed later).
-        max_bytes: the disk budget, over all DataLoader workers.
-        retries: attempts per file before StreamingError.
-        sizes: {path in the repo: bytes}; None lists the repo at `commit` now (with retries).
-        block_bytes: bytes per request of a range read.
-    """
+    """Local copies of files of `repo_id` at `commit` (40 hex digits: one version of the dataset), at most
+    `max_bytes` of them at once over all DataLoader workers. `sizes`: {path in the repo: bytes}, or None to list the
+    repo now; `retries`: attempts per file; `block_bytes`: bytes per request of a range read."""
 
     def __init__(
         self,
@@ -103,7 +88,6 @@ class RemoteFiles(PerProcessBudget):
 
     @property
     def folder(self) -> Path:
-        """This process's cache folder (created now if needed)."""
         self._reset_if_forked()
         if self._folder is None:
             root = stream_cache_dir()
@@ -123,8 +107,7 @@ class RemoteFiles(PerProcessBudget):
         return {entry.path: int(entry.size) for entry in entries if isinstance(entry, RepoFile)}
 
     def fetch(self, path: str, what: str) -> Path:
-        """The local copy of `path` (relative to the repo root), fetched now unless it is cached; now the most
-        recently used. Evicts least recently used files first so that the budget holds during the download."""
+        """The local copy of `path` (in the repo), fetched now unless cached, evicting first so the budget holds."""
         self._reset_if_forked()
         if path in self._files:
             self._files.move_to_end(path)
@@ -148,10 +131,8 @@ class RemoteFiles(PerProcessBudget):
         return size
 
     def read_by_range(self, path: str, use: Callable[[RangeFile], T], what: str, block_bytes: int | None = None) -> T:
-        """`use(file)` with `path` open as a RangeFile (fetched by byte ranges of `block_bytes`, at most and by
-        default `self.block_bytes`; nothing on disk). A read that fails makes the whole of `use` run again from the
-        start, with the retries of a fetch; StreamingError after them. `use` must be repeatable (decoding an
-        episode again into the same array is)."""
+        """`use(file)` with `path` open as a RangeFile (blocks of at most `self.block_bytes`). A failed read runs the
+        whole of `use` again (it must be repeatable), with the retries of a fetch."""
         self._reset_if_forked()
         size = self.size_of(path, what)
         block = min(self.block_bytes, block_bytes or self.block_bytes)
@@ -177,15 +158,11 @@ class RemoteFiles(PerProcessBudget):
     def _make_room(self, size: int, path: str, what: str) -> None:
         budget = self.budget
         if size > budget:
+            by_range = ", or read videos by byte range (stream_video= / --dataset.stream_video=range)"
             raise StreamingError(
                 f"{what}: {path} of {self.repo_id} is {size / 1024**2:.2f} MiB, more than the streaming disk budget "
                 f"of {budget / 1024**2:.2f} MiB{self.share_words()}: raise stream_disk_gb= / --dataset.stream_disk_gb, or "
-                "use fewer workers"
-                + (
-                    ", or read videos by byte range (stream_video= / --dataset.stream_video=range)"
-                    if path.endswith(".mp4")
-                    else ""
-                )
+                f"use fewer workers{by_range if path.endswith('.mp4') else ''}"
             )
         while self._files and self.bytes + size > budget:
             self._evict(next(iter(self._files)))
@@ -197,7 +174,6 @@ class RemoteFiles(PerProcessBudget):
         self.evictions += 1
 
     def clear(self) -> None:
-        """Deletes every cached file of this process."""
         self._reset_if_forked()
         while self._files:
             self._evict(next(iter(self._files)))
@@ -228,12 +204,5 @@ class RemoteFiles(PerProcessBudget):
             "--dataset.streaming=false)"
         ) from error
 
-    # Pickling (DataLoader workers started with spawn/forkserver): the repo, commit, budget and file sizes travel;
-    # the worker starts an empty cache of its own.
     def __getstate__(self) -> dict:
         return {k: getattr(self, k) for k in ("repo_id", "commit", "max_bytes", "retries", "sizes", "block_bytes")}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._reset(share=1)
-        self._pid = -1  # unpickled before the worker knows its worker info: take the share at first use

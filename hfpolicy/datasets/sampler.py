@@ -2,14 +2,9 @@
 streamed or not, one or a mixture), `EpochBatchSampler` (its batches, resumable mid-epoch), and an episode-level
 train/val split.
 
-A streamed member is drawn through a shuffle buffer (`buffer_order`): each episode enters the buffer once, its
-frames are drawn in random order while it is there, and it leaves for good when its last frame was drawn, so its
-reader holds at most `buffer_episodes` decoded episodes. The open episodes are split into `shards` groups, an
-episode entering the group whose place came free; batch k draws only from shard k mod shards. A DataLoader with N
-workers hands batch k to worker k mod N: when N divides `shards`, each worker reads only its own shards' episodes
-and decodes each once. Only at the end of a pass, once no episode is left to enter and a shard has run dry, the dry
-shard takes over an open episode of another shard (one not drawn from yet if there is one, else the one with the
-most frames left, which its new worker decodes again).
+A streamed member is drawn through a shuffle buffer (`buffer_order`) of `buffer_episodes` open episodes split into
+`shards` groups; batch k draws only from shard k mod shards, so DataLoader workers dividing `shards` each decode
+only their own episodes, once (docs/datasets.md#one-path-for-training-data).
 """
 
 import math
@@ -21,8 +16,7 @@ import torch
 
 
 def rank_share(order: np.ndarray, num_replicas: int, rank: int) -> np.ndarray:
-    """Process `rank`'s share of an epoch's order: every num_replicas-th index, the order wrapped around so that
-    every process gets as many (as torch's DistributedSampler pads)."""
+    """Every num_replicas-th index from `rank`, the order wrapped so all get as many (as DistributedSampler pads)."""
     if num_replicas <= 1:
         return order
     per_rank = -(-len(order) // num_replicas)
@@ -30,13 +24,12 @@ def rank_share(order: np.ndarray, num_replicas: int, rank: int) -> np.ndarray:
 
 
 def shard_capacities(buffer_episodes: int, shards: int) -> list[int]:
-    """How many episodes each shard keeps open: `buffer_episodes` split as evenly as they go."""
+    """`buffer_episodes` split into `shards` as evenly as they go."""
     return [buffer_episodes // shards + (1 if s < buffer_episodes % shards else 0) for s in range(shards)]
 
 
 def open_episodes_per_worker(buffer_episodes: int, shards: int = 1, num_workers: int = 0) -> int:
-    """The most episodes one process keeps open: with N workers, worker w reads the shards s with s = w (mod
-    gcd(N, shards)) (all of them in a single process)."""
+    """The most episodes one process keeps open: worker w of N reads the shards s = w (mod gcd(N, shards))."""
     capacities = shard_capacities(buffer_episodes, max(1, min(shards, buffer_episodes)))
     step = math.gcd(max(1, num_workers), len(capacities))
     return max(sum(capacities[w::step]) for w in range(step))
@@ -56,8 +49,7 @@ class _Shard:
             self.used.append(0)
 
     def take_over(self, shards: list["_Shard"]) -> None:
-        """Moves in an episode of another shard: one not drawn from yet if any, else the one with the most frames
-        left."""
+        """Moves in an episode of another shard: one not drawn from yet if any, else the one with most frames left."""
         left = [(o, i) for o in shards if o is not self for i in range(len(o.frames))]
         if not left:
             raise AssertionError("drew more frames than are open")  # buffer_order starts a new pass first
@@ -69,8 +61,7 @@ class _Shard:
         return sum(len(frames) - n for frames, n in zip(self.frames, self.used, strict=True))
 
     def draw(self, u: float) -> int:
-        """The frame that `u` in [0, 1) picks among the frames not drawn yet (uniformly); the episode leaves when
-        its last frame was drawn."""
+        """The frame that `u` in [0, 1) picks among the frames not drawn yet; an episode leaves once all are drawn."""
         left = np.array([len(frames) - n for frames, n in zip(self.frames, self.used, strict=True)])
         slot = int(np.searchsorted(np.cumsum(left), u * left.sum(), side="right"))
         frame = int(self.frames[slot][self.used[slot]])
@@ -92,10 +83,9 @@ def buffer_order(
 ) -> np.ndarray:
     """Positions of len(`shard_of`) draws, draw n from the open episodes of shard shard_of[n] (of `capacities`).
 
-    Episodes enter in a random order; while draws are left and the frames open cannot serve them all, a shard that
-    runs dry once every episode has entered starts a fresh pass (a new random order); else it takes over an episode
-    of another shard. So as many draws as frames give every frame exactly once, and more draws cycle through
-    passes (a mixture drawing one member more often than it has frames)."""
+    Episodes enter in a random order. A shard that runs dry once all have entered starts a new pass if the open
+    frames cannot serve the draws left, else takes over another shard's episode: as many draws as frames give every
+    frame exactly once."""
     queue = _shuffled_pass(episodes, rng)
     shards = [_Shard(capacity) for capacity in capacities]
     total = len(shard_of)
@@ -115,8 +105,7 @@ def buffer_order(
 
 
 def sampling_weights(weights: Sequence[float] | None, sizes: Sequence[int]) -> np.ndarray:
-    """The members' sampling probabilities: `weights` normalized (default: each member's share of `sizes`, its
-    eligible frames); ValueError unless one non-negative number per member, not all 0."""
+    """`weights` normalized (default: each member's share of `sizes`); ValueError unless one number >= 0 per member."""
     size = np.asarray(sizes, dtype=np.float64)
     weight = np.asarray(size if weights is None else weights, dtype=np.float64)
     if weight.shape != size.shape or not np.all(np.isfinite(weight)) or weight.min() < 0 or weight.sum() <= 0:
@@ -128,8 +117,7 @@ def sampling_weights(weights: Sequence[float] | None, sizes: Sequence[int]) -> n
 
 
 def _members(dataset) -> list[tuple[Any, Sequence, int]]:
-    """(member, its episode bounds, its first position) of a mixture (`.datasets`, `.offsets`), of one dataset
-    (`.episode_bounds`), or of a plain sequence of (start, end) position ranges."""
+    """(member, its episode bounds, its first position) of a mixture, of one dataset, or of (start, end) ranges."""
     if hasattr(dataset, "datasets"):
         return [(ds, ds.episode_bounds, int(o)) for ds, o in zip(dataset.datasets, dataset.offsets, strict=True)]
     return [(dataset, getattr(dataset, "episode_bounds", dataset), 0)]
@@ -137,29 +125,14 @@ def _members(dataset) -> list[tuple[Any, Sequence, int]]:
 
 class EpisodeAwareSampler(torch.utils.data.Sampler[int]):
     """The one epoch order of training data: the positions of every frame but the last `drop_last_frames` of each
-    episode, of one dataset or of a mixture's members (MixtureDataset), for any reader.
+    episode of `dataset` (a PolicyDataset or StreamingPolicyDataset, a MixtureDataset, or (start, end) ranges).
 
-    Per member: a fresh random permutation of its frames (data held in memory), or, with `buffer_episodes` (data
-    streamed), a shuffle buffer of that many episodes split into `shards` (see `buffer_order`), so that its reader
-    holds few episodes at once. Across members: each sample picks member d with probability weights[d] (default: its share of the eligible
-    frames, the plain union); a member drawn more often than it has frames starts a new pass. Batch k of a process
-    draws from shard k mod `shards`, so DataLoader workers dividing `shards` read apart.
-
-    The order is a pure function of (seed, epoch, shards, batch_size, num_replicas) and the members' episodes, so
-    `EpochBatchSampler`'s mid-epoch resume is exact with any number of workers. Process `rank` of `num_replicas` takes
-    every num_replicas-th position (the order padded by wrapping so all get the same count). One member draws with
-    the generator (seed, epoch), member d of several with (seed, epoch, d + 1).
-
-    Args:
-        dataset: a PolicyDataset or StreamingPolicyDataset, a MixtureDataset, or a sequence of (start, end) ranges.
-        drop_last_frames: frames left out at the end of every episode.
-        seed: the base seed; epoch `e` draws with (seed, e).
-        weights: the members' shares of the samples.
-        buffer_episodes: episodes of each member open at once (None: each member in a permutation of its frames).
-        num_samples: samples per epoch (default: the eligible frames of all members).
-        num_replicas, rank: the processes and this one.
-        shards, batch_size: groups of a shuffle buffer, and the batch size of each process (batch k draws from
-            shard k mod shards).
+    Per member a fresh permutation of its frames, or with `buffer_episodes` a shuffle buffer of that many episodes
+    (`buffer_order`); each of `num_samples` (default: all frames) picks member d with probability weights[d]. Batch k
+    (of `batch_size`) of a process draws from shard k mod `shards`; process `rank` takes every num_replicas-th
+    position. The order is a pure function of (seed, epoch, shards, batch_size, num_replicas) and the episodes (one
+    member draws with the generator (seed, epoch), member d of several with (seed, epoch, d + 1)), so a mid-epoch
+    resume is exact with any number of workers.
     """
 
     def __init__(
@@ -238,12 +211,8 @@ class EpisodeAwareSampler(torch.utils.data.Sampler[int]):
 
 
 class EpochBatchSampler(torch.utils.data.Sampler[list[int]]):
-    """Full batches of one epoch of a sampler, optionally starting at batch `start_batch` of that epoch.
-
-    A resumed training run starts mid-epoch without loading the batches it skips: `set_epoch(epoch, start_batch)`
-    forwards the epoch to the wrapped sampler (which derives its order from it) and skips index batches, not data.
-    The last incomplete batch of an epoch is dropped, so every batch has `batch_size` samples.
-    """
+    """Full batches of one epoch of a sampler (the last incomplete one dropped); `set_epoch(epoch, start_batch)`
+    starts mid-epoch, skipping index batches, not data."""
 
     def __init__(self, sampler: EpisodeAwareSampler, batch_size: int):
         if batch_size < 1:
@@ -273,23 +242,17 @@ class EpochBatchSampler(torch.utils.data.Sampler[list[int]]):
 def split_episodes(
     num_episodes: int | Sequence[int], val_fraction: float, seed: int = 0
 ) -> tuple[list[int], list[int]]:
-    """A random episode-level split: (train episodes, val episodes), sorted and disjoint.
-
-    `num_episodes` is a count (episodes 0..n-1) or the episode indices to split. The validation set gets
-    round(n * val_fraction) episodes, at least one when val_fraction > 0, and training keeps at least one.
-    """
+    """A random episode-level split of a count (episodes 0..n-1) or of episode indices: (train, val), sorted and
+    disjoint. val gets round(n * val_fraction) episodes, at least one when val_fraction > 0; train at least one."""
     episodes = list(range(num_episodes)) if isinstance(num_episodes, int) else sorted({int(e) for e in num_episodes})
     if not 0.0 <= val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
     n = len(episodes)
     if n == 0:
         raise ValueError("no episodes to split")
-    n_val = round(n * val_fraction)
-    if val_fraction > 0:
-        n_val = max(n_val, 1)
+    n_val = max(round(n * val_fraction), 1 if val_fraction > 0 else 0)
     if n_val >= n:
         raise ValueError(f"cannot keep a validation split of {val_fraction:.0%} and a training split of {n} episodes")
-    chosen = np.random.default_rng(seed).permutation(n)[:n_val]
-    val = sorted(episodes[i] for i in chosen)
+    val = sorted(episodes[i] for i in np.random.default_rng(seed).permutation(n)[:n_val])
     held = set(val)
     return [e for e in episodes if e not in held], val

@@ -1,9 +1,5 @@
-"""Dataset statistics as LeRobot stores them: per feature min / max / mean / std / count.
-
-Vectors get element-wise stats of their shape; images get per-channel stats shaped (C, 1, 1) of pixels scaled to
-[0, 1]; `count` is a 1-element array (frames). Episode stats combine into dataset stats with the parallel
-mean/variance formula, so stats.json equals the stats of all frames at once.
-"""
+"""Dataset statistics as LeRobot stores them: per feature min / max / mean / std / count (a 1-element array).
+Vectors get element-wise stats, images per-channel stats shaped (C, 1, 1) of pixels scaled to [0, 1]."""
 
 import json
 from collections.abc import Mapping, Sequence
@@ -33,10 +29,8 @@ def array_stats(values: np.ndarray) -> dict[str, np.ndarray]:
 
 
 class ImageStatsAccumulator:
-    """Per-channel pixel stats of a stream of uint8 HxWxC frames, exact over all (strided) pixels.
-
-    Keeps a 256-bin histogram per channel, so adding a frame is one bincount and min / max / mean / std are exact.
-    """
+    """Per-channel pixel stats of a stream of uint8 HxWxC frames, exact over all (strided) pixels: a 256-bin
+    histogram per channel."""
 
     def __init__(self):
         self.frames = 0
@@ -69,11 +63,8 @@ class ImageStatsAccumulator:
 
 
 def aggregate_stats(stats_list: Sequence[Mapping[str, Mapping[str, np.ndarray]]]) -> dict[str, dict[str, np.ndarray]]:
-    """Combines stats of disjoint parts (episodes) into the stats of the whole, weighting by count.
-
-    A feature is combined from the parts that have all of min / max / mean / std / count; other stats (quantiles)
-    cannot be combined exactly and are left out.
-    """
+    """Combines stats of disjoint parts (episodes) into the stats of the whole (the parallel mean/variance formula);
+    only min / max / mean / std / count combine exactly: other stats (quantiles) are left out."""
     keys = sorted({key for stats in stats_list for key in stats})
     combined: dict[str, dict[str, np.ndarray]] = {}
     for key in keys:

@@ -1,23 +1,10 @@
 """`StreamingPolicyDataset`: a Hub dataset read without downloading it whole, with the items `PolicyDataset` gives.
 
-meta/ is downloaded first (it is small). Then each data parquet file is fetched in turn into a disk cache bounded in
-bytes (remote_files.py), the chosen episodes' rows of its numeric and string columns are read row group by row group
-into memory (a few bytes to a few hundred bytes per frame), and the file is deleted again. Camera frames are decoded
-when an item of their episode is first read, by the shared decoder (frame_cache.decode_video_segment), and its uint8
-frames are kept in an in-memory LRU bounded in bytes (frame_lru.py). The video is read one of two ways
-(`stream_video`): by byte ranges of the Hub file (range_reads.py: the file's header and the episode's stretch,
-nothing on disk, the read buffers reserved in the memory budget while decoding), or fetched whole into the disk
-cache. "auto" (the default) fetches whole files when all the chosen episodes' video files fit the disk budget at
-once (each is then fetched once and read from disk in later epochs), else reads by range (the disk budget no longer
-has to hold a file). Image features stored in the parquet are read per episode from their data file.
-
-Decoding overlaps training through DataLoader workers (`--num_workers`), each reading its own shards' episodes; no
-read-ahead of our own: docs/datasets.md has the measurement that retired it.
-
-This is a PolicyDataset subclass that changes only where files and frames come from: the windows, `*_is_pad`, the
-columns, the checks and the stats are PolicyDataset's own code, so both readers give the same items. Pair it with an
-epoch order that keeps few episodes open at a time (EpisodeAwareSampler's shuffle buffer, checked by `check_buffer_fits`), so that
-each episode is decoded about once per epoch.
+A PolicyDataset subclass that changes only where files and frames come from: data files are fetched one at a time
+into a bounded disk cache (remote_files.py) and their columns kept in memory; an episode's frames are decoded when
+first drawn and kept in a bounded LRU (frame_lru.py); videos are fetched whole or read by byte ranges (range_reads.py,
+`stream_video`). Pair it with EpisodeAwareSampler's shuffle buffer so each episode is decoded about once per epoch
+(docs/streaming.md).
 """
 
 import math
@@ -30,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
-from hfpolicy.constants import EPISODE_INDEX, FRAME_INDEX, INDEX, TASK_INDEX, TIMESTAMP
+from hfpolicy.constants import EPISODE_INDEX, FRAME_INDEX
 from hfpolicy.datasets.dataset import PolicyDataset
 from hfpolicy.datasets.features import IMAGE, VIDEO, image_chw
 from hfpolicy.datasets.format import DatasetFormatError, ep_video_column
@@ -52,7 +39,7 @@ GB = 1024**3
 
 class StreamingPolicyDataset(PolicyDataset):
     """Frames of a LeRobot v3.0 (or v2.1) Hub dataset with `delta_timestamps` windows, streamed with bounded memory
-    and disk.
+    and disk. `frames` (a FrameLRU) and `files` (a RemoteFiles) say what this process holds.
 
     Args:
         repo_id: the dataset's Hub repo id.
@@ -61,17 +48,10 @@ class StreamingPolicyDataset(PolicyDataset):
         stream_ram_gb: decoded frames kept in memory, over all DataLoader workers (each keeps its share).
         stream_disk_gb: fetched files kept on disk, over all DataLoader workers.
         stream_retries: attempts per file (with exponential backoff) before StreamingError names it.
-        stream_video: "range" reads each episode's video by byte ranges of the Hub file (nothing on disk; the file
-            may be larger than the disk budget), "download" fetches whole video files into the disk cache, "auto"
-            downloads when the chosen episodes' video files all fit the disk budget (each worker's share), else
-            reads by range.
-        range_block_bytes: the most bytes per range request (reading by range; smaller episodes take smaller
-            blocks, range_reads.block_for).
-
-    Items are PolicyDataset's. `frames` (a FrameLRU) and `files` (a RemoteFiles) say what this process holds.
+        stream_video: "range" reads videos by byte ranges of the Hub file (nothing on disk), "download" fetches whole
+            files into the disk cache, "auto" downloads when the chosen episodes' files fit the disk budget.
+        range_block_bytes: the most bytes per range request (smaller episodes take smaller blocks).
     """
-
-    streamed = True
 
     def __init__(
         self,
@@ -115,7 +95,6 @@ class StreamingPolicyDataset(PolicyDataset):
             download_videos=download_videos,
         )
 
-    # --- columns: each data file fetched, read and deleted ------------------------------------------------------
     def _read_data_table(self, keys: list[str]) -> pa.Table:
         """The columns `keys` (but the image ones) of the chosen episodes' rows, one data file after the other."""
         columns = [key for key in keys if self.features[key]["dtype"] != IMAGE]
@@ -124,48 +103,35 @@ class StreamingPolicyDataset(PolicyDataset):
             local = self.files.fetch(path, f"the data of {self.repo_id}")
             parts.append(_episode_rows(local, path, columns, self.episodes, self.repo_id))
         self.files.clear()  # the columns are in memory now; image features fetch their file again per episode
-        table = pa.concat_tables(parts, promote_options="default")
-        for key in (INDEX, EPISODE_INDEX, FRAME_INDEX, TIMESTAMP, TASK_INDEX):
-            if key not in table.column_names:
-                raise DatasetFormatError(f"the data files of {self.repo_id} have no {key!r} column")
-        return table
+        return pa.concat_tables(parts, promote_options="default")
 
-    def _store_columns(self, table: pa.Table, keys: list[str]) -> None:
-        super()._store_columns(table, [key for key in keys if key in table.column_names])
-
-    # --- frames: a bounded LRU of decoded episodes instead of a frame cache -------------------------------------
     def _make_frame_caches(self, storage: str, max_ram_gb: float) -> None:
         self._caches = {}
         self.frame_cache_storage = "stream"
         self._chw = {key: image_chw(key, self.features[key]) for key in self.camera_keys}
-        videos = {self.meta.video_file(ep, key) for ep in self.episodes for key in self._video_keys()}
+        video_keys = [key for key in self.camera_keys if self.features[key]["dtype"] == VIDEO]
+        videos = {self.meta.video_file(ep, key) for ep in self.episodes for key in video_keys}
         self._video_bytes = sum(self.files.size_of(path, f"the videos of {self.repo_id}") for path in videos)
         self._video_seconds: dict[str, float] = {}  # video file -> its duration (the last episode's end in it)
         for episode in self.meta.episodes.index:
-            for key in self._video_keys():
+            for key in video_keys:
                 path = self.meta.video_file(int(episode), key)
                 end = self.meta.episode_number(episode, ep_video_column(key, "to_timestamp"))
                 self._video_seconds[path] = max(self._video_seconds.get(path, 0.0), end)
-        data_files = {self.meta.data_file(ep) for ep in self.episodes} if self._image_keys() else set()
+        has_images = any(self.features[key]["dtype"] == IMAGE for key in self.camera_keys)
+        data_files = {self.meta.data_file(ep) for ep in self.episodes} if has_images else set()
         self._largest_data_file = max(
             (self.files.size_of(p, f"the data of {self.repo_id}") for p in data_files), default=0
         )
         self.check_buffer_fits(1)  # the largest episode alone must fit
 
-    def _video_keys(self) -> list[str]:
-        return [key for key in self.camera_keys if self.features[key]["dtype"] == VIDEO]
-
-    def _image_keys(self) -> list[str]:
-        return [key for key in self.camera_keys if self.features[key]["dtype"] == IMAGE]
-
     def video_by_range(self, num_workers: int | None = None) -> bool:
         """Whether video is read by byte ranges in this process (or, given `num_workers`, in each DataLoader
-        worker): always with stream_video="range", never with "download"; with "auto" when the chosen episodes'
-        video files (and the largest data file, for image features) do not all fit the disk budget's share."""
+        worker): with "auto" when `disk_bytes()` do not fit the disk budget's share."""
         if self.stream_video != "auto":
             return self.stream_video == "range"
         share = self.files.budget if num_workers is None else self.files.max_bytes // max(1, num_workers)
-        return self._video_bytes + self._largest_data_file > share
+        return self.disk_bytes() > share
 
     def _read_reserve(self, key: str, num_workers: int | None = None) -> int:
         """Memory held by the read buffers while camera `key` of an episode is decoded (reading by range)."""
@@ -180,8 +146,7 @@ class StreamingPolicyDataset(PolicyDataset):
 
     def open_bytes(self, buffer_episodes: int, num_workers: int = 0, shards: int = 1) -> int:
         """The most memory one process (of `num_workers` DataLoader workers) holds for the open episodes of a buffer
-        of `buffer_episodes` split into `shards`: their decoded frames, the largest episodes, and the read buffers
-        of a range read."""
+        of `buffer_episodes` split into `shards`: the largest episodes' frames and the read buffers of a range read."""
         if not self.camera_keys:
             return 0
         held = open_episodes_per_worker(buffer_episodes, shards, num_workers)
@@ -189,13 +154,11 @@ class StreamingPolicyDataset(PolicyDataset):
         return sum(sizes[:held]) + max(self._read_reserve(key, max(1, num_workers)) for key in self.camera_keys)
 
     def disk_bytes(self) -> int:
-        """What downloading the chosen episodes' files takes at once: their video files and the largest data file
-        (for image features), as stream_video="auto" compares with the disk budget."""
+        """What downloading the chosen episodes' files takes at once: their videos and the largest data file."""
         return self._video_bytes + self._largest_data_file
 
     def set_budgets(self, ram_bytes: int, disk_bytes: int) -> None:
-        """Sets the memory and disk budgets (over all DataLoader workers) before anything is held: a streamed
-        mixture gives each of its datasets a share (MixtureDataset.split_budgets)."""
+        """Sets the memory and disk budgets (over all workers) before anything is held (MixtureDataset.split_budgets)."""
         if len(self.frames) or self.files.bytes:
             raise RuntimeError(f"the budgets of {self.repo_id} change only before any frame or file is held")
         if ram_bytes <= 0 or disk_bytes <= 0:
@@ -203,10 +166,8 @@ class StreamingPolicyDataset(PolicyDataset):
         self.frames.max_bytes, self.files.max_bytes = int(ram_bytes), int(disk_bytes)
 
     def check_buffer_fits(self, buffer_episodes: int, num_workers: int = 0, shards: int = 1) -> None:
-        """ValueError naming the settings when the decoded frames of the largest episodes one process keeps open (of
-        `buffer_episodes` split into `shards`, over `num_workers` DataLoader workers), with the read buffers of a
-        range read, do not fit the memory budget (each worker's share of it): the open episodes would be decoded
-        again and again."""
+        """ValueError naming the settings when `open_bytes` do not fit the memory budget (each worker's share of it):
+        the open episodes would be decoded again and again."""
         if not self.camera_keys:
             return
         held = open_episodes_per_worker(buffer_episodes, shards, num_workers)
@@ -227,10 +188,8 @@ class StreamingPolicyDataset(PolicyDataset):
 
     def _camera_frames(self, key: str, rows: np.ndarray, episode_pos: np.ndarray, out=None) -> np.ndarray:
         out = np.empty((*rows.shape, *self._chw[key]), dtype=np.uint8) if out is None else out
-        flat, local = (
-            out.reshape(-1, *self._chw[key]),
-            rows.reshape(len(rows), -1) - self.episode_bounds[episode_pos, :1],
-        )
+        flat = out.reshape(-1, *self._chw[key])
+        local = rows.reshape(len(rows), -1) - self.episode_bounds[episode_pos, :1]
         width = local.shape[1]
         for pos in np.unique(episode_pos).tolist():
             frames = self._episode_array(key, pos)  # one episode at a time: the others may be evicted meanwhile
@@ -247,21 +206,14 @@ class StreamingPolicyDataset(PolicyDataset):
         if frames is not None:
             return frames
         what = f"episode {self.episodes[episode_pos]} of {self.repo_id}, {key}"
+        start, end = (int(v) for v in self.episode_bounds[episode_pos])
+        shape = (end - start, *self._chw[key])
         # before allocating: the bound holds while decoding, the read buffers of a range read included
-        self.frames.make_room(self._decode_bytes(key, episode_pos), what, self._in_use)
-        frames = np.empty(self._frames_shape(key, episode_pos), dtype=np.uint8)
+        self.frames.make_room(math.prod(shape) + self._read_reserve(key), what, self._in_use)
+        frames = np.empty(shape, dtype=np.uint8)
         self._decode_episode(key, episode_pos, frames)
         self.frames.put((key, episode_pos), frames, what, self._in_use)
         return frames
-
-    def _decode_bytes(self, key: str, episode_pos: int) -> int:
-        """The memory a decode of camera `key` of an episode holds: its frames and, reading by range, the buffers."""
-        start, end = (int(v) for v in self.episode_bounds[episode_pos])
-        return (end - start) * math.prod(self._chw[key]) + self._read_reserve(key)
-
-    def _frames_shape(self, key: str, episode_pos: int) -> tuple[int, ...]:
-        start, end = (int(v) for v in self.episode_bounds[episode_pos])
-        return (end - start, *self._chw[key])
 
     def __getitem__(self, idx):
         """As PolicyDataset's; the episodes of the batch being read are evicted last while it is read."""
@@ -277,16 +229,13 @@ class StreamingPolicyDataset(PolicyDataset):
         episodes = np.unique(self._row_episode[rows[(rows >= 0) & (rows < self.num_frames)]]).tolist()
         return frozenset((key, pos) for pos in episodes for key in self.camera_keys)
 
-    def _video_path(self, episode: int, key: str, what: str) -> Path:
-        return self.files.fetch(self.meta.video_file(episode, key), what)
-
     def _decode_video(
         self, key: str, episode: int, timestamps: np.ndarray, tolerance: float, out: np.ndarray, what: str
     ) -> None:
-        if not self.video_by_range():
-            super()._decode_video(key, episode, timestamps, tolerance, out, what)  # the file fetched whole
-            return
         path = self.meta.video_file(episode, key)
+        if not self.video_by_range():
+            decode_video_segment(self.files.fetch(path, what), timestamps, tolerance, out, what)
+            return
         self.files.read_by_range(
             path,
             lambda file: decode_video_segment(file, timestamps, tolerance, out, what),

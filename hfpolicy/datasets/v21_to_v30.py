@@ -1,10 +1,5 @@
-"""Convert a LeRobot v2.1 dataset (a local root or a Hub repo) into a v3.0 one, through `DatasetWriter`.
-
-Each episode is read by `PolicyDataset` (which reads v2.1 directly, see legacy_v21.py) and written again: numbers and
-strings unchanged, image features as PNG (lossless, so identical), video features decoded and encoded again as H.264
-(within the codec's tolerance of the source frames). Episodes are numbered 0.. in their source order; the tasks,
-robot_type, fps and feature names carry over; stats are computed again from the written frames.
-"""
+"""Convert a LeRobot v2.1 dataset (a local root or a Hub repo) into a v3.0 one: each episode read by `PolicyDataset`
+and written again by `DatasetWriter` (videos re-encoded as H.264, the rest exactly; episodes numbered 0..)."""
 
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,8 +18,7 @@ from hfpolicy.io.paths import check_apart
 
 
 def open_v21_source(source: str, revision: str | None = None, episodes: Sequence[int] | None = None) -> PolicyDataset:
-    """`source` as a dataset: an existing folder is a local root, a valid Hub repo id (user/name) is downloaded, and
-    anything else is a folder that is not there (FileNotFoundError saying so, not a Hub error)."""
+    """`source` as a dataset: a folder, else a Hub repo id (user/name); anything else is a FileNotFoundError."""
     path = Path(source).expanduser()
     if path.is_dir():
         dataset = PolicyDataset(path.name, root=path, episodes=episodes)
@@ -49,7 +43,6 @@ def open_v21_source(source: str, revision: str | None = None, episodes: Sequence
 
 
 def check_v21(dataset: PolicyDataset, source: str) -> PolicyDataset:
-    """`dataset` when it is a v2.1 dataset, else DatasetFormatError (a v3.0 one needs no conversion)."""
     if not is_v21(dataset.info):
         raise DatasetFormatError(
             f"{source} is a LeRobot {dataset.info['codebase_version']} dataset, not v2.1: hfpolicy reads it as it is "
@@ -59,7 +52,6 @@ def check_v21(dataset: PolicyDataset, source: str) -> PolicyDataset:
 
 
 def writer_features(features: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The source's features as DatasetWriter takes them: dtype, shape, names; no bookkeeping, no video info."""
     return {
         key: {"dtype": ft["dtype"], "shape": list(ft["shape"]), "names": ft.get("names")}
         for key, ft in features.items()
@@ -88,16 +80,16 @@ def convert_lerobot_v21(
         replaces_output=overwrite,
     )
     features = writer_features(dataset.features)
-    writer = DatasetWriter.create(
+    robot_type = dataset.info.get("robot_type")
+    with DatasetWriter.create(
         output_dir,
         repo_id or dataset.repo_id,
-        fps=dataset.fps,
-        features=features,
-        robot_type=dataset.info.get("robot_type"),
+        dataset.fps,
+        features,
+        robot_type,
         overwrite=overwrite,
         video_crf=video_crf,
-    )
-    with writer:
+    ) as writer:
         for episode_pos in tqdm(range(dataset.num_episodes), desc=f"converting {source}", disable=not progress):
             frames = dataset.episode_frames(episode_pos)
             for i, task in enumerate(frames[TASK]):

@@ -1,34 +1,16 @@
 """`DatasetWriter`: record frames and episodes into a LeRobot v3.0 dataset.
 
-    writer = DatasetWriter.create("out/pusht", "user/pusht", fps=10, features={
-        "observation.image": {"dtype": "video", "shape": [96, 96, 3], "names": ["height", "width", "channels"]},
-        "observation.state": {"dtype": "float32", "shape": [2], "names": ["x", "y"]},
-        "action": {"dtype": "float32", "shape": [2], "names": ["x", "y"]},
-    })
-    for episode in episodes:
-        for frame in episode:
-            writer.add_frame({"observation.image": rgb_uint8_hwc, "observation.state": ..., "action": ...},
-                             task="Push the T-shaped block onto the T-shaped target.")
-        writer.save_episode()        # or writer.clear_episode() to drop it
-    root = writer.finish()
+    with DatasetWriter.create("out/pusht", "user/pusht", fps=10, features={
+        "action": {"dtype": "float32", "shape": [2], "names": ["x", "y"]}, ...
+    }) as writer:
+        for episode in episodes:
+            for frame in episode:
+                writer.add_frame({"action": ..., ...}, task="Push the T.")
+            writer.save_episode()  # or writer.clear_episode() to drop it
 
-Appending: `DatasetWriter.open(root)` continues an existing v3.0 dataset with the same calls; `finish()` then adds
-the new episodes' files and rewrites meta/ (info.json last), never the data of earlier episodes (append.py says how,
-and why a writer killed meanwhile leaves the last complete append readable). `truncate_dataset(root, n)` keeps the
-first n episodes.
-
-Everything is written into a hidden temporary folder beside `root` and renamed to `root` by `finish()`, so an
-interrupted write leaves nothing at `root` (`abort()`, or an exception inside `with DatasetWriter.create(...)`,
-removes the temporary folder). The writer holds `root` with the run lock from `create` to `finish`/`abort`: a second
-writer of the same folder is refused (RunLockedError) instead of one dataset silently replacing the other, and the
-temporary folders of writers that died (SIGKILL) are removed by the next writer of that folder. `overwrite=True`
-replaces only a folder that is provably a dataset (see `check_dataset_destination`).
-
-Videos: each episode is encoded while its frames arrive (H.264 yuv420p through hfpolicy.io.video.Mp4Writer), and
-`save_episode()` appends its packets to the current videos/{key}/chunk-XXX/file-XXX.mp4 without re-encoding; an
-episode starts with a keyframe, so a reader seeks straight to it. Data: one parquet row group per episode, appended to
-the current data file. New files start when a file passes its size limit. Stats are exact over all frames
-(pixels of frames with a side >= 300 px are strided).
+Everything is written into a hidden folder beside `root` that `finish()` renames to `root` (nothing there after an
+interrupted write); the writer holds `root` with the run lock until then. `DatasetWriter.open(root)` appends to a
+dataset, `truncate_dataset(root, n)` keeps its first n episodes (docs/datasets.md#the-writers-append-mode).
 """
 
 import contextlib
@@ -37,20 +19,20 @@ import json
 import os
 import shutil
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from copy import deepcopy
 from fractions import Fraction
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import av
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hfpolicy.constants import EPISODE_INDEX, FRAME_INDEX, INDEX, TASK, TASK_INDEX, TIMESTAMP
-from hfpolicy.datasets.append import CommittedState, settle
+from hfpolicy.datasets.append import CommittedState, settle, write_tasks
 from hfpolicy.datasets.features import (
     IMAGE,
     NUMERIC_DTYPES,
@@ -81,7 +63,6 @@ from hfpolicy.datasets.format import (
     EPISODES_PATH,
     INFO_PATH,
     STATS_PATH,
-    TASKS_PATH,
     VIDEO_PATH,
     ep_stats_column,
     ep_video_column,
@@ -95,14 +76,10 @@ from hfpolicy.io.termination import raise_if_terminated
 from hfpolicy.io.video import VIDEO_PIX_FMT, Mp4Writer, probe_video
 
 MB = 1024**2
-
-
 _DATASET_SUFFIXES = {"meta": (".json", ".jsonl", ".parquet"), "data": (".parquet",), "videos": (".mp4",)}
-STAGING_TAG, REPLACED_TAG, APPEND_TAG = (
-    "writing",
-    "replaced",
-    "appending",
-)  # .<name>.writing-*: a dataset being written; .replaced-*: the old one; .appending-*: the files of an append
+STAGING_TAG = "writing"  # .<name>.writing-*: a dataset being written
+REPLACED_TAG = "replaced"  # .<name>.replaced-*: the dataset that overwrite=True replaces
+APPEND_TAG = "appending"  # .<name>.appending-*: the new files of an append
 
 
 def _folder_entries(root: Path) -> list[str]:
@@ -111,8 +88,7 @@ def _folder_entries(root: Path) -> list[str]:
 
 
 def _not_dataset_layout(root: Path) -> list[str]:
-    """Why `root` is not provably a LeRobot dataset (empty when it is): the entries and files a dataset never holds,
-    or a missing or invalid meta/info.json."""
+    """Why `root` is not provably a LeRobot dataset: the entries and files a dataset never holds, or a bad info.json."""
     problems = [name for name in _folder_entries(root) if name not in DATASET_TOP_LEVEL]
     try:
         info = json.loads((root / INFO_PATH).read_text())
@@ -128,10 +104,8 @@ def _not_dataset_layout(root: Path) -> list[str]:
 
 
 def check_dataset_destination(root: str | Path, overwrite: bool, *, cli: bool = False) -> None:
-    """Raises FileExistsError unless a dataset may be written at `root`: a new or empty folder (one holding only the
-    lock file of a writer that died counts as empty), or, with `overwrite`, a folder that is provably a LeRobot
-    dataset (only meta/, data/, videos/, images/, README.md, .gitattributes; a valid meta/info.json; only parquet,
-    mp4 and JSON files), never a folder holding anything else. `cli`: messages name --output_dir / --overwrite."""
+    """FileExistsError unless `root` is new or empty (but for a dead writer's lock file) or, with `overwrite`,
+    provably a LeRobot dataset (`_not_dataset_layout`). `cli`: messages name --output_dir / --overwrite."""
     root = Path(root)
     where, again = (f"--output_dir={root}", "--overwrite=true") if cli else (str(root), "overwrite=True")
     if root.exists() and not root.is_dir():
@@ -152,22 +126,6 @@ def check_dataset_destination(root: str | Path, overwrite: bool, *, cli: bool = 
         )
 
 
-def _hold_destination(root: Path, overwrite: bool) -> tuple[RunLock, bool]:
-    """Takes `root` for the writer's lifetime (RunLockedError while another writer holds it) and checks, under the
-    lock, that the dataset may go there; returns the lock and whether the folder was new (to remove on abort)."""
-    created = not root.exists() or (
-        not _folder_entries(root) and (root / LOCK_FILE).exists()
-    )  # new, or a dead writer's
-    lock = RunLock(root).acquire()
-    try:
-        check_dataset_destination(root, overwrite)
-        remove_stale_staging(root, REPLACED_TAG)
-    except BaseException:
-        _release_destination(lock, root, created)
-        raise
-    return lock, created
-
-
 def _release_destination(lock: RunLock, root: Path, created: bool) -> None:
     """Releases the hold on `root`; a folder the writer created and left empty (but for the lock file) is removed."""
     if created and root.is_dir() and not _folder_entries(root):
@@ -178,10 +136,22 @@ def _release_destination(lock: RunLock, root: Path, created: bool) -> None:
     lock.release()
 
 
+def _release_appended(lock: RunLock, root: Path) -> None:
+    """Releases a dataset that was appended to, leaving no lock file in it (lockers never block: none waits)."""
+    for name in LOCK_FILES:
+        (root / name).unlink(missing_ok=True)
+    lock.release()
+
+
+def _discard(staging: Staging | None, release: Callable[[], None]) -> None:
+    if staging is not None:
+        staging.discard()
+    release()
+
+
 def remove_dead_writers_leftovers(root: str | Path) -> list[Path]:
-    """Removes what writers of `root` that died (kill -9, a power cut) left: their staging folders beside it, and
-    `root` itself when it holds nothing but their lock files (the folder a new dataset was going to take). A live
-    writer's folders are left alone. Returns what was removed, for the caller to say so."""
+    """Removes what dead writers of `root` (kill -9, a power cut) left: their staging folders beside it, and `root`
+    itself when it holds nothing but their lock files. A live writer's folders stay. Returns what was removed."""
     root = Path(root)
     removed = remove_stale_staging(root, STAGING_TAG)
     if root.is_dir() and not root.is_symlink() and not _folder_entries(root) and (root / LOCK_FILE).exists():
@@ -195,27 +165,9 @@ def remove_dead_writers_leftovers(root: str | Path) -> list[Path]:
     return removed
 
 
-def _discard(staging: Staging, lock: RunLock, root: Path, created: bool) -> None:
-    staging.discard()
-    _release_destination(lock, root, created)
-
-
-def _release_appended(lock: RunLock, root: Path) -> None:
-    """Releases a dataset that was appended to, leaving no lock file in it (lockers never block: none waits)."""
-    for name in LOCK_FILES:
-        (root / name).unlink(missing_ok=True)
-    lock.release()
-
-
-def _discard_append(staging: Staging, lock: RunLock, root: Path) -> None:
-    staging.discard()
-    _release_appended(lock, root)
-
-
 def truncate_dataset(root: str | Path, n_episodes: int | None = None) -> Path:
-    """Keeps the first `n_episodes` of the v3.0 dataset at `root` (its meta rewritten first, then the files of
-    later episodes removed: see append.py); None keeps those info.json commits, removing only what a writer killed
-    mid-append left (which LeRobot, reading every file, would trip on). RunLockedError while a writer holds it."""
+    """Keeps the first `n_episodes` of the v3.0 dataset at `root` (append.settle); None keeps what info.json commits,
+    removing only what a writer killed mid-append left. RunLockedError while a writer holds it."""
     root = Path(root)
     lock = RunLock(root).acquire()
     try:
@@ -227,7 +179,7 @@ def truncate_dataset(root: str | Path, n_episodes: int | None = None) -> Path:
 
 
 class DatasetWriter:
-    """Writes a LeRobot v3.0 dataset episode by episode. Make one with `DatasetWriter.create(...)`."""
+    """Writes a LeRobot v3.0 dataset episode by episode. Make one with `DatasetWriter.create(...)` or `.open(root)`."""
 
     def __init__(
         self,
@@ -250,42 +202,37 @@ class DatasetWriter:
         self.fps = fps
         self.robot_type = robot_type
         self.features = features  # info.json features, user features first, then the bookkeeping columns
-        self.overwrite = overwrite
         self.video_crf = video_crf
         self.video_preset = video_preset
         self.chunks_size = chunks_size
         self.data_files_size_in_mb = data_files_size_in_mb
         self.video_files_size_in_mb = video_files_size_in_mb
-        if appending is None:  # the folder is this writer's until the end
-            self._root_lock, created = _hold_destination(root, overwrite)
+        release: Callable[[], None]
+        if appending is None:
+            # new, or a dead writer's (only its lock file in it): removed on abort
+            created = not root.exists() or (not _folder_entries(root) and (root / LOCK_FILE).exists())
+            self._root_lock = RunLock(root).acquire()  # the folder is this writer's until the end
+            release = partial(_release_destination, self._root_lock, root, created)
         else:
-            self._root_lock, created = appending[0], False
+            self._root_lock = appending[0]
+            release = partial(_release_appended, self._root_lock, root)
         staging = None
-        try:  # also removes dead writers' staging; Ctrl-C before the finalizer holds it leaves nothing either
-            staging = self._staging_folder = Staging.create(root, STAGING_TAG if appending is None else APPEND_TAG)
-            self._cleanup: weakref.finalize  # on GC / exit if never finished
+        try:  # Ctrl-C before the finalizer holds the staging folder leaves nothing either
             if appending is None:
-                self._cleanup = weakref.finalize(self, _discard, staging, self._root_lock, root, created)
-            else:
-                self._cleanup = weakref.finalize(self, _discard_append, staging, self._root_lock, root)
+                check_dataset_destination(root, overwrite)  # again, now that the folder is held
+                remove_stale_staging(root, REPLACED_TAG)
+            staging = Staging.create(root, STAGING_TAG if appending is None else APPEND_TAG)
+            self._cleanup = weakref.finalize(self, _discard, staging, release)  # on GC / exit if never finished
         except BaseException:
-            if getattr(self, "_cleanup", None) is not None:
-                self._cleanup()  # a finalizer runs once: the same steps, never twice
-            else:
-                if staging is not None:
-                    staging.discard()
-                _release_destination(self._root_lock, root, created)
+            _discard(staging, release)
             raise
+        self._staging_folder = staging
         self.tmp_root = staging.path  # the new files (all of them, or an append's) until finish()
         self._staging = self.tmp_root / ".episode"  # the current episode's videos while it is recorded
         self._init_columns(features)
-        self._init_counters()
-        self._committed = appending[1] if appending is not None else None  # appending: what the dataset holds
-        if self._committed is not None:
-            self._continue(self._committed)
+        self._init_counters(appending[1] if appending is not None else None)
 
     def _init_columns(self, features: dict[str, dict[str, Any]]) -> None:
-        """The feature keys by kind and the data parquet's schema."""
         self.user_keys = [k for k in features if k not in BOOKKEEPING_FEATURES]
         self.video_keys = [k for k in self.user_keys if features[k]["dtype"] == VIDEO]
         self.image_keys = [k for k in self.user_keys if features[k]["dtype"] == IMAGE]
@@ -296,37 +243,28 @@ class DatasetWriter:
         if self.image_keys:  # datasets needs its metadata to know that the {bytes, path} structs are images
             self._schema = with_image_metadata(self._schema, self.image_keys)
 
-    def _init_counters(self) -> None:
-        """Episodes, frames, tasks and the current data and video files: none yet."""
-        self.tasks: dict[str, int] = {}
-        self.num_episodes = 0
-        self.num_frames = 0
+    def _init_counters(self, committed: CommittedState | None) -> None:
+        """Episodes, frames, tasks and the current files: none yet, or those that continue `committed` (appending)."""
+        self._committed = committed
+        self.tasks: dict[str, int] = dict(committed.tasks) if committed else {}
+        self.num_episodes = int(committed.info["total_episodes"]) if committed else 0
+        self.num_frames = int(committed.info["total_frames"]) if committed else 0
         self._episode_rows: list[dict[str, Any]] = []
-        self._episode_stats: list[dict[str, dict[str, np.ndarray]]] = []
+        self._episode_stats: list[dict[str, dict[str, np.ndarray]]] = (
+            [committed.stats] if committed and committed.stats else []
+        )
         self._finished = False
-        # Current data file.
-        self._data_chunk, self._data_file = 0, 0
+        self._data_chunk, self._data_file = committed.next_data if committed else (0, 0)
         self._data_writer: pq.ParquetWriter | None = None
         self._data_path: Path | None = None
         self._data_file_frames = 0
-        # Current video file per key.
-        self._video_chunk_file = {key: (0, 0) for key in self.video_keys}
+        self._video_chunk_file = dict(committed.next_video) if committed else {key: (0, 0) for key in self.video_keys}
         self._video_out: dict[str, av.container.OutputContainer] = {}
         self._video_stream: dict[str, Any] = {}
         self._video_path: dict[str, Path] = {}
         self._video_file_frames = dict.fromkeys(self.video_keys, 0)
-        self._meta_chunk_file = (0, 0)  # the meta/episodes file finish() writes
+        self._meta_chunk_file = committed.next_meta if committed else (0, 0)  # the meta/episodes file finish() writes
         self._reset_episode()
-
-    def _continue(self, committed: CommittedState) -> None:
-        """Counters that continue a dataset's committed episodes; the new ones go to new files."""
-        self.num_episodes = int(committed.info["total_episodes"])
-        self.num_frames = int(committed.info["total_frames"])
-        self.tasks = dict(committed.tasks)
-        self._episode_stats = [committed.stats] if committed.stats else []
-        self._data_chunk, self._data_file = committed.next_data
-        self._video_chunk_file = dict(committed.next_video)
-        self._meta_chunk_file = committed.next_meta
 
     @classmethod
     def create(
@@ -344,15 +282,9 @@ class DatasetWriter:
         data_files_size_in_mb: float = DEFAULT_DATA_FILE_SIZE_MB,
         video_files_size_in_mb: float = DEFAULT_VIDEO_FILE_SIZE_MB,
     ) -> "DatasetWriter":
-        """Starts a dataset at `root` (which must not exist, unless `overwrite`: then it is replaced by `finish()`).
-
-        `features` in the info.json style: {key: {"dtype", "shape", "names"}}. dtypes: numeric ("float32",
-        "int64", "bool", ...), "video" (mp4; shape (H, W, 3), even H and W), "image" (PNG bytes in the parquet) or
-        "string". The bookkeeping columns (index, episode_index, frame_index, timestamp, task_index) are added.
-        Videos are H.264 in yuv420p (`video_crf`: quality, lower is better; `video_preset`: x264 speed). Data and
-        video files roll over at `data_files_size_in_mb` / `video_files_size_in_mb`, chunk folders at `chunks_size`
-        files.
-        """
+        """Starts a dataset at `root` (new, unless `overwrite`: then `finish()` replaces it). `features`: {key:
+        {"dtype", "shape", "names"}}, dtype numeric ("float32", "bool", ...), "video" (H.264 mp4; shape (H, W, 3), even
+        H and W; `video_crf`: lower is better), "image" (PNG bytes in the parquet) or "string"."""
         root = Path(root)
         check_dataset_destination(root, overwrite)  # checked again once the folder is held
         if fps <= 0:
@@ -378,11 +310,9 @@ class DatasetWriter:
     def open(
         cls, root: str | Path, repo_id: str | None = None, *, video_crf: int = 23, video_preset: str = "fast"
     ) -> "DatasetWriter":
-        """Continues the LeRobot v3.0 dataset at `root`: episodes added as with `create`, and `finish()` appends
-        them (new data, video and meta/episodes files; meta/ rewritten, info.json last; earlier files untouched).
-        What a writer killed during an earlier append left is removed first. The features, fps and file limits
-        are the dataset's. RunLockedError while another writer holds `root`; DatasetFormatError if it is no v3.0
-        dataset."""
+        """Continues the LeRobot v3.0 dataset at `root`: episodes added as with `create`, and `finish()` appends them
+        without touching earlier files. What a killed earlier append left is removed first. RunLockedError while
+        another writer holds `root`; DatasetFormatError if it is no v3.0 dataset."""
         root = Path(root)
         lock = RunLock(root).acquire()
         try:
@@ -421,17 +351,14 @@ class DatasetWriter:
         return len(self._frame_tasks)
 
     def add_frame(self, frame: Mapping[str, Any], task: str) -> None:
-        """Adds one frame to the current episode: every feature the dataset was created with (images as uint8
-        (H, W, C) arrays), nothing else. timestamp = frame_index / fps."""
+        """Adds one frame to the current episode: every feature of the dataset (images as uint8 (H, W, C) arrays),
+        nothing else. timestamp = frame_index / fps."""
         raise_if_terminated()  # a stop request whose exception got lost where it landed: honoured here
         self._check_open()
-        given, expected = set(frame), set(self.user_keys)
-        if given != expected:
-            problems = []
-            if expected - given:
-                problems.append(f"missing {sorted(expected - given)}")
-            if given - expected:
-                extra = sorted(given - expected)
+        missing, extra = sorted(set(self.user_keys) - set(frame)), sorted(set(frame) - set(self.user_keys))
+        if missing or extra:
+            problems = [f"missing {missing}"] if missing else []
+            if extra:
                 why = ""
                 if set(extra) & set(BOOKKEEPING_FEATURES):
                     why = " (the writer adds the bookkeeping columns itself)"
@@ -443,17 +370,14 @@ class DatasetWriter:
             raise ValueError(f"task must be a non-empty string describing the episode's task, got {task!r}")
         converted = {key: self._convert(key, frame[key]) for key in self.user_keys}
         for key in self.video_keys:
-            writer = self._episode_videos.get(key)
-            if writer is None:
+            if key not in self._episode_videos:
                 path = self._staging / f"{key}.mp4"
-                writer = self._episode_videos[key] = Mp4Writer(
-                    path, self.fps, crf=self.video_crf, preset=self.video_preset
-                )
-            writer.add_frame(converted[key])
-            self._image_stats[key].add(converted[key])
+                self._episode_videos[key] = Mp4Writer(path, self.fps, crf=self.video_crf, preset=self.video_preset)
+            self._episode_videos[key].add_frame(converted[key])
         for key in self.image_keys:
-            self._image_stats[key].add(converted[key])
             self._images[key].append({"bytes": _png_bytes(converted[key]), "path": None})
+        for key in self.video_keys + self.image_keys:
+            self._image_stats[key].add(converted[key])
         for key in self._numeric_keys + self._string_keys:
             self._values[key].append(converted[key])
         self._frame_tasks.append(task)
@@ -476,7 +400,7 @@ class DatasetWriter:
                     f"{where} must be a uint8 array shaped (H, W, C) = {shape}, got {array.dtype} {array.shape}"
                 )
             return np.ascontiguousarray(array)
-        target = np.dtype(NUMERIC_DTYPES[dtype])
+        target = NUMERIC_DTYPES[dtype]
         if array.dtype.kind == "f" and target.kind in "biu":
             raise TypeError(f"{where} has dtype {dtype}, got floating-point values {array.dtype}")
         if is_scalar(feature):
@@ -582,14 +506,13 @@ class DatasetWriter:
                 first_frame = self._video_file_frames[key] = 0
             assert in_stream.time_base is not None  # a demuxed mp4 stream has one
             offset = round(Fraction(first_frame) / Fraction(self.fps).limit_denominator(1001) / in_stream.time_base)
-            out_stream = self._video_stream[key]
             for packet in episode.demux(in_stream):
                 if packet.dts is None:  # the demuxer's end-of-stream marker
                     continue
                 if packet.pts is not None:  # (unknown pts stay unknown)
                     packet.pts += offset
                 packet.dts += offset
-                packet.stream = out_stream
+                packet.stream = self._video_stream[key]
                 self._video_out[key].mux(packet)
         self._video_file_frames[key] += n
         return {
@@ -605,13 +528,16 @@ class DatasetWriter:
             container.close()
         self._video_stream.pop(key, None)
 
+    def _close_files(self) -> None:
+        self._close_data_file()
+        for key in list(self._video_out):
+            self._close_video_file(key)
+
     # --- finishing ----------------------------------------------------------------------------------------------
     def finish(self) -> Path:
-        """Writes meta/ (info.json, stats.json, tasks.parquet, episodes) and renames the dataset into `root` (an
-        appending writer: moves the new files into `root`, then rewrites meta/, info.json last)."""
+        """Writes meta/ and renames the dataset into `root`; an appending writer moves the new files into `root`,
+        then rewrites meta/, info.json last."""
         self._check_open()
-        if self._committed is not None:
-            return self._finish_append()
         try:
             if self.episode_frames:
                 raise ValueError(
@@ -620,44 +546,11 @@ class DatasetWriter:
                 )
             if self.num_episodes == 0:
                 raise ValueError("no episode was saved: a dataset needs at least one (add_frame, save_episode)")
-            self._close_data_file()
-            for key in list(self._video_out):
-                self._close_video_file(key)
+            self._close_files()
             shutil.rmtree(self._staging, ignore_errors=True)
-            self._write_meta()
-        except BaseException:
-            self.abort()
-            raise
-        # The held root (new, or the dataset overwrite=True replaces) steps aside and the staging takes its name.
-        old = staging_path(self.root, REPLACED_TAG)
-        os.rename(self.root, old)
-        try:
-            self._staging_folder.publish(self.root)
-        except OSError as e:
-            os.rename(old, self.root)
-            self.abort()
-            raise FileExistsError(f"{self.root} was created by another process while this dataset was finished") from e
-        shutil.rmtree(old, ignore_errors=True)
-        self._root_lock.release()
-        self._cleanup.detach()
-        self._finished = True
-        return self.root
-
-    def _finish_append(self) -> Path:
-        """Moves the files of the new episodes (and whatever else was put in `tmp_root`) into `root`, then writes
-        their meta/episodes file, tasks, stats and info.json: until that last rename, readers see the dataset
-        as it was."""
-        try:
-            if self.episode_frames:
-                raise ValueError(
-                    f"the current episode has {self.episode_frames} unsaved frames: save_episode() to keep them or "
-                    "clear_episode() to drop them before finish()"
-                )
-            self._close_data_file()
-            for key in list(self._video_out):
-                self._close_video_file(key)
-            shutil.rmtree(self._staging, ignore_errors=True)
-            if self._episode_rows:
+            if self._committed is None:
+                self._write_meta(self.tmp_root)
+            elif self._episode_rows:  # until info.json is replaced, last, readers see the dataset as it was
                 for path in sorted(self.tmp_root.rglob("*")):
                     if path.is_file() and not is_lock_file(path.name):
                         destination = self.root / path.relative_to(self.tmp_root)
@@ -667,58 +560,65 @@ class DatasetWriter:
         except BaseException:
             self.abort()
             raise
-        self._cleanup()  # the (now empty) staging folder and the hold on root
+        if self._committed is not None:
+            self._cleanup()  # the (now empty) staging folder and the hold on root
+        else:  # the held root (new, or the dataset overwrite=True replaces) steps aside for the staging folder
+            old = staging_path(self.root, REPLACED_TAG)
+            os.rename(self.root, old)
+            try:
+                self._staging_folder.publish(self.root)
+            except OSError as e:
+                os.rename(old, self.root)
+                self.abort()
+                raise FileExistsError(
+                    f"{self.root} was created by another process while this dataset was finished"
+                ) from e
+            shutil.rmtree(old, ignore_errors=True)
+            self._root_lock.release()
+            self._cleanup.detach()
         self._finished = True
         return self.root
 
-    def _write_meta(self, base: Path | None = None) -> None:
-        """meta/ of the dataset into `base` (default `tmp_root`): this writer's episodes as one meta/episodes
-        file, tasks, stats and, last, info.json; each file written whole, then renamed."""
-        base = self.tmp_root if base is None else base
-        rows = self._episode_rows
-        for row in rows:
+    def _write_meta(self, base: Path) -> None:
+        """meta/ into `base`: this writer's episodes as one meta/episodes file, tasks, stats and, last, info.json."""
+        for row in self._episode_rows:
             row[EP_META_CHUNK], row[EP_META_FILE] = self._meta_chunk_file
-        episodes = pa.Table.from_pylist(rows)
         path = base / EPISODES_PATH.format(chunk_index=self._meta_chunk_file[0], file_index=self._meta_chunk_file[1])
         path.parent.mkdir(parents=True, exist_ok=True)
         with replacing(path, suffix=".parquet") as tmp:
-            pq.write_table(episodes, tmp)
-
-        tasks = pd.DataFrame({TASK_INDEX: list(self.tasks.values())}, index=pd.Index(list(self.tasks), name=TASK))
-        with replacing(base / TASKS_PATH, suffix=".parquet") as tmp:
-            tasks.to_parquet(tmp)
-
+            pq.write_table(pa.Table.from_pylist(self._episode_rows), tmp)
+        write_tasks(base, self.tasks)
         write_json_atomically(base / STATS_PATH, stats_to_json(aggregate_stats(self._episode_stats)), indent=4)
-
-        if self._committed is not None:
-            features = deepcopy(self._committed.info["features"])
-        else:
-            features = deepcopy(self.features)
-            for key in self.video_keys:
-                features[key]["info"] = self._video_info(key)
-        info = {
-            "codebase_version": CODEBASE_VERSION,
-            "robot_type": self.robot_type,
+        totals = {
             "total_episodes": self.num_episodes,
             "total_frames": self.num_frames,
             "total_tasks": len(self.tasks),
+        }
+        splits = {"train": f"0:{self.num_episodes}"}
+        if self._committed is not None:  # what else the dataset's info.json says stays
+            write_json_atomically(base / INFO_PATH, {**self._committed.info, **totals, "splits": splits}, indent=4)
+            return
+        features = deepcopy(self.features)
+        for key in self.video_keys:
+            features[key]["info"] = self._video_info(key)
+        info = {
+            "codebase_version": CODEBASE_VERSION,
+            "robot_type": self.robot_type,
+            **totals,
             "chunks_size": self.chunks_size,
             "data_files_size_in_mb": self.data_files_size_in_mb,
             "video_files_size_in_mb": self.video_files_size_in_mb,
             "fps": self.fps,
-            "splits": {"train": f"0:{self.num_episodes}"},
+            "splits": splits,
             "data_path": DATA_PATH,
             "video_path": VIDEO_PATH if self.video_keys else None,
             "features": features,
         }
-        if self._committed is not None:  # what else the dataset's info.json says stays
-            info = {**self._committed.info, **{k: v for k, v in info.items() if k.startswith("total") or k == "splits"}}
         write_json_atomically(base / INFO_PATH, info, indent=4)
 
     def _video_info(self, key: str) -> dict[str, Any]:
         """The "info" LeRobot keeps per video feature, probed from the first file."""
-        path = self.tmp_root / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0)
-        probe = probe_video(path)
+        probe = probe_video(self.tmp_root / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0))
         return {
             "video.height": probe.height,
             "video.width": probe.width,
@@ -734,11 +634,9 @@ class DatasetWriter:
         """Stops writing and removes the temporary folder; `root` is left untouched."""
         if self._finished:
             return
-        self._close_data_file()
         for writer in self._episode_videos.values():
             writer.abort()
-        for key in list(self._video_out):
-            self._close_video_file(key)
+        self._close_files()
         self._cleanup()  # removes the staging folder and releases root (removed if this writer created it)
         self._finished = True
 
