@@ -1,19 +1,9 @@
 """`--budget.minutes=M`: a run that chooses its number of steps from its own speed, so that it fits M minutes.
 
-The budget counts from the start of training (`train()`): the recording of scripted demonstrations, the set-up and
-compiling are inside it; the process's own start (imports, the launcher: a few seconds) is left to the margin. After
-its first SKIPPED_STEPS steps (compiling, warming up), the run times the next TIMED_STEPS, then chooses the steps that
-fit what is left of M minutes once the evaluations still planned (their episodes at the estimated seconds per
-episode: hfpolicy.training.progress.TrainingClock), the online rounds and a margin are set aside. From then on the run
-is as if it had been started with those steps: --steps becomes the chosen number, the evaluations and checkpoints are
-spread over it as over the planned steps (as many), and the learning-rate schedule spans it (the steps before the
-choice keep the planned schedule: hfpolicy.training.setup.lr_factor).
-
-The choice is kept in train_config.json (`budget.chosen_steps`, with what it was measured from), so a resume or
-`--config_path` with that file reuses it and measures nothing: the same schedule, the same losses.
-
-A floor (`--budget.min_steps`, default MIN_SHARE of --steps): a machine measured too slow (busy with other work)
-would choose a run too short to learn anything; it trains the floor instead and says so in one line.
+After its first SKIPPED_STEPS steps the run times TIMED_STEPS more, then chooses the steps that fit what is left once
+the evaluations and online rounds still planned and a margin are set aside; from then on it is a run of that many
+steps (the steps before the choice keep the planned lr schedule). The choice is recorded in train_config.json, so a
+resume or `--config_path` reuses it (docs/training.md).
 """
 
 import dataclasses

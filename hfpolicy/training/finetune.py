@@ -1,20 +1,7 @@
-"""Fine-tuning: a run that starts from a saved policy (hfpolicy's or LeRobot's, a directory or a Hub repo id).
-
-    hfpolicy train --policy.path=user/pusht-diffusion --dataset.root=data/more_demos --steps=2000
-
-`--policy.path=SOURCE` (LeRobot's flag) makes the saved policy's config the base of `--policy.*` (the other
-`--policy.*` flags override fields that do not change what the weights mean, such as the learning rate or
-n_action_steps) and records SOURCE as `policy.pretrained_path` in train_config.json and on the model card. The run's
-policy then starts from the saved weights and normalization stats (`load_pretrained_weights`), strictly: a flag
-that changes the architecture is refused, naming the mismatch. A resumed fine-tuning run reloads nothing from SOURCE
-but its checkpoint.
-
-SOURCE may be a training run's folder (or its `checkpoints/last`): it is fixed to the one checkpoint that is last now
-(`.../checkpoints/step_N/pretrained_model`, recorded as `pretrained_path` and named with its step in the run's first
-line), so the config and the weights come from the same step. A run folder that a live run still holds is refused
-in one line naming that checkpoint: its last checkpoint changes as it trains (and old ones are deleted), so the user
-names the checkpoint to start from. A saved policy's type decides the run's: a `--policy.type` the user typed that
-contradicts it is refused, naming both.
+"""Fine-tuning (`--policy.path=SOURCE`): a run that starts from a saved policy (hfpolicy's or LeRobot's, a folder, a
+run folder or a Hub repo id), whose config is the base of the `--policy.*` flags and whose weights and stats load
+strictly. A run folder is fixed to its last checkpoint now, and refused while a live run holds it
+(docs/robustness.md#fine-tuning-says-what-it-starts-from).
 """
 
 import json

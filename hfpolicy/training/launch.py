@@ -1,14 +1,6 @@
-"""Starting a training script on several processes so that it ends as a one-process run does: its flags are checked
-before anything is launched, and the last line printed is the training's own (its error, or how it stopped), with the
-training's exit status, not accelerate's CalledProcessError / torchrun's ChildFailedError traceback and exit 1.
-
-    python examples/train_pusht.py --num_processes=2 ...     # this module: check, launch, relay the result
-    python examples/train_pusht.py ...                       # one process: no launcher at all
-
-The script is started again through `accelerate launch` (its --quiet mode, with --multi_gpu); the main process of the
-launch writes its exit status and its last line into a file named by HFPOLICY_LAUNCH_RESULT (`report_result`). The
-launching process ignores Ctrl-C (the terminal sends it to every process of the job, and the trainers stop cleanly on
-it, hfpolicy.training.stopping) and passes SIGTERM on to the launcher, which passes it to the trainers.
+"""`--num_processes=N` of the example scripts: the flags are checked once, then the script runs again under
+`accelerate launch`, and the launching process ends with the training's last line and exit status (not accelerate's
+traceback). The launched main process writes them into the file HFPOLICY_LAUNCH_RESULT names (`report_result`).
 """
 
 import functools

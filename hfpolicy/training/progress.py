@@ -1,7 +1,5 @@
-"""A run's progress as it trains: the running means of a log entry, the guard that stops a run whose loss turns NaN
-or inf, the clock that estimates the time left (evaluations included: guessed from a timed policy call until the
-first one is timed) and gives the bar its current loss and lr, the bar's "compiling" note and the warnings kept off
-its line, and the log entry written to the trackers and metrics.jsonl."""
+"""A run's progress as it trains: running means of a log entry, the NaN/inf loss guard, the clock that estimates the
+time left (evaluations and online rounds included), the warnings kept off the bar's line, and the log entries."""
 
 import contextlib
 import logging

@@ -1,13 +1,6 @@
 """Training recipes: typed presets of `hfpolicy train` flags, and the run of the example scripts built on them
-(examples/train_pusht.py, examples/train_aloha.py).
-
-A recipe is a TrainConfig (the run's fields) and, per policy type, that policy's config (`PolicyPreset`). The fields
-that differ from the defaults become `hfpolicy train` flags put before the user's, so every flag the user gives
-overrides the recipe; with `--resume=true` the run's own train_config.json is the base and no recipe flag is added.
-
-    recipe, reason, flags = choose_recipe(argv, prog="train_aloha.py")   # --recipe=auto|paper|cpu
-    chosen = ChosenRecipe(recipe, reason, preset_flags(RECIPES[recipe], flags))
-    return run_recipe(__file__, "train_aloha.py", argv, num_processes, chosen, flags)
+(examples/train_pusht.py, train_aloha.py). The fields of a recipe that differ from the defaults become flags put
+before the user's, so every flag the user gives overrides the recipe; a resume adds none.
 """
 
 import argparse

@@ -1,17 +1,7 @@
-"""Stopping a training run early without losing it: Ctrl-C (SIGINT) and SIGTERM (a scheduler's stop, or the death of
-the `accelerate launch` that started the trainer) end the run at the next step boundary with a checkpoint of that
-step, and a wall-clock timer asks for a checkpoint every `--save_every_minutes`, so that even a hard kill (SIGKILL,
-a power cut) keeps most of the work.
-
-    stops = StopControl(cfg.save_every_minutes)
-    with stops.installed():            # SIGINT/SIGTERM stop the set-up at once
-        stops.training(accelerator)    # ... and from here on are requests, answered at a step boundary
-        stop, save_due = stops.poll(step)      # the same answer on every process of a launch
-
-During set-up and the first step (nothing trained yet) and during an evaluation of a one-process run, a signal raises
-`Interrupted` at once: there is nothing to lose there (the loop saves the step's checkpoint before its evaluation). A second Ctrl-C
-also raises at once. The loop ends the run with `RunStopped`, a SystemExit with the shell's code (130 for SIGINT,
-143 for SIGTERM), after printing what it kept and the command that continues the run.
+"""Stopping a run without losing it: Ctrl-C and SIGTERM end it at the next step boundary with a checkpoint of that
+step (at once during set-up, the first step and a one-process evaluation, where nothing is lost; a second Ctrl-C
+at once too), and a timer asks for a checkpoint every `--save_every_minutes`. The run then ends with `RunStopped`
+(exit 130 / 143) after printing what it kept and how to continue.
 """
 
 import contextlib
