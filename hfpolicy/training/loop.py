@@ -24,12 +24,7 @@ from hfpolicy.runs.curve import draw_training_curve
 from hfpolicy.runs.run_folder import PRETRAINED_DIR, RunFolder
 from hfpolicy.ticker import ticking
 from hfpolicy.training.budget import SKIPPED_STEPS, TIMED_STEPS, StepBudget
-from hfpolicy.training.checkpoints import (
-    checkpoint_size_line,
-    save_checkpoint,
-    save_shareable_policy,
-    shareable_policy,
-)
+from hfpolicy.training.checkpoints import checkpoint_size_line, save_checkpoint, save_shareable_policy, shareable_policy
 from hfpolicy.training.config import TrainConfig, TrainConfigError, validate_train_config
 from hfpolicy.training.progress import (
     NonFiniteLossGuard,
@@ -41,13 +36,7 @@ from hfpolicy.training.progress import (
     without_torchs_cuda_home_note,
 )
 from hfpolicy.training.resume_flags import check_resume_flags, record_resume
-from hfpolicy.training.setup import (
-    Training,
-    build_training,
-    default_output_dir,
-    is_launch_main_process,
-    move_to_device,
-)
+from hfpolicy.training.setup import Training, build_training, default_output_dir, is_launch_main_process, move_to_device
 from hfpolicy.training.stopping import Interrupted, RunStopped, StopControl, resume_command
 from hfpolicy.words import counted
 
