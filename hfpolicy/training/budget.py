@@ -30,8 +30,7 @@ def min_steps(cfg: TrainConfig, planned_steps: int) -> int:
 
 
 def spread(freq: int, planned_steps: int, steps: int) -> int:
-    """A frequency (--eval.freq, --save_freq) over `steps` that gives as many events as `freq` gave over
-    `planned_steps` (0 stays 0: off)."""
+    """A frequency over `steps` that gives as many events as `freq` gave over `planned_steps` (0 stays 0: off)."""
     if freq <= 0:
         return freq
     count = planned_steps // freq
@@ -65,9 +64,8 @@ def choose_steps(
     eval_s_per_episode: float | None,
     round_s_per_episode: float | None,
 ) -> Choice:
-    """The steps that fit --budget.minutes after `step`, `spent_s` seconds into the run, at `step_s` seconds per
-    step (the evaluations planned for those steps at `eval_s_per_episode`, online rounds at `round_s_per_episode`,
-    else the evaluation's), at least the floor (and `step`)."""
+    """The steps that fit --budget.minutes after `step`, `spent_s` seconds into the run, at the measured seconds per
+    step and per evaluation and online episode (the evaluation's when None), at least the floor."""
     budget_s = 60 * (cfg.budget.minutes or 0.0)
     left_s = budget_s - spent_s - (MARGIN_S + MARGIN_SHARE * budget_s)
     per_episode = eval_s_per_episode or 0.0
@@ -115,11 +113,10 @@ def choose_steps(
 
 
 class StepBudget:
-    """A run's --budget.minutes: the step at which it chooses (None: no choice to make), its timed steps, and the
-    choice applied to the run."""
+    """A run's --budget.minutes: the step at which it chooses (`at`; None: no choice to make) and its timed steps."""
 
     def __init__(self, cfg: TrainConfig, start_step: int, started_at: float):
-        self.started_at = started_at  # time.monotonic() at the start of training
+        self.started_at = started_at  # time.monotonic()
         self.first_timed = start_step + SKIPPED_STEPS + 1
         decides = cfg.budget.minutes is not None and cfg.budget.chosen_steps is None
         self.at = start_step + SKIPPED_STEPS + TIMED_STEPS if decides else None
@@ -133,8 +130,8 @@ class StepBudget:
             self.step_times.append(seconds)
 
     def choose(self, t: Training, step: int, clock: TrainingClock) -> str:
-        """Chooses the steps (on the main process; every process gets its choice), applies it to `t` (config, lr
-        schedule, evaluation plan) and to `clock`, writes train_config.json; returns the line that says so."""
+        """Chooses the steps (the main process, for all), applies the choice to `t` and `clock`, writes
+        train_config.json; the line that says so."""
         cfg, accelerator = t.cfg, t.accelerator
         choice: list[Any] = [None]
         if accelerator.is_main_process:
