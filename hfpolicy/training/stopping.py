@@ -20,8 +20,7 @@ from hfpolicy.io.termination import SIGNAL_NAMES, deliver_again, stop_when_launc
 
 
 class Interrupted(BaseException):
-    """A stop signal that ends what runs now (set-up, an evaluation) at once. A BaseException, as KeyboardInterrupt
-    is: no `except Exception` on the way may take it for an error."""
+    """A stop signal that ends what runs now (set-up, an evaluation) at once (a BaseException, as KeyboardInterrupt)."""
 
     def __init__(self, signum: int, again: bool = False):
         super().__init__(signum)
@@ -52,10 +51,8 @@ class StopControl:
         self._swallowed = False
 
     def _unraisable(self, unraisable) -> None:
-        """sys.unraisablehook while installed: an Interrupted raised where Python cannot pass it on (a cffi callback,
-        e.g. pymunk drawing a PushT frame; a finalizer) is not printed as a traceback but delivered again, so that
-        the stop still ends the evaluation at once (measured: the Interrupted was swallowed by gym-pusht's render
-        callback, and the evaluation ran on to its end)."""
+        """sys.unraisablehook while installed: an Interrupted raised where Python cannot pass it on (a cffi callback
+        such as pymunk's, a finalizer) is delivered again (docs/robustness.md#ctrl-c-is-never-swallowed)."""
         if isinstance(unraisable.exc_value, Interrupted):
             self._swallowed = True
             deliver_again(unraisable.exc_value.signum, self._handle)  # raised here, it would be swallowed again
@@ -95,8 +92,7 @@ class StopControl:
                 signal.signal(s, handler)
 
     def training(self, accelerator: Accelerator) -> None:
-        """Training starts: the timer starts, and once the first step is done (it may compile for minutes, and
-        ending it loses nothing) a signal asks the loop to stop at the next step boundary."""
+        """Training starts: the timer starts, and after the first step a signal asks the loop to stop."""
         self.accelerator, self._one_process = accelerator, accelerator.num_processes == 1
         self.last_save = time.monotonic()
         if self.signum is not None:  # arrived as set-up ended
@@ -104,8 +100,7 @@ class StopControl:
 
     @contextlib.contextmanager
     def interruptible(self) -> Iterator[None]:
-        """A signal within the block raises Interrupted at once (a one-process run only: the processes of a launch
-        stop together, at a step they agreed on)."""
+        """A signal within the block raises Interrupted at once (one process only: a launch's stop together)."""
         self._raise_now = self._one_process
         try:
             if self._raise_now and self.signum is not None:
@@ -128,12 +123,11 @@ class StopControl:
         return bool(flags[0] > 0), bool(flags[1] > 0)
 
     def saved(self) -> None:
-        """A checkpoint was written: the timer starts again."""
         self.last_save = time.monotonic()
 
     def stopped(self, message: str, show: bool | None = None) -> RunStopped:
-        """The exception that ends the run, after `message` (what was kept, and how to continue) on stderr, printed
-        by the main process (`show`: whether this process prints it, before the accelerator exists)."""
+        """The exception that ends the run, after `message` on stderr from the main process (`show`: whether this
+        process prints it, before the accelerator exists)."""
         signum = self.signum or signal.SIGINT
         if show if show is not None else self.accelerator is None or self.accelerator.is_main_process:
             print(f"stopped by {SIGNAL_NAMES[signum]}: {message}", flush=True, file=sys.stderr)
