@@ -132,25 +132,19 @@ def dataset_members(dataset: DatasetConfig) -> list[DatasetConfig]:
 def open_member(cfg: TrainConfig, member: DatasetConfig, meta: DatasetMeta, deltas, policy_cfg) -> PolicyDataset:
     """One dataset of the run: a PolicyDataset of its local folder, or a StreamingPolicyDataset of the Hub dataset at
     the commit its `meta` was read at."""
+    videos = bool(policy_cfg.image_features)  # a state-only policy never decodes a frame
+    common: dict[str, Any] = dict(episodes=member.episodes, delta_timestamps=deltas, download_videos=videos)
     if not cfg.dataset.streaming:
-        return PolicyDataset(
-            dataset_label(member),
-            root=meta.root,
-            episodes=member.episodes,
-            delta_timestamps=deltas,
-            download_videos=bool(policy_cfg.image_features),  # a state-only policy never decodes a frame
-        )
+        return PolicyDataset(dataset_label(member), root=meta.root, **common)
     try:
         return StreamingPolicyDataset(
             member.repo_id,
             revision=meta.root.name,  # the commit meta/ was read at
-            episodes=member.episodes,
-            delta_timestamps=deltas,
             stream_ram_gb=member.stream_ram_gb,
             stream_disk_gb=member.stream_disk_gb,
             stream_retries=member.stream_retries,
-            download_videos=bool(policy_cfg.image_features),
             stream_video=member.stream_video,
+            **common,
         )
     except StreamingError as e:
         raise TrainConfigError(str(e)) from e

@@ -283,14 +283,8 @@ def _stderr_log_handlers() -> list[logging.Handler]:
     """The handlers of every logger that write to stderr now, found by where they write (torch's own are no
     StreamHandler)."""
     loggers = [logging.getLogger(), *logging.root.manager.loggerDict.values()]
-    found = []
-    for logger in loggers:
-        for handler in getattr(logger, "handlers", []):
-            if isinstance(handler, logging.FileHandler):
-                continue
-            if getattr(handler, "stream", None) is sys.stderr and handler not in found:  # where the bar is drawn
-                found.append(handler)
-    return found
+    handlers = [handler for logger in loggers for handler in getattr(logger, "handlers", [])]
+    return list(dict.fromkeys(handler for handler in handlers if getattr(handler, "stream", None) is sys.stderr))
 
 
 def format_duration(seconds: float) -> str:
