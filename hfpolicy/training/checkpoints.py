@@ -76,10 +76,8 @@ def save_checkpoint(
     extra_state: dict[str, Any] | None = None,
     **state: Any,
 ) -> Path:
-    """Saves the training state of every process (each must call it: `state` is save_training_state's model,
-    optimizer, lr_scheduler and ema) and, first, the shareable policy (`save_policy(folder)`), in a staging folder
-    renamed into place when complete; CheckpointError for a failed write, earlier checkpoints untouched.
-    `extra_state` (JSON values) goes into step.json beside the step."""
+    """Saves `save_policy(folder)`'s shareable policy, then every process's training state (`state`: the model,
+    optimizer, lr_scheduler and ema) and `extra_state` (JSON, into step.json), atomically; every process calls it."""
     run = RunFolder(output_dir)
     final = run.checkpoint_dir(step)
     folder = final.parent
@@ -111,8 +109,7 @@ def save_checkpoint(
 
 
 def load_checkpoint(accelerator: Accelerator, checkpoint: Path, **state: Any) -> int:
-    """Restores the training state (load_training_state's model, optimizer, lr_scheduler and ema) and this process's
-    RNG states; returns the step."""
+    """Restores the training state (`state`: the model, optimizer, lr_scheduler and ema); the checkpoint's step."""
     state_dir = Path(checkpoint) / TRAINING_STATE_DIR
     step_file = state_dir / STEP_FILE
     try:
@@ -193,9 +190,8 @@ def save_training_state(
     ema: Any = None,
     ema_weights: Path | None = None,
 ) -> None:
-    """Every process writes its RNG states; the main process also the model (raw weights), the optimizer, the LR
-    scheduler, the EMA and the grad scaler (fp16). ema.json refers to `ema_weights` (a safetensors file inside the
-    checkpoint) instead of a copy when that file holds exactly the EMA's weights."""
+    """Every process writes its RNG states, the main process the rest; ema.json refers to `ema_weights` (a file of the
+    checkpoint) instead of a copy when it holds exactly the EMA's weights."""
     folder = Path(folder)
     if accelerator.is_main_process:
         folder.mkdir(parents=True, exist_ok=True)

@@ -39,8 +39,7 @@ class TrainingData:
 
 
 def load_training_data(cfg: TrainConfig, accelerator: Accelerator) -> tuple[TrainConfig, TrainingData]:
-    """(the config with the dataset's root and the policy's features filled in, the data). In-memory frames are
-    decoded now, once; streamed ones as the epoch draws them."""
+    """(the config with the dataset's root and the policy's features filled in, the data)."""
     dataset_cfg, progress = cfg.dataset, accelerator.is_main_process and cfg.progress
     if dataset_cfg.streaming:
         problems = streaming_problems(cfg)
@@ -130,8 +129,7 @@ def dataset_members(dataset: DatasetConfig) -> list[DatasetConfig]:
 
 
 def open_member(cfg: TrainConfig, member: DatasetConfig, meta: DatasetMeta, deltas, policy_cfg) -> PolicyDataset:
-    """One dataset of the run: a PolicyDataset of its local folder, or a StreamingPolicyDataset of the Hub dataset at
-    the commit its `meta` was read at."""
+    """One dataset of the run: its local folder, or streamed from the Hub at the commit its `meta` was read at."""
     videos = bool(policy_cfg.image_features)  # a state-only policy never decodes a frame
     common: dict[str, Any] = dict(episodes=member.episodes, delta_timestamps=deltas, download_videos=videos)
     if not cfg.dataset.streaming:
@@ -153,8 +151,7 @@ def open_member(cfg: TrainConfig, member: DatasetConfig, meta: DatasetMeta, delt
 def resolve_dataset_root(
     dataset: DatasetConfig, recipe: str | None = None, progress: bool = True, env: EnvConfig | None = None
 ) -> Path:
-    """The local folder of the dataset: `--dataset.root`, the scripted recording of `env`'s task (made now if it does
-    not exist yet), or the Hub dataset downloaded."""
+    """The local folder of the dataset: `--dataset.root`, the scripted recording, or the Hub dataset downloaded."""
     if dataset.scripted_episodes > 0:
         return record_scripted_dataset(dataset, progress, env)
     if dataset.root is not None:
@@ -218,8 +215,7 @@ def dataset_errors_as_config_errors(dataset: DatasetConfig):
 
 
 def shared_policy_config(cfg: TrainConfig, metas: list[DatasetMeta], names: list[str], is_main: bool):
-    """(the policy config with the features every dataset shares, the renames); TrainConfigError for datasets that
-    disagree, a dropped feature asked for, or a window longer than an episode."""
+    """(the policy config with the features every dataset shares, the renames)."""
     with dataset_errors_as_config_errors(cfg.dataset):
         renames = parse_renames(cfg.dataset.rename_features)
         features, dropped = common_features([renamed_view(meta, renames) for meta in metas], names)
@@ -245,8 +241,7 @@ def member_deltas(meta: DatasetMeta, renames: dict[str, str], policy_cfg: Policy
 def configure_policy_features(
     policy_cfg: PolicyConfig, dataset_features: dict[str, Any], input_keys: list[str] | None
 ) -> PolicyConfig:
-    """The policy config with its input/output features taken from the dataset (unless already set), checked
-    against what the dataset holds."""
+    """The policy config with its features taken from the dataset (unless set), checked against it."""
     inputs, outputs = dataset_to_policy_features(dataset_features)
     if input_keys is not None:
         missing = [key for key in input_keys if key not in inputs]
@@ -327,8 +322,7 @@ def shard_problems(buffer_episodes: int, shards: int, num_workers: int) -> list[
 
 
 def make_dataloader(dataset, batch_sampler: EpochBatchSampler, cfg: TrainConfig, accelerator: Accelerator):
-    """The run's DataLoader: whole batches in the batch sampler's order, their frames uint8 (made float on the device
-    by move_to_device)."""
+    """The run's DataLoader: whole batches in the batch sampler's order, frames uint8 (float on the device)."""
     dataset.uint8_images = True
     return torch.utils.data.DataLoader(
         dataset,

@@ -40,8 +40,7 @@ class _LastLine:
 
 
 def report_result(prog: str, run: Callable[[], int]) -> int:
-    """`run()`'s exit status; in a launched process (HFPOLICY_LAUNCH_RESULT set, rank 0) that status and the last
-    error or stop line it printed are also written to that file, for the launching process."""
+    """`run()`'s exit status, and in a launched main process that status and its last error or stop line."""
     result_file = os.environ.get(RESULT_ENV)
     if not result_file or int(os.environ.get("RANK", "0")) != 0:
         return run()
@@ -59,8 +58,7 @@ def report_result(prog: str, run: Callable[[], int]) -> int:
 
 
 def check_before_launch(argv: list[str], prog: str) -> str | None:
-    """The one-line error for flags (or a run folder) that would fail in every launched process, or None: the
-    checks `hfpolicy train` makes before its set-up, made once here, before anything is launched."""
+    """The one-line error for flags (or a run folder) that would fail in every launched process, or None."""
     try:
         cfg = parse_train_config(argv, prog=prog)
         validate_train_config(cfg)
@@ -74,8 +72,7 @@ def check_before_launch(argv: list[str], prog: str) -> str | None:
 
 
 def launch(script: str, num_processes: int, argv: list[str]) -> int:
-    """Runs `script argv` on `num_processes` processes through `accelerate launch`; the main process's exit status,
-    after its last error or stop line (printed again: the launcher's own report comes after it)."""
+    """Runs `script argv` on `num_processes` processes; the main process's exit status, after its last line."""
     import torch
 
     env = dict(os.environ)

@@ -127,8 +127,7 @@ def finished_scripted_recording(cfg: TrainConfig) -> Path | None:
 
 
 def run_loop(t: Training, stops: StopControl) -> TrainResult:
-    """The steps from `t.start_step + 1` to `cfg.steps`, then the result. A stop request (`stops`) ends the run
-    after the step it arrived in, with a checkpoint of that step."""
+    """The steps from `t.start_step + 1` to `cfg.steps`; a stop request ends the run after its step's checkpoint."""
     cfg, accelerator, policy, run = t.cfg, t.accelerator, t.policy, t.run
     is_main = accelerator.is_main_process
     rounds = t.online.planned_rounds(t.start_step, cfg.steps) if t.online is not None else None
@@ -314,8 +313,7 @@ def stopped_after(t: Training, stops: StopControl, step: int, note: str = "") ->
 def stopped_during_evaluation(
     t: Training, stops: StopControl, step: int, saved: bool, loss_guard: NonFiniteLossGuard
 ) -> RunStopped:
-    """A stop during the evaluation after `step` (one process): its partial folder goes, the step's checkpoint is
-    kept (saved now if it was not due)."""
+    """A stop during the evaluation after `step`: its partial folder goes, the step's checkpoint stays (or is saved)."""
     shutil.rmtree(t.run.eval_dir(step), ignore_errors=True)
     if not saved:
         loss_guard.check(t.accelerator, t.run, step, t.policy)

@@ -134,8 +134,8 @@ class OnlineTraining:
         }
 
     def round_skipped(self, step: int, steps: int) -> bool:
-        """Whether a run resumed at `step` must first collect the round due there, which a run that ended at `step`
-        skipped (rounds run only before a later step) and one of `steps` steps collects."""
+        """Whether a run resumed at `step` (of `steps`) must first collect the round due there, which a run that ended
+        at `step` skipped."""
         return 0 < step < steps and self.is_due(step) and self.last_round < step
 
     def restore(self, accelerator: Accelerator, step: int, checkpoint_state: dict[str, Any]) -> None:
@@ -171,8 +171,7 @@ class OnlineTraining:
         self._reload()
 
     def _restore_schedule(self, checkpoint_state: dict[str, Any]) -> None:
-        """The schedule as the checkpoint recorded it (an older one, with a round every --online.every steps: from
-        its last round's step)."""
+        """The schedule as the checkpoint recorded it (an older one: from its last round's step)."""
         if ONLINE_NEXT_ROUND_KEY in checkpoint_state:
             self.next_round = int(checkpoint_state[ONLINE_NEXT_ROUND_KEY])
             self.n_rounds = int(checkpoint_state[ONLINE_ROUNDS_KEY])
@@ -213,8 +212,7 @@ class OnlineTraining:
         return stats
 
     def collect_seed_round(self, accelerator: Accelerator) -> None:
-        """Pure online's first round, at step 0 (every process calls it): --online.seed_episodes episodes of seeded
-        uniform random actions (TD-MPC's seed steps), every one kept."""
+        """Pure online's first round, at step 0: --online.seed_episodes episodes of seeded random actions, all kept."""
         seeds = list(range(self.cfg.start_seed, self.cfg.start_seed + self.cfg.seed_episodes))
 
         def play(share: list[int]) -> tuple[list[RolloutEpisode], list[RolloutEpisode]]:
@@ -231,8 +229,8 @@ class OnlineTraining:
         play: Callable[[list[int]], tuple[list[RolloutEpisode], list[RolloutEpisode]]],
         note: dict[str, Any],
     ) -> list[RolloutEpisode]:
-        """Plays this process's share of `seeds` (`play(share)`: the episodes played, those kept), gathers every
-        process's, records the round with `note`, appends the kept ones (main process), reloads; the episodes played."""
+        """Plays this process's share of `seeds` (`play(share)`: the episodes played, those kept), gathers all, records
+        and appends them; the episodes played."""
         share = seeds[accelerator.process_index :: accelerator.num_processes]
         local: tuple[list, list] = play(share) if share else ([], [])
         gathered = gather_object([local])  # [(played, data)] of every process
@@ -346,8 +344,7 @@ def collect_episodes(
     exploration: float | None = None,
     progress: bool = False,
 ) -> tuple[list[RolloutEpisode], list[RolloutEpisode]]:
-    """(the policy's episodes on `seeds`, the episodes that join the data as --online.labels says), exploring with
-    noise of `exploration` when given. `progress`: bars of the episodes played and recovery demos recorded."""
+    """(the policy's episodes on `seeds`, exploring with noise `exploration`; those that join the data as labelled)."""
     episodes = policy_rollouts(policy, env_cfg, seeds, cfg, features, exploration, progress)
     if cfg.labels in ("expert", "reward"):
         return episodes, episodes
@@ -361,8 +358,7 @@ def collect_episodes(
 
 
 def expert_recovery(env_cfg: EnvConfig, failed: RolloutEpisode, features: dict[str, Any]) -> RolloutEpisode | None:
-    """The scripted expert's episode from the state a failed policy episode ended in, recorded as `EpisodeCollector`
-    records; None if the expert fails from there too."""
+    """The scripted expert's episode from where a failed policy episode ended; None if it fails from there too."""
     assert failed.final_state is not None  # collect_episodes passes the episodes that ended with a state only
     env = env_cfg.make_single()
     try:
@@ -408,8 +404,7 @@ def policy_rollouts(
     exploration: float | None = None,
     progress: bool = False,
 ) -> list[RolloutEpisode]:
-    """The policy's episodes on `seeds` in one lockstep batch of serial envs (expert-labelled with
-    --online.labels=expert); no policy: uniform random actions (the pure-online seed round)."""
+    """The policy's episodes on `seeds` in one lockstep batch of envs (no policy: random actions)."""
     labeller = PushTExpert if cfg.labels == "expert" else None
     collector = EpisodeCollector(features, labeller=labeller, expert_drive_prob=cfg.expert_drive_prob)
     env = env_cfg.make(len(seeds), parallel=False)
@@ -436,8 +431,7 @@ def policy_rollouts(
 
 
 def disk_full_message(root: Path) -> str:
-    """The one line for a full disk while the online data at `root` was written: what it needs, what is free, the way
-    on."""
+    """The one line for a full disk while the online data at `root` was written."""
     mb = 1024**2
     held = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.is_dir() else 0
     free = free_bytes(root.parent)

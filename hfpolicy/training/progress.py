@@ -232,8 +232,7 @@ def timed_eval_episode_s(policy: Any, env_cfg: EnvConfig, batch_size: int, paral
 
 @contextlib.contextmanager
 def warnings_above_the_bar(write) -> Iterator[None]:
-    """Warnings and stderr log records (torch.compile's among them) go through `write` (tqdm.write: a line above the
-    bar), not into the middle of the bar's line."""
+    """Warnings and stderr log records go through `write` (tqdm.write: above the bar), not into the bar's line."""
     shown = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
@@ -280,8 +279,7 @@ class _AboveTheBar(logging.Filter):
 
 
 def _stderr_log_handlers() -> list[logging.Handler]:
-    """The handlers of every logger that write to stderr now, found by where they write (torch's own are no
-    StreamHandler)."""
+    """The handlers of every logger that write to stderr now (torch's own are no StreamHandler)."""
     loggers = [logging.getLogger(), *logging.root.manager.loggerDict.values()]
     handlers = [handler for logger in loggers for handler in getattr(logger, "handlers", [])]
     return list(dict.fromkeys(handler for handler in handlers if getattr(handler, "stream", None) is sys.stderr))

@@ -36,8 +36,7 @@ class PolicyPreset:
 
 @dataclass(frozen=True)
 class Recipe:
-    """A preset run: `run` sets the run's fields, `policies` the preset of each policy type it knows (the first: the
-    default)."""
+    """A preset run: the run's fields, and the preset of each policy type it knows (the first: the default)."""
 
     run: TrainConfig
     policies: dict[str, PolicyPreset] = field(default_factory=dict)
@@ -129,8 +128,7 @@ def user_choices(flags: list[str]) -> argparse.Namespace:
 
 
 def choose_recipe(argv: list[str], prog: str, choices: Sequence[str] = RECIPE_CHOICES) -> tuple[str, str, list[str]]:
-    """(recipe, why it was chosen, the remaining flags) from `--recipe=auto|paper|cpu` (auto: `paper` with a CUDA
-    device, else `cpu`)."""
+    """(recipe, why, the other flags) from `--recipe=auto|paper|cpu` (auto: `paper` with CUDA, else `cpu`)."""
     import torch
 
     parser = argparse.ArgumentParser(prog=prog, add_help=False)

@@ -41,8 +41,7 @@ def default_output_dir(cfg: TrainConfig) -> Path:
 
 
 def choose_cpu_threads(num_threads: int | None, num_processes: int) -> int:
-    """torch's intra-op threads for this process: `num_threads`, else its cores divided among the run's processes
-    (accelerate launch gives a CPU process 1 thread, which leaves cores idle)."""
+    """torch's threads for this process: `num_threads`, else its cores divided among the run's processes."""
     if num_threads is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         num_threads = max(1, cores // max(num_processes, 1))
@@ -131,8 +130,8 @@ def make_optimizer(policy: Policy, device: torch.device) -> torch.optim.Optimize
 
 
 def lr_factor(cfg: TrainConfig) -> Callable[[int], float]:
-    """The learning rate's factor at each step: the policy's (diffusers) schedule over --steps, the planned steps'
-    schedule before a --budget.minutes choice (so a rerun from train_config.json gives every step the same lr)."""
+    """The lr's factor at each step: the policy's schedule over --steps (before a --budget.minutes choice: the
+    planned steps' schedule, so a rerun from train_config.json gives every step the same lr)."""
 
     def schedule(steps: int) -> Callable[[int], float]:
         probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)  # the factor alone, no real optimizer
@@ -254,8 +253,7 @@ def build_training(cfg: TrainConfig, run: RunFolder) -> Training:
 def load_data_and_online(
     cfg: TrainConfig, run: RunFolder, accelerator: Accelerator
 ) -> tuple[TrainConfig, TrainingData | None, OnlineTraining | None, dict[str, Any]]:
-    """(the config with the policy's features, the offline data (None: pure online), the online data (None: offline
-    training), the stats that normalize the policy)."""
+    """(the config with the policy's features, the offline data, the online data, the policy's stats)."""
     if cfg.online.pure:  # no offline data: the seed round of random actions is the first data
         cfg, pure, stats = make_pure_online_training(cfg, run.root, accelerator)
         return cfg, None, pure, stats

@@ -51,8 +51,7 @@ class StopControl:
         self._swallowed = False
 
     def _unraisable(self, unraisable) -> None:
-        """sys.unraisablehook while installed: an Interrupted raised where Python cannot pass it on (a cffi callback
-        such as pymunk's, a finalizer) is delivered again (docs/robustness.md#ctrl-c-is-never-swallowed)."""
+        """An Interrupted raised where Python cannot pass it on is delivered again (docs/robustness.md)."""
         if isinstance(unraisable.exc_value, Interrupted):
             self._swallowed = True
             deliver_again(unraisable.exc_value.signum, self._handle)  # raised here, it would be swallowed again
