@@ -51,9 +51,8 @@ class DatasetConfig:
     shuffle_buffer_episodes: int = 16  # streaming: episodes open at once (per dataset) that samples are drawn from
     shuffle_buffer_shards: int = 1  # streaming: groups of the open episodes, batch k drawn from group k mod this (a
     # multiple of --num_workers > 1: each worker decodes its own episodes); part of the data order, as the seed is
-    stream_video: str = "auto"  # streaming: how video is read: "range" (byte ranges of the Hub file: the episode's
-    # part, nothing on disk), "download" (whole files into the --dataset.stream_disk_gb cache), "auto" (download when
-    # the chosen episodes' video files all fit --dataset.stream_disk_gb, else range)
+    stream_video: str = "auto"  # streaming: "range" (byte ranges of the Hub file, nothing on disk), "download" (whole
+    # files into the disk cache), "auto" (download when the episodes' video files fit --dataset.stream_disk_gb)
     stream_ram_gb: float = 2.0  # streaming: decoded frames kept in memory per process, over its --num_workers workers
     stream_disk_gb: float = 10.0  # streaming: fetched files kept on disk per process, over its --num_workers workers
     stream_retries: int = 4  # streaming: attempts per file (exponential backoff) before the run stops, naming it
@@ -67,21 +66,18 @@ DEFAULT_ONLINE_RATIO = 0.5  # FOWM's balanced sampling
 class OnlineConfig:
     """Online training: rounds of rollouts of the policy being trained (EMA weights) join its training data."""
 
-    every: int = 0  # steps between rounds of online rollouts (with --online.updates_per_env_step: at least); 0: offline
-    # training only
+    every: int = 0  # steps between rounds of online rollouts (at least, with updates_per_env_step); 0: offline only
     start_step: int | None = None  # the first round runs after this step (default: `every`)
     n_episodes: int = 50  # episodes per round, over all processes (each process steps its share in lockstep)
     labels: str = "expert"  # expert: the scripted expert labels every visited state (DAgger); policy: the successful
     # episodes' own actions; recovery: the expert's demos from where failed episodes ended; reward: every episode with
     # its actions and the env's rewards (online RL, TD-MPC)
     expert_drive_prob: float = 0.0  # expert labels: the fraction of steps the expert's action drives, not the policy's
-    ratio: float | None = None  # the fraction of every training batch drawn from the online data once it has any, in
-    # [0, 1]; default 0.5 (1 in pure online: --online.seed_episodes)
+    ratio: float | None = None  # the share of every batch drawn from the online data, in [0, 1] (default 0.5; pure: 1)
     start_seed: int = 1_000_000  # online episode j of round r is seeded start_seed + seed_episodes + r * n_episodes + j
-    seed_episodes: int = 0  # > 0: pure online (reward labels, no demonstrations): the run starts with this many seeded
-    # random-action episodes (TD-MPC's seed steps), which give the normalization stats; every batch is online data
-    updates_per_env_step: float = 0.0  # > 0: gradient steps per env step: the next round starts max(every, ceil(this
-    # x the env steps of the last round)) steps after it; 0: every `every` steps
+    seed_episodes: int = 0  # > 0: pure online (reward labels, no demonstrations), starting from this many seeded
+    # random-action episodes (TD-MPC's seed steps), which give the normalization stats
+    updates_per_env_step: float = 0.0  # > 0: the next round starts after max(every, this x the last round's env steps)
     exploration_std: float = 0.0  # reward labels: the planner's std floor and the executed action's noise (normalized
     # actions), annealed linearly to exploration_std_end over exploration_steps online env steps
     exploration_std_end: float | None = None  # ... down to this (default: exploration_std: constant)

@@ -324,7 +324,7 @@ def stopped_during_evaluation(
 
 
 def push_trained_policy(t: Training, step: int) -> str:
-    """Pushes the run (hfpolicy.hub.push) with the policy's EMA weights, its evaluation up to `step` and this command."""
+    """Pushes the run (hfpolicy.hub.push) with the EMA weights, its evaluation up to `step` and this command."""
     hub = t.cfg.hub
     with shareable_policy(t.accelerator, t.policy, t.ema, step) as model:
         return push_run(

@@ -286,8 +286,8 @@ class OnlineTraining:
 
     def mix(self, batch: dict[str, Any] | None, step: int, rank: int, part: int = 0) -> dict[str, Any]:
         """The offline `batch` with its last `ratio` share of rows replaced by online samples (none yet: unchanged);
-        `batch` None (pure online): online samples alone. The rows are drawn here, at the step, from (seed, step, rank,
-        `part`: the accumulation pass), not by the sampler whose workers read ahead of the rounds: resume stays exact."""
+        `batch` None (pure online): online samples alone. The rows are drawn here, from (seed, step, rank, `part`),
+        not by the sampler whose workers read ahead of the rounds: resume stays exact."""
         pool = self._valid[self._sampled_from :]
         if self.dataset is None or len(pool) == 0:
             if batch is None:
