@@ -114,7 +114,7 @@ def dataset_members(dataset: DatasetConfig) -> list[DatasetConfig]:
             "--dataset.scripted_episodes and --dataset.episodes pick from one dataset: leave them out when "
             "--dataset.repo_id / --dataset.root list several"
         )
-    if roots and len(roots) > 1:
+    if len(roots) > 1:
         names = repo_ids if len(repo_ids) == len(roots) else roots
         members = [
             dataclasses.replace(dataset, repo_id=n, root=r, weights=None) for n, r in zip(names, roots, strict=True)

@@ -271,6 +271,7 @@ def announce_training(training: Training, data: TrainingData | None) -> None:
     if not accelerator.is_main_process:
         return
     n_params = sum(p.numel() for p in training.policy.parameters()) / 1e6
+    pretrained = cfg.policy.pretrained_path if not cfg.resume else None  # a resume starts from its checkpoint
     if data is None:  # pure online
         source = "no offline data (pure online: every batch from the online data)"
     else:
@@ -283,11 +284,7 @@ def announce_training(training: Training, data: TrainingData | None) -> None:
         + (f" ({training.threads} thread(s) each)" if accelerator.device.type == "cpu" else "")
         + f", {training.samples_per_step} samples per step; output {training.run.root}"
         + (f"; resuming at step {start_step}" if start_step else "")
-        + (
-            f"; {describe_pretrained(cfg.policy.pretrained_path)}"
-            if cfg.policy.pretrained_path and not cfg.resume
-            else ""
-        )
+        + (f"; {describe_pretrained(pretrained)}" if pretrained else "")
     )
     if start_step >= cfg.steps:
         print(
