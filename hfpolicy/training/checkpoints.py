@@ -33,12 +33,7 @@ from hfpolicy.io.staging import shared_staging_destination, shared_staging_path,
 from hfpolicy.io.tensor_tree import load_tree, save_tree
 from hfpolicy.policies.ema import EMA
 from hfpolicy.policies.module import WeightsOrigin
-from hfpolicy.runs.run_folder import (  # noqa: F401 (CHECKPOINTS_DIR, list_checkpoints: re-exported)
-    CHECKPOINTS_DIR,
-    PRETRAINED_DIR,
-    RunFolder,
-    list_checkpoints,
-)
+from hfpolicy.runs.run_folder import CHECKPOINTS_DIR, PRETRAINED_DIR, RunFolder, list_checkpoints  # noqa: F401 (re-exported)
 from hfpolicy.training.config import TrainConfig, train_config_to_dict
 from hfpolicy.words import byte_size
 

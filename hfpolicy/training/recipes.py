@@ -223,16 +223,12 @@ def run_recipe(
             print(problem, file=sys.stderr)
             return 2
         return launch(script, num_processes, argv)
-    return report_result(  # a launched process reports its status and last line to the launching one
-        prog,
-        lambda: main(
-            train_flags,
-            announce=lambda cfg: (
-                f"recipe {chosen.name} ({chosen.reason}); data: {describe_dataset(cfg.dataset, cfg.env, cfg.online)}"
-            ),
-            prog=prog,
-        ),
-    )
+
+    def announce(cfg: TrainConfig) -> str:
+        return f"recipe {chosen.name} ({chosen.reason}); data: {describe_dataset(cfg.dataset, cfg.env, cfg.online)}"
+
+    # a launched process reports its status and last line to the launching one
+    return report_result(prog, lambda: main(train_flags, announce=announce, prog=prog))
 
 
 def run_example(
