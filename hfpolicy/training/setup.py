@@ -53,8 +53,8 @@ def make_online_training(
     cfg: TrainConfig, output_dir: Path, features: dict[str, Any], fps: float, member_index: int | None = None
 ) -> OnlineTraining:
     """The run's online data (hfpolicy.training.online) of `features`, in the env the policy acts in."""
-    policy_cfg = cfg.policy
-    window = max((max(d) for d in policy_cfg.delta_timestamps(fps).values()), default=0.0)
+    policy_cfg, deltas = cfg.policy, cfg.policy.delta_timestamps(fps)
+    window = max((max(d) for d in deltas.values()), default=0.0)
     episode_length = getattr(cfg.env, "episode_length", None)
     if episode_length is not None and episode_length / fps <= window:
         raise TrainConfigError(
@@ -63,8 +63,7 @@ def make_online_training(
         )
     return OnlineTraining(
         cfg.online, output_dir, configure_eval_env(cfg.env, policy_cfg), features, fps,
-        policy_cfg.delta_timestamps(fps), policy_cfg.drop_n_last_frames, cfg.seed,
-        member_index=member_index, batch_size=cfg.batch_size,
+        deltas, policy_cfg.drop_n_last_frames, cfg.seed, member_index=member_index, batch_size=cfg.batch_size,
     )  # fmt: skip
 
 
