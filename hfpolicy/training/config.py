@@ -41,7 +41,7 @@ class DatasetConfig:
     # '[dir_a,dir_b]' trains on several (their names: a repo_id list of the same length, else the folders)
     weights: list[float] | None = None  # several datasets: each one's share of the samples (default: its frames')
     rename_features: list[str] | None = None  # several datasets: [OLD=NEW,...] renames a feature wherever it exists
-    scripted_episodes: int = 0  # > 0: train on this many state-only demos of --env's scripted expert, recorded once
+    scripted_episodes: int = 0  # > 0: train on this many demos of --env's scripted expert (state-only), recorded once
     # into `root` (default: <cache>/datasets/<task>_scripted_<n>) and reused by later runs; no network
     revision: str | None = None  # Hub branch, tag or commit of the dataset
     episodes: list[int] | None = None  # train on these episodes only (default: all)
