@@ -13,7 +13,7 @@ import torch
 
 from hfpolicy.cli.commands import COMMANDS, load, split_command
 from hfpolicy.cli.flags import HELP_FLAGS, unknown_flags
-from hfpolicy.training.config import split_policy_path
+from hfpolicy.training.policy_path import split_policy_path
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,8 +20,8 @@ from hfpolicy.eval.config import TrainEvalConfig
 from hfpolicy.io.paths import OutputOverlapsSourceError, check_apart
 from hfpolicy.policies.config import PolicyConfig
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
-from hfpolicy.policies.errors import PolicyLoadError
 from hfpolicy.record.scripted_cache import scripted_dataset_root, scripted_task_label
+from hfpolicy.training.policy_path import split_policy_path
 from hfpolicy.words import counted
 
 TRACKERS = ("tensorboard", "wandb", "none")
@@ -363,25 +363,6 @@ def parse_dataset_list(value: str | Sequence[str] | None) -> list[str] | None:
     if text.startswith("[") and text.endswith("]"):
         return [part.strip().strip("'\"") for part in text[1:-1].split(",") if part.strip()]
     return [text]
-
-
-PATH_FLAG = "--policy.path"  # fine-tunes a saved policy (hfpolicy.training.finetune)
-
-
-def split_policy_path(argv: list[str]) -> tuple[str | None, list[str]]:
-    """(the value of --policy.path, the other flags), taken out before the flags are parsed: the saved policy's config
-    is the base they override. `--policy.path=X` and `--policy.path X` are both accepted."""
-    path, rest, args = None, [], iter(argv)
-    for arg in args:
-        if arg == PATH_FLAG:
-            path = next(args, None)
-        elif arg.startswith(f"{PATH_FLAG}="):
-            path = arg.split("=", 1)[1]
-        else:
-            rest.append(arg)
-    if path is not None and not path:
-        raise PolicyLoadError(f"{PATH_FLAG} needs a value: a saved policy's directory or Hub repo id")
-    return path, rest
 
 
 def parse_train_config(

@@ -13,7 +13,7 @@ from hfpolicy.io.run_lock import RunLock, RunLockedError
 from hfpolicy.policies.base import Policy
 from hfpolicy.policies.errors import PolicyLoadError
 from hfpolicy.policies.loading import saved_policy_folder
-from hfpolicy.training.config import PATH_FLAG
+from hfpolicy.training.policy_path import PATH_FLAG
 
 _STEP_FOLDER = re.compile(r"step_(\d+)")
 
