@@ -1,19 +1,9 @@
 """`--budget.minutes=M`: a run that chooses its number of steps from its own speed, so that it fits M minutes.
 
-The budget counts from the start of training (`train()`): the recording of scripted demonstrations, the set-up and
-compiling are inside it; the process's own start (imports, the launcher: a few seconds) is left to the margin. After
-its first SKIPPED_STEPS steps (compiling, warming up), the run times the next TIMED_STEPS, then chooses the steps that
-fit what is left of M minutes once the evaluations still planned (their episodes at the estimated seconds per
-episode: hfpolicy.training.progress.TrainingClock), the online rounds and a margin are set aside. From then on the run
-is as if it had been started with those steps: --steps becomes the chosen number, the evaluations and checkpoints are
-spread over it as over the planned steps (as many), and the learning-rate schedule spans it (the steps before the
-choice keep the planned schedule: hfpolicy.training.setup.lr_factor).
-
-The choice is kept in train_config.json (`budget.chosen_steps`, with what it was measured from), so a resume or
-`--config_path` with that file reuses it and measures nothing: the same schedule, the same losses.
-
-A floor (`--budget.min_steps`, default MIN_SHARE of --steps): a machine measured too slow (busy with other work)
-would choose a run too short to learn anything; it trains the floor instead and says so in one line.
+After its first SKIPPED_STEPS steps the run times TIMED_STEPS more, then chooses the steps that fit what is left once
+the evaluations and online rounds still planned and a margin are set aside; from then on it is a run of that many
+steps (the steps before the choice keep the planned lr schedule). The choice is recorded in train_config.json, so a
+resume or `--config_path` reuses it (docs/training.md).
 """
 
 import dataclasses
@@ -40,8 +30,7 @@ def min_steps(cfg: TrainConfig, planned_steps: int) -> int:
 
 
 def spread(freq: int, planned_steps: int, steps: int) -> int:
-    """A frequency (--eval.freq, --save_freq) over `steps` that gives as many events as `freq` gave over
-    `planned_steps` (0 stays 0: off)."""
+    """A frequency over `steps` that gives as many events as `freq` gave over `planned_steps` (0 stays 0: off)."""
     if freq <= 0:
         return freq
     count = planned_steps // freq
@@ -75,9 +64,8 @@ def choose_steps(
     eval_s_per_episode: float | None,
     round_s_per_episode: float | None,
 ) -> Choice:
-    """The steps that fit --budget.minutes after `step`, `spent_s` seconds into the run, at `step_s` seconds per
-    step (the evaluations planned for those steps at `eval_s_per_episode`, online rounds at `round_s_per_episode`,
-    else the evaluation's), at least the floor (and `step`)."""
+    """The steps that fit --budget.minutes after `step`, `spent_s` seconds into the run, at the measured seconds per
+    step and per evaluation and online episode (the evaluation's when None), at least the floor."""
     budget_s = 60 * (cfg.budget.minutes or 0.0)
     left_s = budget_s - spent_s - (MARGIN_S + MARGIN_SHARE * budget_s)
     per_episode = eval_s_per_episode or 0.0
@@ -125,11 +113,10 @@ def choose_steps(
 
 
 class StepBudget:
-    """A run's --budget.minutes: the step at which it chooses (None: no choice to make), its timed steps, and the
-    choice applied to the run."""
+    """A run's --budget.minutes: the step at which it chooses (`at`; None: no choice to make) and its timed steps."""
 
     def __init__(self, cfg: TrainConfig, start_step: int, started_at: float):
-        self.started_at = started_at  # time.monotonic() at the start of training
+        self.started_at = started_at  # time.monotonic()
         self.first_timed = start_step + SKIPPED_STEPS + 1
         decides = cfg.budget.minutes is not None and cfg.budget.chosen_steps is None
         self.at = start_step + SKIPPED_STEPS + TIMED_STEPS if decides else None
@@ -143,8 +130,8 @@ class StepBudget:
             self.step_times.append(seconds)
 
     def choose(self, t: Training, step: int, clock: TrainingClock) -> str:
-        """Chooses the steps (on the main process; every process gets its choice), applies it to `t` (config, lr
-        schedule, evaluation plan) and to `clock`, writes train_config.json; returns the line that says so."""
+        """Chooses the steps (the main process, for all), applies the choice to `t` and `clock`, writes
+        train_config.json; the line that says so."""
         cfg, accelerator = t.cfg, t.accelerator
         choice: list[Any] = [None]
         if accelerator.is_main_process:

@@ -1,24 +1,13 @@
 """Training checkpoints: written atomically, the last K kept, and loaded back for an exact resume.
 
-    <output_dir>/checkpoints/
-        step_000500/
-            pretrained_model/   config.json, model.safetensors (EMA weights when EMA is on), train_config.json
-            training_state/     model, optimizer, lr_scheduler: <name>.safetensors + <name>.json each; ema.json;
-                                rng_state_<rank>.safetensors + .json for every process; step.json
-        step_001000/ ...
-        last -> step_001000
+    <output_dir>/checkpoints/step_000500/
+        pretrained_model/   config.json, model.safetensors (EMA weights when EMA is on), train_config.json
+        training_state/     model, optimizer, lr_scheduler, rng_state_<rank> (.safetensors + .json); ema.json, step.json
+    <output_dir>/checkpoints/last -> step_000500
 
-A checkpoint is assembled in a hidden temporary folder and renamed into place when complete, so a run killed while
-saving leaves the previous checkpoints intact and no half-written one that `--resume` could pick up. A save that
-fails (a full disk, say) removes its temporary folder and says what happened.
-
-The training state is tensors in safetensors files and everything else in JSON (see `hfpolicy.io.tensor_tree`): loading
-a checkpoint never unpickles anything, so a planted file in a run folder cannot run code.
-
-The EMA weights are stored once: pretrained_model/model.safetensors holds them, and training_state/ema.json holds the
-EMA's counters and a reference to that file (with its sha256), written only after the file was read back and found
-equal to the EMA's weights. Checkpoints written before (ema.safetensors beside ema.json: a second copy) resume as they
-are.
+Tensors go to safetensors and everything else to JSON (hfpolicy.io.tensor_tree): loading never unpickles anything.
+ema.json refers to pretrained_model/model.safetensors (with its sha256) rather than keep a second copy of the EMA
+weights; checkpoints of older versions, with that copy in ema.safetensors, resume as they are.
 """
 
 import contextlib
@@ -27,7 +16,7 @@ import json
 import os
 import random
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,26 +33,17 @@ from hfpolicy.io.staging import shared_staging_destination, shared_staging_path,
 from hfpolicy.io.tensor_tree import load_tree, save_tree
 from hfpolicy.policies.ema import EMA
 from hfpolicy.policies.module import WeightsOrigin
-from hfpolicy.runs.run_folder import (  # noqa: F401 (CHECKPOINTS_DIR, list_checkpoints: re-exported)
-    CHECKPOINTS_DIR,
-    PRETRAINED_DIR,
-    RunFolder,
-    list_checkpoints,
-)
+from hfpolicy.runs.run_folder import CHECKPOINTS_DIR, PRETRAINED_DIR, RunFolder, list_checkpoints  # noqa: F401 (re-exported)
 from hfpolicy.training.config import TrainConfig, train_config_to_dict
 from hfpolicy.words import byte_size
 
 TRAINING_STATE_DIR = "training_state"
 STEP_FILE = "step.json"
-MODEL_STATE, OPTIMIZER_STATE, SCHEDULER_STATE, EMA_STATE, SCALER_STATE = (
-    "model",
-    "optimizer",
-    "lr_scheduler",
-    "ema",
-    "grad_scaler",
-)
-
-
+MODEL_STATE = "model"
+OPTIMIZER_STATE = "optimizer"
+SCHEDULER_STATE = "lr_scheduler"
+EMA_STATE = "ema"
+SCALER_STATE = "grad_scaler"
 EMA_WEIGHTS_FILE = "weights_file"  # ema.json: the file holding the EMA weights, relative to the checkpoint folder
 EMA_WEIGHTS_SHA256 = "weights_sha256"  # ema.json: that file's sha256 when the reference was written
 POLICY_WEIGHTS = f"{PRETRAINED_DIR}/{WEIGHTS_FILE}"  # where a checkpoint keeps the shareable (EMA) weights
@@ -88,21 +68,11 @@ def save_checkpoint(
     save_policy: Callable[[Path], None],
     keep_last: int,
     *,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    lr_scheduler: Any,
-    ema: Any = None,
     extra_state: dict[str, Any] | None = None,
+    **state: Any,
 ) -> Path:
-    """Saves the training state of every process and (on the main process) the policy, atomically.
-
-    `save_policy(directory)` writes the shareable policy (save_pretrained with EMA weights, train_config.json); the
-    training state then refers to those EMA weights instead of keeping a copy (when they match the EMA's). Every
-    process must call this function: each saves its own RNG state. A failed write (OSError: a full disk, ...) removes
-    the temporary folder and raises `CheckpointError` saying what happened; earlier checkpoints are untouched.
-    `model` (as prepared by the accelerator), `optimizer`, `lr_scheduler` and `ema` (None without EMA) are saved;
-    `extra_state` (JSON values, e.g. how much online data the run had seen) goes into step.json beside the step.
-    """
+    """Saves `save_policy(folder)`'s shareable policy, then every process's training state (`state`: the model,
+    optimizer, lr_scheduler and ema) and `extra_state` (JSON, into step.json), atomically; every process calls it."""
     run = RunFolder(output_dir)
     final = run.checkpoint_dir(step)
     folder = final.parent
@@ -114,15 +84,7 @@ def save_checkpoint(
             staging.mkdir(parents=True)
             save_policy(staging / PRETRAINED_DIR)  # first: the training state refers to its EMA weights
         accelerator.wait_for_everyone()
-        save_training_state(
-            accelerator,
-            staging / TRAINING_STATE_DIR,
-            model=model,
-            optimizer=optimizer,
-            lr_scheduler=lr_scheduler,
-            ema=ema,
-            ema_weights=staging / POLICY_WEIGHTS,
-        )
+        save_training_state(accelerator, staging / TRAINING_STATE_DIR, ema_weights=staging / POLICY_WEIGHTS, **state)
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             (staging / TRAINING_STATE_DIR / STEP_FILE).write_text(json.dumps({"step": step, **(extra_state or {})}))
@@ -141,16 +103,8 @@ def save_checkpoint(
     return final
 
 
-def load_checkpoint(
-    accelerator: Accelerator,
-    checkpoint: Path,
-    *,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    lr_scheduler: Any,
-    ema: Any = None,
-) -> int:
-    """Restores model, optimizer, LR scheduler, EMA and this process's RNG states; returns the step."""
+def load_checkpoint(accelerator: Accelerator, checkpoint: Path, **state: Any) -> int:
+    """Restores the training state (`state`: the model, optimizer, lr_scheduler and ema); the checkpoint's step."""
     state_dir = Path(checkpoint) / TRAINING_STATE_DIR
     step_file = state_dir / STEP_FILE
     try:
@@ -160,9 +114,7 @@ def load_checkpoint(
             step = int(json.loads(step_file.read_text())["step"])
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"{step_file} is damaged ({e})") from e
-        load_training_state(
-            accelerator, state_dir, model=model, optimizer=optimizer, lr_scheduler=lr_scheduler, ema=ema
-        )
+        load_training_state(accelerator, state_dir, **state)
     except CheckpointError as e:
         raise CheckpointError(f"{e}; {_earlier_checkpoint_hint(Path(checkpoint))}") from e
     return step
@@ -170,8 +122,7 @@ def load_checkpoint(
 
 def _earlier_checkpoint_hint(checkpoint: Path) -> str:
     """What to do about a checkpoint that cannot be resumed from: the newest earlier one that is intact, if any."""
-    earlier = [c for c in list_checkpoints(checkpoint.parent.parent) if c.name < checkpoint.name]
-    good = next((c for c in reversed(earlier) if checkpoint_problem(c) is None), None)
+    good = latest_good_checkpoint(checkpoint.parent.parent, before=checkpoint.name)
     if good is None:
         return "no earlier intact checkpoint is left: start the run again without --resume (in a new --output_dir)"
     return (
@@ -181,8 +132,7 @@ def _earlier_checkpoint_hint(checkpoint: Path) -> str:
 
 
 def checkpoint_size_line(checkpoint: Path, keep_last: int) -> str:
-    """What a run's checkpoints take on disk, said at its first save: "checkpoint: 5.61 MB each, ~16.8 MB for the 3
-    kept"."""
+    """ "checkpoint: 5.61 MB each, ~16.8 MB for the 3 kept", said at a run's first save."""
     size = sum(path.stat().st_size for path in Path(checkpoint).rglob("*") if path.is_file())
     if keep_last > 0:
         kept = f"~{byte_size(size * keep_last)} for the {keep_last} kept (--keep_last_checkpoints)"
@@ -192,27 +142,30 @@ def checkpoint_size_line(checkpoint: Path, keep_last: int) -> str:
 
 
 def checkpoint_problem(checkpoint: Path) -> str | None:
-    """Why `checkpoint` cannot be resumed from or shared (files missing or unreadable, weights NaN or inf), or None
-    when its weights read back finite. Reads the tensors, not the optimizer's JSON: cheap enough for an error path."""
+    """Why `checkpoint` cannot be resumed from or shared (weights unreadable, NaN or inf), or None."""
     checkpoint = Path(checkpoint)
-    files = [
-        checkpoint / TRAINING_STATE_DIR / f"{MODEL_STATE}.safetensors",
-        checkpoint / PRETRAINED_DIR / "model.safetensors",
-    ]
-    for path in files:
+    for path in (checkpoint / TRAINING_STATE_DIR / f"{MODEL_STATE}.safetensors", checkpoint / POLICY_WEIGHTS):
         try:
-            tensors = safetensors.torch.load_file(str(path))
+            bad = nonfinite_weight(safetensors.torch.load_file(str(path)))
         except (SafetensorError, OSError) as e:
             return f"{path} cannot be read ({e})"
-        bad = [name for name, t in tensors.items() if t.is_floating_point() and not torch.isfinite(t).all()]
-        if bad and not all(n.startswith("normalizer.") and torch.isnan(tensors[n]).all() for n in bad):
-            return f"{path} holds NaN or inf (in {bad[0]})"
+        if bad is not None:
+            return f"{path} holds NaN or inf (in {bad})"
     return None
 
 
-def latest_good_checkpoint(output_dir: Path) -> Path | None:
-    """The newest checkpoint whose weights read back finite (see `checkpoint_problem`)."""
-    return next((c for c in reversed(list_checkpoints(output_dir)) if checkpoint_problem(c) is None), None)
+def nonfinite_weight(tensors: dict[str, torch.Tensor]) -> str | None:
+    """The first weight holding NaN or inf, or None (a normalizer's all-NaN "no stats" marker is fine)."""
+    bad = [name for name, t in tensors.items() if t.is_floating_point() and not torch.isfinite(t).all()]
+    if bad and not all(name.startswith("normalizer.") and torch.isnan(tensors[name]).all() for name in bad):
+        return bad[0]
+    return None
+
+
+def latest_good_checkpoint(output_dir: Path, before: str | None = None) -> Path | None:
+    """The newest checkpoint (named before `before`, if given) whose weights read back finite."""
+    earlier = [c for c in list_checkpoints(output_dir) if before is None or c.name < before]
+    return next((c for c in reversed(earlier) if checkpoint_problem(c) is None), None)
 
 
 def checkpoint_extra_state(checkpoint: Path) -> dict[str, Any]:
@@ -232,10 +185,8 @@ def save_training_state(
     ema: Any = None,
     ema_weights: Path | None = None,
 ) -> None:
-    """Every process writes its RNG states; the main process also the model (raw weights), the optimizer, the LR
-    scheduler, the EMA and the grad scaler (fp16), each as `<name>.safetensors` + `<name>.json`. `ema_weights`: a
-    safetensors file inside the checkpoint (its pretrained_model/model.safetensors) that holds the EMA weights: when
-    it does, exactly, ema.json refers to it instead of a second copy being written."""
+    """Every process writes its RNG states, the main process the rest; ema.json refers to `ema_weights` (a file of the
+    checkpoint) instead of a copy when it holds exactly the EMA's weights."""
     folder = Path(folder)
     if accelerator.is_main_process:
         folder.mkdir(parents=True, exist_ok=True)
@@ -284,11 +235,11 @@ def load_training_state(
         )
         raise CheckpointError(f"{folder} lacks {missing}{hint}")
     unwrapped = accelerator.unwrap_model(model)
-    device = _device_of(unwrapped)
+    device = next((p.device for p in unwrapped.parameters()), torch.device("cpu"))
     model_state = _restore(folder, MODEL_STATE, lambda state: unwrapped.load_state_dict(state, strict=True), device)
-    bad = [k for k, t in model_state.items() if t.is_floating_point() and not torch.isfinite(t).all()]
-    if bad and not all(k.startswith("normalizer.") and torch.isnan(model_state[k]).all() for k in bad):
-        raise CheckpointError(f"{folder / MODEL_STATE}.safetensors holds NaN or inf weights (in {bad[0]})")
+    bad = nonfinite_weight(model_state)
+    if bad is not None:
+        raise CheckpointError(f"{folder / MODEL_STATE}.safetensors holds NaN or inf weights (in {bad})")
     _restore(folder, OPTIMIZER_STATE, optimizer.load_state_dict)
     _restore(folder, SCHEDULER_STATE, lr_scheduler.load_state_dict)
     if ema is not None:
@@ -302,8 +253,7 @@ def load_training_state(
 
 
 def _restore(folder: Path, name: str, apply: Callable[[Any], Any], device: Any = "cpu") -> Any:
-    """Reads `<name>.safetensors` + `.json` and hands the object to `apply`; a damaged file (unreadable, invalid
-    JSON, a structure that does not fit) raises CheckpointError naming it. Returns the object read."""
+    """The object in `<name>.safetensors` + `.json`, handed to `apply`; CheckpointError naming a damaged file."""
     try:
         state = load_tree(folder, name, device=device)
         apply(state)
@@ -314,8 +264,7 @@ def _restore(folder: Path, name: str, apply: Callable[[Any], Any], device: Any =
 
 # --- the EMA weights, stored once ------------------------------------------------------------------------------
 def holds_weights(path: Path, weights: dict[str, torch.Tensor]) -> bool:
-    """Whether the safetensors file at `path` holds exactly `weights`: the same names, dtypes, shapes and bits (a
-    NaN, such as the normalizer's "no stats" marker, equals itself here)."""
+    """Whether the safetensors file at `path` holds exactly `weights`, bit for bit (so a NaN equals itself)."""
     if not Path(path).is_file():
         return False
     saved = safetensors.torch.load_file(str(path))
@@ -340,8 +289,7 @@ def file_sha256(path: Path) -> str:
 
 
 def save_ema_reference(ema: EMA, folder: Path, weights: Path) -> None:
-    """ema.json: the EMA's counters and settings, and the file (in the checkpoint folder, folder's parent) that
-    holds its weights, with the file's sha256."""
+    """ema.json: the EMA's counters and settings, and the file that holds its weights, with its sha256."""
     state = {key: value for key, value in ema.state_dict().items() if key != "shadow"}
     state[EMA_WEIGHTS_FILE] = Path(weights).relative_to(Path(folder).parent).as_posix()
     state[EMA_WEIGHTS_SHA256] = file_sha256(weights)
@@ -349,8 +297,7 @@ def save_ema_reference(ema: EMA, folder: Path, weights: Path) -> None:
 
 
 def refers(folder: Path) -> bool:
-    """Whether the training state in `folder` refers to the policy's weights for its EMA (ema.json without
-    ema.safetensors); False for older checkpoints, which keep a copy."""
+    """Whether the training state in `folder` refers to the policy's weights for its EMA (False: an older copy)."""
     if (folder / f"{EMA_STATE}.safetensors").is_file() or not (folder / f"{EMA_STATE}.json").is_file():
         return False
     try:
@@ -404,30 +351,29 @@ def set_rng_states(states: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all([s.cpu() for s in states["cuda"]])
 
 
-def _device_of(module: torch.nn.Module) -> torch.device:
-    for tensor in module.parameters():
-        return tensor.device
-    return torch.device("cpu")
-
-
 def describe_save_error(error: OSError | SafetensorError, where: Path, run: RunFolder) -> str:
-    """A one-line cause for a failed checkpoint write of `run`: a full disk is said as such, with the way to continue
-    that exists (a resume only when a checkpoint was kept)."""
+    """A one-line cause for a failed checkpoint write of `run`, with the way to continue that exists."""
     if is_disk_full(error):
         lower = " (or lower --keep_last_checkpoints)" if run.latest_checkpoint() is not None else ""
         return f"disk full while writing the checkpoint {where}: free some space{lower} and {run.how_to_continue()}"
     return f"could not write the checkpoint {where} ({error}); {run.how_to_continue()}"
 
 
+@contextlib.contextmanager
+def shareable_policy(accelerator: Accelerator, policy: torch.nn.Module, ema: EMA | None, step: int) -> Iterator[Any]:
+    """The unwrapped policy with the EMA weights (when EMA is on) within the block, recorded as those of `step`."""
+    model = accelerator.unwrap_model(policy)
+    model.weights_origin = WeightsOrigin(training_step=step, ema=ema is not None)
+    with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
+        yield model
+
+
 def save_shareable_policy(
     accelerator: Accelerator, policy: torch.nn.Module, ema: EMA | None, cfg: TrainConfig, folder: Path, step: int
 ) -> None:
-    """save_pretrained with the EMA weights (when EMA is on), recorded as those of `step`, and the
-    train_config.json beside them."""
-    model = accelerator.unwrap_model(policy)
-    model.weights_origin = WeightsOrigin(training_step=step, ema=ema is not None)
+    """save_pretrained of the `shareable_policy`, and the train_config.json beside it."""
     card = {"repo_id": str(published_path(folder))}  # the card loads it from where it ends up, not the staging folder
-    with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
+    with shareable_policy(accelerator, policy, ema, step) as model:
         model.save_pretrained(folder, model_card_kwargs=card)
     write_json_atomically(folder / TRAIN_CONFIG_FILE, train_config_to_dict(cfg))
 

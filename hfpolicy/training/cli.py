@@ -8,8 +8,7 @@ from hfpolicy.training.config import TrainConfig
 
 
 def run(cfg: TrainConfig) -> str | None:
-    """Trains; the last lines the main process prints (None on the other processes): where the policy is, and the
-    command that shows the run (its curves, evaluations and videos) as a page."""
+    """Trains; the last lines the main process prints (None elsewhere): where the policy is, how to view the run."""
     from accelerate import PartialState
 
     from hfpolicy.training.loop import train  # lazy: torch, not imported by --help (examples/train_pusht.py --help)
@@ -32,8 +31,7 @@ def main(
     announce: Callable[[TrainConfig], str] | None = None,
     prog: str = "hfpolicy train",
 ) -> int:
-    """`hfpolicy train`: parse flags, train; bad input exits 2 with one clear line, a failed run 1.
-    `announce(cfg)` is the first line the main process prints (examples/train_pusht.py: the recipe and the data)."""
+    """`hfpolicy train` (exit 2: bad input, 1: a failed run); `announce(cfg)`: the main process's first line."""
 
     def before_run(cfg: TrainConfig) -> None:
         from hfpolicy.training.setup import is_launch_main_process  # lazy: torch, not imported by --help

@@ -1,12 +1,5 @@
-"""The training run's configuration: what `hfpolicy train` parses, validates, saves as train_config.json and reads
-back on `--resume`.
-
-    --policy.type=diffusion --policy.down_dims='[64,128]'   the policy's own config (hfpolicy.policies)
-    --dataset.root=DIR / --dataset.repo_id=user/name          DatasetConfig
-    --eval.freq=1000 --eval.n_episodes=50                     TrainEvalConfig
-    --hub.repo_id=user/name                                   HubConfig
-    --steps=4000 --batch_size=64 --output_dir=DIR ...         TrainConfig
-"""
+"""The training run's configuration (TrainConfig and its parts): what `hfpolicy train` parses, validates, saves as
+train_config.json and reads back on `--resume`."""
 
 import contextlib
 import io
@@ -48,64 +41,52 @@ class DatasetConfig:
     # '[dir_a,dir_b]' trains on several (their names: a repo_id list of the same length, else the folders)
     weights: list[float] | None = None  # several datasets: each one's share of the samples (default: its frames')
     rename_features: list[str] | None = None  # several datasets: [OLD=NEW,...] renames a feature wherever it exists
-    scripted_episodes: int = 0  # > 0: train on this many demos of --env's scripted expert (state-only: PushT agent +
-    # block keypoints, ALOHA joints + object poses, xArm end effector + cube pose), recorded once into `root` (default:
-    # <cache>/datasets/pusht_scripted_<n>, aloha_transfer_cube_scripted_<n>, xarm_lift_scripted_<n>, ...) and reused by
-    # later runs; no network
+    scripted_episodes: int = 0  # > 0: train on this many demos of --env's scripted expert (state-only), recorded once
+    # into `root` (default: <cache>/datasets/<task>_scripted_<n>) and reused by later runs; no network
     revision: str | None = None  # Hub branch, tag or commit of the dataset
     episodes: list[int] | None = None  # train on these episodes only (default: all)
     input_features: list[str] | None = None  # features the policy reads (default: every image and observation.* vector)
-    streaming: bool = False  # read the Hub dataset as training goes instead of downloading it first: files fetched one
-    # at a time into a bounded cache, each episode decoded when first drawn (--dataset.repo_id, one or '[a,b]', not
-    # --dataset.root; several: one shuffle buffer each, the budgets below split among them)
-    shuffle_buffer_episodes: int = 16  # streaming: episodes open at once (per dataset); each sample is drawn from their
-    # frames
-    shuffle_buffer_shards: int = 1  # streaming: the open episodes split into this many groups, batch k drawn from group
-    # k mod this: with --num_workers dividing it each worker decodes only its own episodes (with --num_workers > 1 it
-    # must be a multiple of --num_workers). Part of the data order, as the seed is; the order does not depend on
-    # --num_workers
-    stream_video: str = "auto"  # streaming: how video is read: "range" (byte ranges of the Hub file: the episode's
-    # part, nothing on disk), "download" (whole files into the --dataset.stream_disk_gb cache), "auto" (download when
-    # the chosen episodes' video files all fit --dataset.stream_disk_gb, else range)
+    streaming: bool = False  # read the Hub dataset (--dataset.repo_id, one or '[a,b]') as training goes, within bounded
+    # caches, instead of downloading it first
+    shuffle_buffer_episodes: int = 16  # streaming: episodes open at once (per dataset) that samples are drawn from
+    shuffle_buffer_shards: int = 1  # streaming: groups of the open episodes, batch k drawn from group k mod this (a
+    # multiple of --num_workers > 1: each worker decodes its own episodes); part of the data order, as the seed is
+    stream_video: str = "auto"  # streaming: "range" (byte ranges of the Hub file, nothing on disk), "download" (whole
+    # files into the disk cache), "auto" (download when the episodes' video files fit --dataset.stream_disk_gb)
     stream_ram_gb: float = 2.0  # streaming: decoded frames kept in memory per process, over its --num_workers workers
     stream_disk_gb: float = 10.0  # streaming: fetched files kept on disk per process, over its --num_workers workers
     stream_retries: int = 4  # streaming: attempts per file (exponential backoff) before the run stops, naming it
 
 
 ONLINE_LABELS = ("expert", "recovery", "policy", "reward")
-DEFAULT_ONLINE_RATIO = 0.5  # FOWM's balanced sampling: half of every batch from the online data
+DEFAULT_ONLINE_RATIO = 0.5  # FOWM's balanced sampling
 
 
 @dataclass
 class OnlineConfig:
     """Online training: rounds of rollouts of the policy being trained (EMA weights) join its training data."""
 
-    every: int = 0  # steps between rounds of online rollouts (with --online.updates_per_env_step: at least); 0: offline
-    # training only
+    every: int = 0  # steps between rounds of online rollouts (at least, with updates_per_env_step); 0: offline only
     start_step: int | None = None  # the first round runs after this step (default: `every`)
     n_episodes: int = 50  # episodes per round, over all processes (each process steps its share in lockstep)
-    labels: str = "expert"  # expert: the scripted expert labels every state the policy visited (DAgger); policy:
-    # the policy's own actions, successful episodes only (self-imitation: needs no expert); recovery: the expert's
-    # demonstrations from the states where the policy's failed episodes ended; reward (online RL): every episode with
-    # the actions executed and the env's rewards, which a policy that learns from rewards (TD-MPC) trains on
+    labels: str = "expert"  # expert: the scripted expert labels every visited state (DAgger); policy: the successful
+    # episodes' own actions; recovery: the expert's demos from where failed episodes ended; reward: every episode with
+    # its actions and the env's rewards (online RL, TD-MPC)
     expert_drive_prob: float = 0.0  # expert labels: the fraction of steps the expert's action drives, not the policy's
-    ratio: float | None = None  # the fraction of every training batch drawn from the online data once it has any, in
-    # [0, 1]; default 0.5 (1 in pure online: --online.seed_episodes)
+    ratio: float | None = None  # the share of every batch drawn from the online data, in [0, 1] (default 0.5; pure: 1)
     start_seed: int = 1_000_000  # online episode j of round r is seeded start_seed + seed_episodes + r * n_episodes + j
-    seed_episodes: int = 0  # > 0: pure online (reward labels, no demonstrations): the run starts with this many seeded
-    # random-action episodes (TD-MPC's seed steps), which give the normalization stats; every batch is online data
-    updates_per_env_step: float = 0.0  # > 0: gradient steps per env step: the next round starts max(every, ceil(this
-    # x the env steps of the last round)) steps after it; 0: every `every` steps
-    exploration_std: float = 0.0  # reward labels: the planner's std is floored at this (normalized actions, [-1, 1])
-    # and noise of the planner's std joins the executed action (use_mpc=false: noise of this std on pi's action), drawn
-    # per episode from its seed; annealed linearly to exploration_std_end over exploration_steps online env steps
+    seed_episodes: int = 0  # > 0: pure online (reward labels, no demonstrations), starting from this many seeded
+    # random-action episodes (TD-MPC's seed steps), which give the normalization stats
+    updates_per_env_step: float = 0.0  # > 0: the next round starts after max(every, this x the last round's env steps)
+    exploration_std: float = 0.0  # reward labels: the planner's std floor and the executed action's noise (normalized
+    # actions), annealed linearly to exploration_std_end over exploration_steps online env steps
     exploration_std_end: float | None = None  # ... down to this (default: exploration_std: constant)
     exploration_steps: int = 25_000  # online env steps over which the exploration std anneals (TD-MPC's 25000)
     capacity: int = 0  # > 0: sample only the newest whole online episodes within this many frames (files kept); 0: all
 
     @property
     def batch_ratio(self) -> float:
-        """The fraction of every batch from the online data: --online.ratio, its default, or 1 in pure online."""
+        """--online.ratio, its default, or 1 in pure online."""
         if self.ratio is not None:
             return self.ratio
         return 1.0 if self.seed_episodes > 0 else DEFAULT_ONLINE_RATIO
@@ -116,8 +97,7 @@ class OnlineConfig:
         return self.every > 0 and self.seed_episodes > 0
 
     def exploration_at(self, env_steps: int) -> float:
-        """The exploration std after `env_steps` online env steps: linear from exploration_std to exploration_std_end
-        over exploration_steps, then constant."""
+        """The exploration std after `env_steps` online env steps."""
         end = self.exploration_std if self.exploration_std_end is None else self.exploration_std_end
         mix = min(env_steps / self.exploration_steps, 1.0) if self.exploration_steps > 0 else 1.0
         return (1.0 - mix) * self.exploration_std + mix * end
@@ -138,13 +118,10 @@ class HubConfig:
 class BudgetConfig:
     """A run that fits a time budget: its steps chosen from the step time it measures (hfpolicy.training.budget)."""
 
-    minutes: float | None = None  # the run's wall time from the start of training (recording, compiling and every
-    # evaluation included) to its end: after its first 25 steps it chooses the --steps that fit, and spreads its
-    # evaluations, checkpoints and lr schedule over them; None: --steps as given
-    min_steps: int | None = None  # the fewest steps the budget may choose (default: 40% of --steps); a machine too
-    # slow for them trains them anyway and says so
-    chosen_steps: int | None = None  # recorded by the choice (a resume or --config_path with this file reuses it and
-    # measures nothing): the steps chosen (the run's --steps from then on)
+    minutes: float | None = None  # the run's wall time, recording, compiling and evaluations included: after its
+    # first 25 steps it chooses the --steps that fit; None: --steps as given
+    min_steps: int | None = None  # the fewest steps the budget may choose (default: 40% of --steps)
+    chosen_steps: int | None = None  # the steps chosen, recorded (a resume or --config_path reuses the choice)
     planned_steps: int | None = None  # the --steps planned before the choice (the lr schedule of the steps before it)
     chosen_at_step: int | None = None  # the step after which it was chosen
     step_s: float | None = None  # seconds per step measured
@@ -188,15 +165,14 @@ class TrainConfig:
     gradient_accumulation_steps: int = 1  # forward/backward passes per optimizer step
     grad_clip_norm: float = 10.0  # clip the gradient's global norm to this (0 disables clipping)
     mixed_precision: str | None = None  # no / fp16 / bf16 (GPU); None: what `accelerate launch` was given
-    compile: bool = False  # torch.compile the training forward (fuses the small U-Net's norms and activations: ~3x
-    # faster steps for the state-input Diffusion Policy on CPU, after 1-2 min of compiling up front)
+    compile: bool = False  # torch.compile the training forward (~3x faster state-input Diffusion Policy steps on CPU,
+    # after 1-2 min of compiling)
     num_threads: int | None = None  # torch threads per process on CPU; default: the cores available / processes
-    # (`accelerate launch` starts a CPU process with 1 thread; a lone process on 2 cores trains ~1.5x faster with 2)
     num_workers: int = 0  # DataLoader worker processes (frames are decoded once and cached, so 0 is usually enough)
     seed: int = 1000  # seeds data order, weights init, crops and noise (each process adds its rank)
     save_freq: int = 20_000  # steps between checkpoints (and one at the end); 0: only at the end
-    save_every_minutes: float = 10.0  # also a checkpoint once this much wall time passed since the last one, so a
-    # hard kill (SIGKILL, a power cut) loses at most that; 0: by --save_freq only (Ctrl-C and SIGTERM save anyway)
+    save_every_minutes: float = 10.0  # also a checkpoint once this much wall time passed since the last one (a hard
+    # kill loses at most that); 0: by --save_freq only
     keep_last_checkpoints: int = 3  # older checkpoints are deleted; 0 keeps all
     log_freq: int = 100  # steps between log entries (trackers, metrics.jsonl, progress bar)
     tracker: str = "tensorboard"  # experiment tracker: tensorboard, wandb or none
@@ -206,18 +182,15 @@ class TrainConfig:
 
 
 def validate_train_config(cfg: TrainConfig) -> None:
-    """TrainConfigError naming every flag out of range (in the CLI's vocabulary), before anything is created."""
+    """TrainConfigError naming every flag out of range, before anything is created."""
     if cfg.resume and not cfg.output_dir:
         raise TrainConfigError("--resume=true needs --output_dir=DIR: the folder of the run to continue")
-    problems = []
-    for name in ("steps", "batch_size", "gradient_accumulation_steps", "log_freq"):
-        if getattr(cfg, name) < 1:
-            problems.append(f"--{name} must be >= 1, got {getattr(cfg, name)}")
+    at_least_1 = ("steps", "batch_size", "gradient_accumulation_steps", "log_freq")
+    problems = [f"--{name} must be >= 1, got {getattr(cfg, name)}" for name in at_least_1 if getattr(cfg, name) < 1]
     if cfg.num_threads is not None and cfg.num_threads < 1:
         problems.append(f"--num_threads must be >= 1 (or null: the cores per process), got {cfg.num_threads}")
-    for name in ("save_freq", "save_every_minutes", "num_workers", "keep_last_checkpoints"):
-        if getattr(cfg, name) < 0:
-            problems.append(f"--{name} must be >= 0, got {getattr(cfg, name)}")
+    at_least_0 = ("save_freq", "save_every_minutes", "num_workers", "keep_last_checkpoints")
+    problems += [f"--{name} must be >= 0, got {getattr(cfg, name)}" for name in at_least_0 if getattr(cfg, name) < 0]
     problems += [problem.flags("eval.") for problem in cfg.eval.problems()]
     if cfg.dataset.scripted_episodes < 0:
         problems.append(f"--dataset.scripted_episodes must be >= 0, got {cfg.dataset.scripted_episodes}")
@@ -244,7 +217,7 @@ def validate_train_config(cfg: TrainConfig) -> None:
 
 
 def online_config_problems(cfg: "TrainConfig") -> list[str]:
-    """What is wrong with the --online.* flags (nothing when online training is off)."""
+    """What is wrong with the --online.* flags."""
     online = cfg.online
     if online.every == 0:
         if online.labels == "reward" or online.seed_episodes:
@@ -274,7 +247,7 @@ def online_config_problems(cfg: "TrainConfig") -> list[str]:
             f"{cfg.env.max_episode_steps}): raise it to >= {cfg.env.max_episode_steps}, or 0 for no bound"
         )
     problems += reward_label_problems(cfg)
-    # Seeds: the online episodes must never be the evaluation's (nor the scripted recording's) episodes.
+    # the online episodes must never be the evaluation's nor the scripted recording's
     n_eval = max(cfg.eval.n_episodes, cfg.eval.final_n_episodes or 0)
     n_online = max(online.seed_episodes, 0) + online.n_episodes * max(cfg.steps // max(online.every, 1), 1)
     online_seeds = range(online.start_seed, online.start_seed + n_online)
@@ -290,7 +263,7 @@ def online_config_problems(cfg: "TrainConfig") -> list[str]:
 
 
 def reward_label_problems(cfg: "TrainConfig") -> list[str]:
-    """What is wrong with online reinforcement learning's flags: reward labels, exploration, pure online."""
+    """What is wrong with online reinforcement learning's flags."""
     online, problems = cfg.online, []
     if online.labels == "reward" and cfg.policy.reward_delta_indices is None:
         problems.append(
@@ -323,18 +296,15 @@ def reward_label_problems(cfg: "TrainConfig") -> list[str]:
 
 
 def pure_online_problems(cfg: "TrainConfig") -> list[str]:
-    """Pure online (--online.seed_episodes > 0) trains on no offline data: the flags that would give it some."""
+    """Pure online (--online.seed_episodes > 0) has no offline data: the flags that would give it some."""
     online, dataset, problems = cfg.online, cfg.dataset, []
     if online.labels != "reward":
         problems.append(
             f"--online.seed_episodes (pure online: random-action episodes, no demonstrations) needs "
             f"--online.labels=reward, got --online.labels={online.labels}"
         )
-    given = [
-        f"--dataset.{name}" for name in ("root", "episodes", "weights", "rename_features") if getattr(dataset, name)
-    ]
-    given += ["--dataset.scripted_episodes"] if dataset.scripted_episodes else []
-    given += ["--dataset.streaming"] if dataset.streaming else []
+    offline = ("root", "episodes", "weights", "rename_features", "scripted_episodes", "streaming")
+    given = [f"--dataset.{name}" for name in offline if getattr(dataset, name)]
     given += ["--dataset.repo_id"] if dataset.repo_id != DatasetConfig.repo_id else []
     if given:
         problems.append(
@@ -351,8 +321,7 @@ def pure_online_problems(cfg: "TrainConfig") -> list[str]:
 
 
 def describe_dataset(dataset: DatasetConfig, env: EnvConfig | None = None, online: OnlineConfig | None = None) -> str:
-    """One phrase for the first line a run prints: where its data comes from (a scripted recording: of `env`'s
-    task, default PushT; none: pure `online`)."""
+    """Where a run's data comes from, for its first line."""
     if online is not None and online.pure:
         return (
             f"none: pure online, {counted(online.seed_episodes, 'episode')} of random actions first, then the "
@@ -369,11 +338,10 @@ def describe_dataset(dataset: DatasetConfig, env: EnvConfig | None = None, onlin
 
 
 def dataset_label(dataset: DatasetConfig) -> str:
-    """What a run trained on, as its logs, train_config.json and model card name it: the local folder or the repo id."""
+    """What a run trained on, as its logs and model card name it: the local folder or the repo id."""
     return dataset.repo_id if dataset.root is None else str(dataset.root)
 
 
-# --- (de)serialization ----------------------------------------------------------------------------------------
 def train_config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
     """JSON-ready, with the policy as its own to_dict (its `type` first) so Policy configs round-trip."""
     with draccus.config_type("json"):
@@ -400,10 +368,9 @@ def parse_dataset_list(value: str | Sequence[str] | None) -> list[str] | None:
 def parse_train_config(
     argv: list[str], config_class: type[TrainConfig] = TrainConfig, prog: str = "hfpolicy train"
 ) -> TrainConfig:
-    """Flags → config (FlagError for a bad flag). With --resume=true and an --output_dir holding a run, its
-    train_config.json is the base and the flags override it (e.g. --steps to train longer); with --policy.path
-    (hfpolicy.training.finetune) the saved policy's config is the base of the --policy.* flags."""
-    pretrained, argv = split_policy_path(argv)  # --policy.path=SOURCE: fine-tune the saved policy (its config first)
+    """Flags → config (FlagError for a bad flag), over the run's train_config.json with --resume=true, over the saved
+    policy's config with --policy.path (hfpolicy.training.finetune)."""
+    pretrained, argv = split_policy_path(argv)
     if pretrained is None:
         cfg = parse_flags(config_class, argv, prog)
     else:
@@ -430,7 +397,7 @@ RETIRED_FIELDS = {"dataset": ("stream_read_ahead",)}  # read-ahead, retired in f
 
 @contextlib.contextmanager
 def without_retired_fields(saved: Path):
-    """`saved`, or a copy of it without RETIRED_FIELDS, for parsing into today's TrainConfig."""
+    """`saved`, or a copy of it without RETIRED_FIELDS."""
     data = json.loads(saved.read_text())
     retired = [(part, name) for part, names in RETIRED_FIELDS.items() for name in names if name in data.get(part, {})]
     if not retired:
@@ -445,8 +412,7 @@ def without_retired_fields(saved: Path):
 
 
 def check_resumed_policy_type(argv: list[str], policy_type: str, saved: Path) -> None:
-    """TrainConfigError when --policy.type in `argv` names another policy than the run's (a resume continues the
-    run's policy; its own flags would not parse against the other type's config)."""
+    """TrainConfigError when --policy.type in `argv` names another policy than the resumed run's."""
     given = any(arg == "--policy.type" or arg.startswith("--policy.type=") for arg in argv)
     run_type = (json.loads(saved.read_text()).get("policy") or {}).get("type")
     if given and run_type is not None and policy_type != run_type:

@@ -1,11 +1,6 @@
-"""The training data of a run, one path for every kind: `load_training_data` reads the N >= 1 datasets the flags
-name (`--dataset.repo_id=a` or `'[a,b]'`, `--dataset.root=DIR` or `'[dir_a,dir_b]'`, a scripted recording), each
-held in memory (frames decoded once, up front) or streamed from the Hub (`--dataset.streaming=true`: read as it
-trains, within `--dataset.stream_ram_gb` / `--dataset.stream_disk_gb`), as one MixtureDataset (one dataset is a
-mixture of one), in the order of one EpisodeAwareSampler (each dataset at `--dataset.weights`; a streamed one
-through a shuffle buffer of `--dataset.shuffle_buffer_episodes` episodes in `--dataset.shuffle_buffer_shards`
-groups that DataLoader workers read apart), batched by an EpochBatchSampler that a resumed run starts mid-epoch.
-"""
+"""The training data of a run, one path for every kind: `load_training_data` reads the N >= 1 datasets the flags name
+(local, recorded, downloaded or streamed from the Hub) as one MixtureDataset, in the order of one EpisodeAwareSampler,
+batched by an EpochBatchSampler that a resumed run starts mid-epoch."""
 
 import contextlib
 import dataclasses
@@ -44,8 +39,7 @@ class TrainingData:
 
 
 def load_training_data(cfg: TrainConfig, accelerator: Accelerator) -> tuple[TrainConfig, TrainingData]:
-    """(the config with the dataset's root and the policy's features filled in, the data). In-memory frames are
-    decoded now, once, not mid-epoch; streamed ones as the epoch draws them."""
+    """(the config with the dataset's root and the policy's features filled in, the data)."""
     dataset_cfg, progress = cfg.dataset, accelerator.is_main_process and cfg.progress
     if dataset_cfg.streaming:
         problems = streaming_problems(cfg)
@@ -95,9 +89,8 @@ def load_training_data(cfg: TrainConfig, accelerator: Accelerator) -> tuple[Trai
 
 
 def endless_batches(dataloader, batch_sampler: EpochBatchSampler, start_batch: int, seed: int):
-    """Batches forever, epoch after epoch, starting at batch `start_batch` counted from the run's start (no data
-    is loaded for the skipped batches: the sampler starts mid-epoch). Each epoch's order and worker seeds are
-    functions of (seed, epoch) alone, so a resumed run reads exactly what the uninterrupted one would have."""
+    """Batches forever from batch `start_batch` of the run on (the sampler starts mid-epoch). Each epoch's order and
+    worker seeds are functions of (seed, epoch) alone, so a resumed run reads what the uninterrupted one would have."""
     epoch, skip = divmod(start_batch, len(batch_sampler))
     while True:
         batch_sampler.set_epoch(epoch, start_batch=skip)
@@ -107,8 +100,7 @@ def endless_batches(dataloader, batch_sampler: EpochBatchSampler, start_batch: i
 
 
 def dataset_members(dataset: DatasetConfig) -> list[DatasetConfig]:
-    """One DatasetConfig per dataset the flags name: one, or each of '[a,b]' in --dataset.repo_id /
-    --dataset.root."""
+    """One DatasetConfig per dataset the flags name ('[a,b]' in --dataset.repo_id / --dataset.root)."""
     repo_ids, roots = parse_dataset_list(dataset.repo_id) or [], parse_dataset_list(dataset.root) or []
     if len(repo_ids) <= 1 and len(roots) <= 1:
         if dataset.weights is not None or dataset.rename_features is not None:
@@ -122,7 +114,7 @@ def dataset_members(dataset: DatasetConfig) -> list[DatasetConfig]:
             "--dataset.scripted_episodes and --dataset.episodes pick from one dataset: leave them out when "
             "--dataset.repo_id / --dataset.root list several"
         )
-    if roots and len(roots) > 1:
+    if len(roots) > 1:
         names = repo_ids if len(repo_ids) == len(roots) else roots
         members = [
             dataclasses.replace(dataset, repo_id=n, root=r, weights=None) for n, r in zip(names, roots, strict=True)
@@ -137,27 +129,20 @@ def dataset_members(dataset: DatasetConfig) -> list[DatasetConfig]:
 
 
 def open_member(cfg: TrainConfig, member: DatasetConfig, meta: DatasetMeta, deltas, policy_cfg) -> PolicyDataset:
-    """One dataset of the run: a PolicyDataset of its local folder, or, streaming, a StreamingPolicyDataset of the
-    Hub dataset at the commit its `meta` was read at (TrainConfigError naming a file that cannot be fetched)."""
+    """One dataset of the run: its local folder, or streamed from the Hub at the commit its `meta` was read at."""
+    videos = bool(policy_cfg.image_features)  # a state-only policy never decodes a frame
+    common: dict[str, Any] = dict(episodes=member.episodes, delta_timestamps=deltas, download_videos=videos)
     if not cfg.dataset.streaming:
-        return PolicyDataset(
-            dataset_label(member),
-            root=meta.root,
-            episodes=member.episodes,
-            delta_timestamps=deltas,
-            download_videos=bool(policy_cfg.image_features),  # a state-only policy never decodes a frame
-        )
+        return PolicyDataset(dataset_label(member), root=meta.root, **common)
     try:
         return StreamingPolicyDataset(
             member.repo_id,
             revision=meta.root.name,  # the commit meta/ was read at
-            episodes=member.episodes,
-            delta_timestamps=deltas,
             stream_ram_gb=member.stream_ram_gb,
             stream_disk_gb=member.stream_disk_gb,
             stream_retries=member.stream_retries,
-            download_videos=bool(policy_cfg.image_features),
             stream_video=member.stream_video,
+            **common,
         )
     except StreamingError as e:
         raise TrainConfigError(str(e)) from e
@@ -166,8 +151,7 @@ def open_member(cfg: TrainConfig, member: DatasetConfig, meta: DatasetMeta, delt
 def resolve_dataset_root(
     dataset: DatasetConfig, recipe: str | None = None, progress: bool = True, env: EnvConfig | None = None
 ) -> Path:
-    """The local folder of the dataset: `--dataset.root`, the scripted recording of `env`'s task (made now if it does
-    not exist yet), or the Hub dataset downloaded into the HF cache."""
+    """The local folder of the dataset: `--dataset.root`, the scripted recording, or the Hub dataset downloaded."""
     if dataset.scripted_episodes > 0:
         return record_scripted_dataset(dataset, progress, env)
     if dataset.root is not None:
@@ -199,8 +183,7 @@ def resolve_dataset_root(
 
 
 def record_scripted_dataset(dataset: DatasetConfig, progress: bool, env: EnvConfig | None = None) -> Path:
-    """The scripted recording `--dataset.scripted_episodes` asks for, of `env`'s task (default PushT; hfpolicy.record
-    makes or reuses it)."""
+    """The scripted recording `--dataset.scripted_episodes` asks for, of `env`'s task (made or reused)."""
     from hfpolicy.record import scripted_recording  # lazy: optional heavy dependency (gym-pusht, mujoco envs)
 
     try:
@@ -210,7 +193,7 @@ def record_scripted_dataset(dataset: DatasetConfig, progress: bool, env: EnvConf
 
 
 def open_streaming_meta(dataset: DatasetConfig) -> DatasetMeta:
-    """meta/ of the Hub dataset (downloaded now: it is small); TrainConfigError naming the flag when it cannot be."""
+    """meta/ of the Hub dataset, downloaded now (it is small)."""
     try:
         meta_root = download_meta(dataset.repo_id, revision=dataset.revision)
     except OSError as e:  # huggingface_hub's errors, DatasetDownloadError
@@ -231,11 +214,8 @@ def dataset_errors_as_config_errors(dataset: DatasetConfig):
         raise TrainConfigError(f"dataset {where}: {e}") from e
 
 
-# --- the policy's features, from what every dataset holds ---------------------------------------------------------
 def shared_policy_config(cfg: TrainConfig, metas: list[DatasetMeta], names: list[str], is_main: bool):
-    """(the policy config with the features every dataset shares, the renames): datasets that disagree on a
-    feature or fps, a dropped feature asked for, or a window longer than an episode are refused naming them. The
-    main process (`is_main`) says which features are left out, with or without --progress."""
+    """(the policy config with the features every dataset shares, the renames)."""
     with dataset_errors_as_config_errors(cfg.dataset):
         renames = parse_renames(cfg.dataset.rename_features)
         features, dropped = common_features([renamed_view(meta, renames) for meta in metas], names)
@@ -261,8 +241,7 @@ def member_deltas(meta: DatasetMeta, renames: dict[str, str], policy_cfg: Policy
 def configure_policy_features(
     policy_cfg: PolicyConfig, dataset_features: dict[str, Any], input_keys: list[str] | None
 ) -> PolicyConfig:
-    """The policy config with its input/output features taken from the dataset (unless already set), checked
-    against what the dataset holds; TrainConfigError naming the missing feature otherwise."""
+    """The policy config with its features taken from the dataset (unless set), checked against it."""
     inputs, outputs = dataset_to_policy_features(dataset_features)
     if input_keys is not None:
         missing = [key for key in input_keys if key not in inputs]
@@ -302,7 +281,6 @@ def configure_policy_features(
     return configured
 
 
-# --- streaming's flags ---------------------------------------------------------------------------------------------
 def streaming_problems(cfg: TrainConfig) -> list[str]:
     """What in the flags cannot stream, in the flags' words."""
     dataset, problems = cfg.dataset, []
@@ -344,8 +322,7 @@ def shard_problems(buffer_episodes: int, shards: int, num_workers: int) -> list[
 
 
 def make_dataloader(dataset, batch_sampler: EpochBatchSampler, cfg: TrainConfig, accelerator: Accelerator):
-    """The run's DataLoader: whole batches from the dataset, in the batch sampler's order, in --num_workers workers,
-    their frames uint8 (made float on the device by move_to_device)."""
+    """The run's DataLoader: whole batches in the batch sampler's order, frames uint8 (float on the device)."""
     dataset.uint8_images = True
     return torch.utils.data.DataLoader(
         dataset,

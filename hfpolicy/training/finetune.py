@@ -1,26 +1,12 @@
-"""Fine-tuning: a run that starts from a saved policy (hfpolicy's or LeRobot's, a directory or a Hub repo id).
-
-    hfpolicy train --policy.path=user/pusht-diffusion --dataset.root=data/more_demos --steps=2000
-
-`--policy.path=SOURCE` (LeRobot's flag) makes the saved policy's config the base of `--policy.*` (the other
-`--policy.*` flags override fields that do not change what the weights mean, such as the learning rate or
-n_action_steps) and records SOURCE as `policy.pretrained_path` in train_config.json and on the model card. The run's
-policy then starts from the saved weights and normalization stats (`load_pretrained_weights`), strictly: a flag
-that changes the architecture is refused, naming the mismatch. A resumed fine-tuning run reloads nothing from SOURCE
-but its checkpoint.
-
-SOURCE may be a training run's folder (or its `checkpoints/last`): it is fixed to the one checkpoint that is last now
-(`.../checkpoints/step_N/pretrained_model`, recorded as `pretrained_path` and named with its step in the run's first
-line), so the config and the weights come from the same step. A run folder that a live run still holds is refused
-in one line naming that checkpoint: its last checkpoint changes as it trains (and old ones are deleted), so the user
-names the checkpoint to start from. A saved policy's type decides the run's: a `--policy.type` the user typed that
-contradicts it is refused, naming both.
+"""Fine-tuning (`--policy.path=SOURCE`): a run that starts from a saved policy (hfpolicy's or LeRobot's, a folder, a
+run folder or a Hub repo id), whose config is the base of the `--policy.*` flags and whose weights and stats load
+strictly. A run folder is fixed to its last checkpoint now, and refused while a live run holds it
+(docs/robustness.md#fine-tuning-says-what-it-starts-from).
 """
 
 import json
 import re
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 from hfpolicy.io.run_lock import RunLock, RunLockedError
@@ -33,9 +19,8 @@ _STEP_FOLDER = re.compile(r"step_(\d+)")
 
 
 def pretrained_checkpoint(source: str) -> str:
-    """`source`, or, for a training run's folder or a path through its `last` link, the checkpoint's policy folder
-    it means now (`<run>/checkpoints/step_N/pretrained_model`, the link resolved); PolicyLoadError for such a moving
-    target while a live run holds that run folder. A checkpoint named by its step is taken as it is."""
+    """`source`, or, for a run folder or a path through its `last` link, the checkpoint's policy folder it means now;
+    PolicyLoadError for such a moving target while a live run holds the run folder."""
     given = Path(source)
     if not given.is_dir():
         return source  # a Hub repo id (or a missing path: the loader says so)
@@ -62,41 +47,29 @@ def describe_pretrained(source: str) -> str:
     return f"fine-tuning from {source}" + (f" (step {int(step.group(1))})" if step else "")
 
 
-def check_policy_type(source: str, saved_type: str, argv: list[str]) -> None:
-    """PolicyLoadError when the user's `--policy.type` contradicts the saved policy's type."""
+def parse_with_pretrained_policy(parse, source: str, argv: list[str]):
+    """`parse(argv, config_path)` with the saved policy's config (`pretrained_path=source`) as the base of the flags,
+    a run folder `source` fixed to its checkpoint first. Loading the policy checks `source`, and that a
+    `--policy.type` in `argv` agrees with it, before the run starts."""
+    source = pretrained_checkpoint(source)
+    policy = Policy.from_pretrained(source)
     typed = [arg.split("=", 1)[1] for arg in argv if arg.startswith("--policy.type=")]
-    if typed and typed[-1] != saved_type:
+    if typed and typed[-1] != policy.config.type:
         raise PolicyLoadError(
-            f"{PATH_FLAG}={source} is a saved {saved_type} policy, and --policy.type={typed[-1]} contradicts it: "
-            f"drop --policy.type (fine-tuning keeps the saved policy's type), or train a {typed[-1]} policy from "
+            f"{PATH_FLAG}={source} is a saved {policy.config.type} policy, and --policy.type={typed[-1]} contradicts "
+            f"it: drop --policy.type (fine-tuning keeps the saved policy's type), or train a {typed[-1]} policy from "
             f"scratch without {PATH_FLAG}"
         )
-
-
-def pretrained_config_file(source: str, folder: Path, argv: Sequence[str] = ()) -> Path:
-    """A train config file in `folder` whose `policy` is the saved policy's config, with `pretrained_path=source`:
-    the base that the flags `argv` override. Loading the policy here checks `source` (and that a `--policy.type`
-    in `argv` agrees with it) before the run starts."""
-    policy = Policy.from_pretrained(source)
-    check_policy_type(source, policy.config.type, list(argv))
     config = policy.config.to_dict()
     config.update(pretrained_path=source, device=None, converted_from=None)  # a run setting; and not a conversion
-    path = Path(folder) / "pretrained_policy_config.json"
-    path.write_text(json.dumps({"policy": config}))
-    return path
-
-
-def parse_with_pretrained_policy(parse, source: str, argv: list[str]):
-    """`parse(argv, config_path)` with the saved policy's config as the base of the flags; a run folder `source` is
-    fixed to its checkpoint first (`pretrained_checkpoint`)."""
-    source = pretrained_checkpoint(source)
     with tempfile.TemporaryDirectory(prefix="hfpolicy-finetune-") as folder:
-        return parse(argv, pretrained_config_file(source, Path(folder), argv))
+        path = Path(folder) / "pretrained_policy_config.json"
+        path.write_text(json.dumps({"policy": config}))
+        return parse(argv, path)
 
 
 def load_pretrained_weights(policy: Policy, source: str) -> None:
-    """Loads the weights and normalization stats of the policy saved at `source` into `policy` (built from the run's
-    config), strictly; PolicyLoadError naming --policy.path and the mismatch otherwise."""
+    """Loads the weights and normalization stats of the policy saved at `source` into `policy`, strictly."""
     pretrained = Policy.from_pretrained(source)
     if type(pretrained) is not type(policy):
         raise PolicyLoadError(

@@ -1,14 +1,6 @@
-"""Starting a training script on several processes so that it ends as a one-process run does: its flags are checked
-before anything is launched, and the last line printed is the training's own (its error, or how it stopped), with the
-training's exit status, not accelerate's CalledProcessError / torchrun's ChildFailedError traceback and exit 1.
-
-    python examples/train_pusht.py --num_processes=2 ...     # this module: check, launch, relay the result
-    python examples/train_pusht.py ...                       # one process: no launcher at all
-
-The script is started again through `accelerate launch` (its --quiet mode, with --multi_gpu); the main process of the
-launch writes its exit status and its last line into a file named by HFPOLICY_LAUNCH_RESULT (`report_result`). The
-launching process ignores Ctrl-C (the terminal sends it to every process of the job, and the trainers stop cleanly on
-it, hfpolicy.training.stopping) and passes SIGTERM on to the launcher, which passes it to the trainers.
+"""`--num_processes=N` of the example scripts: the flags are checked once, then the script runs again under
+`accelerate launch`, and the launching process ends with the training's last line and exit status (not accelerate's
+traceback). The launched main process writes them into the file HFPOLICY_LAUNCH_RESULT names (`report_result`).
 """
 
 import functools
@@ -48,8 +40,7 @@ class _LastLine:
 
 
 def report_result(prog: str, run: Callable[[], int]) -> int:
-    """`run()`'s exit status; in a launched process (HFPOLICY_LAUNCH_RESULT set, rank 0) that status and the last
-    error or stop line it printed are also written to that file, for the launching process."""
+    """`run()`'s exit status, and in a launched main process that status and its last error or stop line."""
     result_file = os.environ.get(RESULT_ENV)
     if not result_file or int(os.environ.get("RANK", "0")) != 0:
         return run()
@@ -67,8 +58,7 @@ def report_result(prog: str, run: Callable[[], int]) -> int:
 
 
 def check_before_launch(argv: list[str], prog: str) -> str | None:
-    """The one-line error for flags (or a run folder) that would fail in every launched process, or None: the
-    checks `hfpolicy train` makes before its set-up, made once here, before anything is launched."""
+    """The one-line error for flags (or a run folder) that would fail in every launched process, or None."""
     try:
         cfg = parse_train_config(argv, prog=prog)
         validate_train_config(cfg)
@@ -82,8 +72,7 @@ def check_before_launch(argv: list[str], prog: str) -> str | None:
 
 
 def launch(script: str, num_processes: int, argv: list[str]) -> int:
-    """Runs `script argv` on `num_processes` processes through `accelerate launch`; the main process's exit status,
-    after its last error or stop line (printed again: the launcher's own report comes after it)."""
+    """Runs `script argv` on `num_processes` processes; the main process's exit status, after its last line."""
     import torch
 
     env = dict(os.environ)

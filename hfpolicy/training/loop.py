@@ -1,24 +1,10 @@
 """The training loop, with 🤗 accelerate: the same code on a CPU, one GPU, or many GPUs with DDP.
 
-    accelerate launch examples/train_pusht.py --steps=1000 --output_dir=outputs/train/pusht
-    hfpolicy train --policy.type=diffusion --dataset.repo_id=lerobot/pusht --steps=200000
-
-`train(config)` reads top to bottom: it locks the run folder (hfpolicy.runs.run_folder), sets the run up
-(hfpolicy.training.setup: errors for bad input come first), then `run_loop`: one optimizer step (with gradient
-accumulation and clipping), the policy's own update after it (`after_optimizer_step`: TD-MPC's target network), the
-EMA update, and every N steps logging, evaluation, a checkpoint and a Hub push.
-`--resume=true` continues the run in `--output_dir` from its last checkpoint, exactly: the data order, the random
-crops and noise, the optimizer, LR schedule and EMA all continue as if the run had never stopped.
-
-The run's main process holds the run folder's lock from before the first check to the end, so two trainings never
-write into one folder; a start that fails leaves nothing in a folder it created. Ctrl-C and SIGTERM end the run after
-the current step with its checkpoint and the command that continues it (hfpolicy.training.stopping); each step's
-checkpoint comes before its evaluation. On a resume, flags that would change the run are refused and the others
-recorded (hfpolicy.training.resume_flags). A NaN or inf loss stops the run before anything computed from it is logged, evaluated or saved
-(hfpolicy.training.progress).
+`train(cfg)` reads top to bottom: it locks the run folder, sets the run up (hfpolicy.training.setup: errors for bad
+input come first), then `run_loop` trains step by step, logging, evaluating, saving and pushing at their frequencies.
+docs/training.md says what a run keeps, how it stops and how `--resume=true` continues it exactly.
 """
 
-import contextlib
 import dataclasses
 import shutil
 import sys
@@ -27,21 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate import Accelerator
 from tqdm.auto import tqdm
 
 from hfpolicy.cli.commands import command_line
 from hfpolicy.eval.distributed import evaluate_on_all_processes
 from hfpolicy.hub.push import PushError, check_push_access, push_run
 from hfpolicy.policies import Policy
-from hfpolicy.policies.ema import EMA
-from hfpolicy.policies.module import WeightsOrigin
 from hfpolicy.record.scripted_cache import scripted_dataset_root
 from hfpolicy.runs.curve import draw_training_curve
 from hfpolicy.runs.run_folder import PRETRAINED_DIR, RunFolder
 from hfpolicy.ticker import ticking
 from hfpolicy.training.budget import SKIPPED_STEPS, TIMED_STEPS, StepBudget
-from hfpolicy.training.checkpoints import checkpoint_size_line, save_checkpoint, save_shareable_policy
+from hfpolicy.training.checkpoints import checkpoint_size_line, save_checkpoint, save_shareable_policy, shareable_policy
 from hfpolicy.training.config import TrainConfig, TrainConfigError, validate_train_config
 from hfpolicy.training.progress import (
     NonFiniteLossGuard,
@@ -53,13 +36,7 @@ from hfpolicy.training.progress import (
     without_torchs_cuda_home_note,
 )
 from hfpolicy.training.resume_flags import check_resume_flags, record_resume
-from hfpolicy.training.setup import (
-    Training,
-    build_training,
-    default_output_dir,
-    is_launch_main_process,
-    move_to_device,
-)
+from hfpolicy.training.setup import Training, build_training, default_output_dir, is_launch_main_process, move_to_device
 from hfpolicy.training.stopping import Interrupted, RunStopped, StopControl, resume_command
 from hfpolicy.words import counted
 
@@ -108,7 +85,7 @@ def train(cfg: TrainConfig) -> TrainResult:
 
 
 def start_training(cfg: TrainConfig, run: RunFolder, stops: StopControl, started_at: float) -> Training:
-    """The checked and built run (hfpolicy.training.setup), its changed flags refused or recorded on a resume."""
+    """The checked and built run, its changed flags refused or recorded on a resume."""
     run.check_for(resume=cfg.resume)
     changes = check_resume_flags(cfg, run.config_file) if cfg.resume else {}
     t = build_training(cfg, run)
@@ -149,17 +126,9 @@ def finished_scripted_recording(cfg: TrainConfig) -> Path | None:
     return root if root.is_dir() else None
 
 
-def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
-    """The steps from `t.start_step + 1` to `cfg.steps`, then the result. Each step: the gradient steps, the EMA
-    update, the loss guard and the progress bar; then, at their frequencies, a log entry, an evaluation, a
-    checkpoint and a push. An online round (--online.every) runs right after the optimizer and EMA step, before the
-    loss guard, and its data is mixed into the batches from then on. With --budget.minutes the run chooses its
-    --steps after its first steps (hfpolicy.training.budget). A stop request (`stops`) ends the run after the step it
-    arrived in, with a checkpoint of that step (hfpolicy.training.stopping). The bar ticks through long waits."""
+def run_loop(t: Training, stops: StopControl) -> TrainResult:
+    """The steps from `t.start_step + 1` to `cfg.steps`; a stop request ends the run after its step's checkpoint."""
     cfg, accelerator, policy, run = t.cfg, t.accelerator, t.policy, t.run
-    if stops is None:  # no signal handlers: the timer alone
-        stops = StopControl(cfg.save_every_minutes)
-        stops.training(accelerator)
     is_main = accelerator.is_main_process
     rounds = t.online.planned_rounds(t.start_step, cfg.steps) if t.online is not None else None
     clock = TrainingClock(cfg.steps, t.eval_plan, compiles=cfg.compile, round_plan=rounds)
@@ -172,8 +141,8 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
         disable=not (is_main and cfg.progress),
         bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",  # our ETA (with evals), not tqdm's
     )
-    if is_main and t.eval_plan and t.env_cfg is not None:  # the first estimate counts the evaluations too (a guess
-        envs = max(1, min(cfg.eval.batch_size, -(-cfg.eval.n_episodes // accelerator.num_processes)))  # until timed)
+    if is_main and t.eval_plan and t.env_cfg is not None:  # the first estimate counts the evaluations (a guess)
+        envs = max(1, min(cfg.eval.batch_size, -(-cfg.eval.n_episodes // accelerator.num_processes)))
         model = accelerator.unwrap_model(policy)
         clock.estimate_eval(timed_eval_episode_s(model, t.env_cfg, envs, parallel=cfg.eval.parallel))
     if is_main and budget.too_short:
@@ -210,7 +179,7 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
                     t.optimizer.zero_grad(set_to_none=True)
                 loss_sum += loss.detach()
             t.lr_scheduler.step()
-            accelerator.unwrap_model(policy).after_optimizer_step()
+            accelerator.unwrap_model(policy).after_optimizer_step()  # TD-MPC's target network
             if t.ema is not None:
                 t.ema.step(policy)
             step_s = time.perf_counter() - step_start
@@ -285,7 +254,7 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
                 raise stopped_after(t, stops, step)
 
             if cfg.hub.repo_id and (is_last or (evaluated and cfg.hub.push_after_eval)) and is_main:
-                hub_commit = push_trained_policy(accelerator, policy, t.ema, cfg, run.root, step)
+                hub_commit = push_trained_policy(t, step)
                 bar.write(f"pushed to the Hub: {hub_commit}")
 
     bar.close()
@@ -301,8 +270,7 @@ def run_loop(t: Training, stops: StopControl | None = None) -> TrainResult:
 
 
 def online_round(t: Training, step: int, bar: tqdm, clock: TrainingClock) -> None:
-    """One round of online rollouts (hfpolicy.training.online), timed, logged and announced; its own bar counts the
-    episodes (the main bar says which round runs)."""
+    """One round of online rollouts (hfpolicy.training.online), timed, logged and announced."""
     online, accelerator = t.online, t.accelerator
     start = time.perf_counter()
     bar.set_postfix_str(f"online round {online.n_rounds}", refresh=False)
@@ -322,12 +290,11 @@ def online_round(t: Training, step: int, bar: tqdm, clock: TrainingClock) -> Non
 
 def save_training_checkpoint(t: Training, step: int) -> Path:
     """checkpoints/step_<step>: the shareable policy and the state an exact resume restores."""
-    accelerator = t.accelerator
     return save_checkpoint(
-        accelerator,
+        t.accelerator,
         t.run.root,
         step,
-        save_policy=lambda folder: save_shareable_policy(accelerator, t.policy, t.ema, t.cfg, folder, step),
+        save_policy=lambda folder: save_shareable_policy(t.accelerator, t.policy, t.ema, t.cfg, folder, step),
         keep_last=t.cfg.keep_last_checkpoints,
         extra_state=t.online.state() if t.online is not None else None,
         **t.state,
@@ -335,8 +302,7 @@ def save_training_checkpoint(t: Training, step: int) -> Path:
 
 
 def stopped_after(t: Training, stops: StopControl, step: int, note: str = "") -> RunStopped:
-    """The end of a run stopped after `step`, whose checkpoint is saved: trackers flushed, what was kept and the
-    command that continues the run said."""
+    """The end of a run stopped after `step`, whose checkpoint is saved: trackers flushed, what was kept said."""
     t.accelerator.end_training()
     return stops.stopped(
         f"after step {step}, saved the checkpoint {t.run.checkpoint_dir(step)}{note}; continue with "
@@ -347,8 +313,7 @@ def stopped_after(t: Training, stops: StopControl, step: int, note: str = "") ->
 def stopped_during_evaluation(
     t: Training, stops: StopControl, step: int, saved: bool, loss_guard: NonFiniteLossGuard
 ) -> RunStopped:
-    """A stop signal during the evaluation after `step` (a one-process run): the evaluation's partial folder goes, the
-    step's checkpoint is kept (saved now if it was not due)."""
+    """A stop during the evaluation after `step`: its partial folder goes, the step's checkpoint stays (or is saved)."""
     shutil.rmtree(t.run.eval_dir(step), ignore_errors=True)
     if not saved:
         loss_guard.check(t.accelerator, t.run, step, t.policy)
@@ -358,26 +323,18 @@ def stopped_during_evaluation(
     return stopped_after(t, stops, step, final if step == t.cfg.steps else "")
 
 
-def push_trained_policy(
-    accelerator: Accelerator,
-    policy: torch.nn.Module,
-    ema: EMA | None,
-    cfg: TrainConfig,
-    output_dir: Path,
-    step: int,
-) -> str:
-    """Pushes the run (hfpolicy.hub.push) with the policy's EMA weights, its evaluation up to `step` and this command."""
-    model = accelerator.unwrap_model(policy)
-    model.weights_origin = WeightsOrigin(training_step=step, ema=ema is not None)
-    with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
+def push_trained_policy(t: Training, step: int) -> str:
+    """Pushes the run (hfpolicy.hub.push) with the EMA weights, its evaluation up to `step` and this command."""
+    hub = t.cfg.hub
+    with shareable_policy(t.accelerator, t.policy, t.ema, step) as model:
         return push_run(
-            output_dir,
-            cfg.hub.repo_id,
+            t.run.root,
+            hub.repo_id,
             policy=model,
-            private=cfg.hub.private,
-            branch=cfg.hub.branch,
+            private=hub.private,
+            branch=hub.branch,
             train_command=command_line(),
             up_to_step=step,
             check_access=False,  # checked before step 1
-            online_data_repo_id=cfg.hub.online_data_repo_id,
+            online_data_repo_id=hub.online_data_repo_id,
         )

@@ -1,53 +1,12 @@
-"""Online training: the policy's own rollouts join its training data while it trains (`--online.every=N`).
-
-From `--online.start_step` on, every `--online.every` steps, the policy being trained (its EMA weights, as
-evaluation uses them) plays `--online.n_episodes` episodes in a batch of envs, with the rollout code of evaluation
-(`hfpolicy.eval.rollouts.rollout`), and the episodes are added to `<output_dir>/online_data/`, a LeRobot v3.0
-dataset with the offline data's features that the policy reads (plus action, next.reward, next.success, next.done).
-Labels (`--online.labels`):
-
-- `expert` (DAgger): the scripted expert labels every state the policy visited with the action it would take there
-  (`PushTExpert.label`: it follows its plan while the policy stays on it and re-plans from the state otherwise);
-  the policy's action drives the env, or the expert's for a fraction `--online.expert_drive_prob` of the steps.
-- `policy` (self-imitation): the policy's own actions, successful episodes only; needs no expert.
-- `recovery`: for each failed episode, the expert's demonstration from the state where it ended.
-- `reward` (online reinforcement learning): every episode, successful or not, with the actions executed and the env's
-  rewards; a policy that learns from rewards (TD-MPC) trains on them with its own losses. The policy explores while
-  it collects (`Policy.exploring`: TD-MPC's planner std floored at `--online.exploration_std`, annealed to
-  `--online.exploration_std_end` over `--online.exploration_steps` online env steps, and noise on the executed
-  action), its noise drawn from each episode's seeded generator; evaluation never explores.
-
-Cadence: with `--online.updates_per_env_step=U` the next round starts max(every, ceil(U x the env steps of the last
-round)) steps after it (gradient steps per env step, as RL counts them). A checkpoint records the schedule (the next
-round's step, the rounds and env steps so far), so a resumed run collects the same rounds.
-
-Every training batch then takes a fraction `--online.ratio` of its rows from the online data (uniformly over its
-frames, or over the newest whole episodes within `--online.capacity` frames; drawn at the step that trains on them
-from a generator seeded with (seed, step, rank)) and the rest from the offline batch. The online data is one more
-member of the training data: the offline data may be one dataset, a mixture of several (`--dataset.repo_id='[a,b]'`;
-the online rows' `dataset_index` is then the next one), streamed from the Hub (`--dataset.streaming=true`) or both;
-the online data takes the offline data's (shared, renamed) features and fps. Its rows are drawn at the step rather
-than by the offline data's sampler because DataLoader workers read batches ahead, before the round that a later batch
-must see exists. Normalization stays the offline data's stats: the policy's inputs and outputs keep their meaning.
-
-Pure online (`--online.seed_episodes=N`, reward labels): no offline data. Before the first step, N episodes of
-seeded uniform random actions (TD-MPC's seed steps) are the online data's first round (step 0); its stats normalize
-the policy, its features are the env's (`--dataset.input_features` picks among them), and every batch is online data.
-
-The first round writes the dataset (it appears whole, a rename); each later round appends its episodes
-(`DatasetWriter.open`: new data and video files, meta/ rewritten with info.json last), so a round costs the same
-however much online data there is, and a run killed at any moment leaves the online data of its last finished
-round, readable. Its meta/hfpolicy_online.json lists the rounds (step, seeds, episodes kept, env steps). A checkpoint
-records how many online episodes it had seen; resuming from it truncates the dataset to them (`truncate_dataset`: the
-rounds collected after it dropped, files and all), so the resumed run trains on exactly the data the uninterrupted
-one did. With several processes each collects its share of a round's seeds, the main process writes the dataset,
-and every process then reads the same dataset.
-
-Online episode j of round r is seeded `--online.start_seed + seed_episodes + r * n_episodes + j` (the seed round's
-episode j: `--online.start_seed + j`), validated not to overlap the evaluation's seeds.
+"""Online training (`--online.every=N`): rounds of the policy's own rollouts (EMA weights, evaluation's rollout code)
+join its training data as `<output_dir>/online_data/`, a LeRobot v3.0 dataset each round appends to, labelled by
+`--online.labels` (expert, policy, recovery, reward); every batch then takes `--online.ratio` of its rows from it.
+A checkpoint records the schedule and the episodes seen, so a resume truncates the data to them and stays exact.
+Labels, seeds, cadence and pure online (`--online.seed_episodes`): docs/training.md and docs/online_rl.md.
 """
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -88,7 +47,7 @@ from hfpolicy.training.config import OnlineConfig, TrainConfigError
 
 ONLINE_DATA_DIR = "online_data"
 ONLINE_STATE_KEY = "online_episodes"  # in a checkpoint's step.json: online episodes the run had seen
-ONLINE_LAST_ROUND_KEY = "online_last_round"  # and the step of its last round (0: none yet)
+ONLINE_LAST_ROUND_KEY = "online_last_round"  # the step of its last round (0: none yet)
 ONLINE_NEXT_ROUND_KEY = "online_next_round"  # the step of its next round
 ONLINE_ROUNDS_KEY = "online_rounds"  # the rounds it had collected (the seed round not counted)
 ONLINE_ENV_STEPS_KEY = "online_env_steps"  # the online env steps it had played (the seed round's too)
@@ -144,24 +103,17 @@ class OnlineTraining:
         self._window_first = 0  # --online.capacity: the first frame of the newest whole episodes that fit it ...
         self._sampled_from = 0  # ... and the first of `_valid` there
 
-    # --- schedule and state ------------------------------------------------------------------------------------------
     def is_due(self, step: int) -> bool:
         return step == self.next_round
 
     def planned_rounds(self, step: int, steps: int) -> dict[int, int]:
-        """{step: episodes} of the rounds after `step` in a run of `steps` (none after the last step), the next one
-        at its step and the others every --online.every steps (at least that far apart)."""
+        """{step: episodes} of the rounds after `step` in a run of `steps`: the next one, then every --online.every."""
         first = max(self.next_round, step + 1)
         return {s: self.cfg.n_episodes for s in range(first, steps, max(self.cfg.every, 1))}
 
     def round_seeds(self) -> list[int]:
-        """The seeds of the next round."""
         base = self.cfg.start_seed + self.cfg.seed_episodes + self.n_rounds * self.cfg.n_episodes
         return list(range(base, base + self.cfg.n_episodes))
-
-    def exploration_std(self) -> float:
-        """The exploration std of the next round (reward labels)."""
-        return self.cfg.exploration_at(self.env_steps)
 
     @property
     def n_episodes(self) -> int:
@@ -171,13 +123,8 @@ class OnlineTraining:
     def n_frames(self) -> int:
         return 0 if self.dataset is None else self.dataset.num_frames
 
-    @property
-    def n_sampled_frames(self) -> int:
-        """The frames batches draw from: all, or the newest whole episodes within --online.capacity."""
-        return self.n_frames - self._window_first
-
     def state(self) -> dict[str, int]:
-        """What a checkpoint records (its step.json)."""
+        """What a checkpoint records in its step.json."""
         return {
             ONLINE_STATE_KEY: self.n_episodes,
             ONLINE_LAST_ROUND_KEY: self.last_round,
@@ -187,15 +134,13 @@ class OnlineTraining:
         }
 
     def round_skipped(self, step: int, steps: int) -> bool:
-        """Whether a run resumed at `step` with `steps` in all must first collect the round due at `step`: a run
-        that ended there never collected it (rounds run only before a later step), one extended to more steps
-        would have (what the resumed run must match)."""
+        """Whether a run resumed at `step` (of `steps`) must first collect the round due there, which a run that ended
+        at `step` skipped."""
         return 0 < step < steps and self.is_due(step) and self.last_round < step
 
     def restore(self, accelerator: Accelerator, step: int, checkpoint_state: dict[str, Any]) -> None:
-        """Resuming at checkpoint `step`: keep the rounds collected up to it (which must hold the online episodes
-        the checkpoint recorded in its `state()`), truncate the dataset to them (remove it when it keeps none),
-        reload, and take up the schedule where the checkpoint left it."""
+        """Resuming at checkpoint `step`: the dataset truncated to the rounds up to it (which must hold the episodes its
+        `state()` recorded), reloaded, and the schedule taken up where the checkpoint left it."""
         seen_episodes = int(checkpoint_state.get(ONLINE_STATE_KEY, 0))
         self.last_round = int(checkpoint_state.get(ONLINE_LAST_ROUND_KEY, step))  # older checkpoints: no catching up
         self._restore_schedule(checkpoint_state)
@@ -226,8 +171,7 @@ class OnlineTraining:
         self._reload()
 
     def _restore_schedule(self, checkpoint_state: dict[str, Any]) -> None:
-        """The next round's step, the rounds and env steps so far, as the checkpoint recorded them (a checkpoint of
-        an older version, with rounds every --online.every steps only: from its last round's step)."""
+        """The schedule as the checkpoint recorded it (an older one: from its last round's step)."""
         if ONLINE_NEXT_ROUND_KEY in checkpoint_state:
             self.next_round = int(checkpoint_state[ONLINE_NEXT_ROUND_KEY])
             self.n_rounds = int(checkpoint_state[ONLINE_ROUNDS_KEY])
@@ -236,16 +180,12 @@ class OnlineTraining:
             self.n_rounds = (self.last_round - self.first_step) // self.cfg.every + 1
             self.next_round = self.last_round + self.cfg.every
 
-    # --- collecting ----------------------------------------------------------------------------------------------------
     def collect(
         self, accelerator: Accelerator, policy: torch.nn.Module, ema: Any, step: int, progress: bool = False
     ) -> dict[str, float]:
-        """One round (every process must call it): rollouts of this process's share of the round's seeds with the
-        EMA weights (exploring, with reward labels), gathered; the main process adds them to the dataset; everyone
-        reloads it. Returns its stats. `progress`: a bar of the episodes this process played (and of the expert's
-        recovery demos)."""
+        """One round (every process calls it) with the EMA weights (exploring, with reward labels); its stats."""
         seeds, model = self.round_seeds(), accelerator.unwrap_model(policy)
-        exploration = self.exploration_std() if self.cfg.labels == "reward" else None
+        exploration = self.cfg.exploration_at(self.env_steps) if self.cfg.labels == "reward" else None
 
         def play(share: list[int]) -> tuple[list[RolloutEpisode], list[RolloutEpisode]]:
             with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
@@ -263,7 +203,7 @@ class OnlineTraining:
             "online/round_return": sum(e.total_reward for e in episodes) / len(episodes),
             "online/episodes": float(self.n_episodes),
             "online/frames": float(self.n_frames),
-            "online/sampled_frames": float(self.n_sampled_frames),
+            "online/sampled_frames": float(self.n_frames - self._window_first),
             "online/env_steps": float(self.env_steps),
             "online/replans_per_step": sum(e.n_replans for e in episodes) / n_steps,
         }
@@ -272,8 +212,7 @@ class OnlineTraining:
         return stats
 
     def collect_seed_round(self, accelerator: Accelerator) -> None:
-        """Pure online's first round, at step 0 (every process must call it): --online.seed_episodes episodes of
-        seeded uniform random actions (TD-MPC's seed steps), every one kept."""
+        """Pure online's first round, at step 0: --online.seed_episodes episodes of seeded random actions, all kept."""
         seeds = list(range(self.cfg.start_seed, self.cfg.start_seed + self.cfg.seed_episodes))
 
         def play(share: list[int]) -> tuple[list[RolloutEpisode], list[RolloutEpisode]]:
@@ -290,9 +229,8 @@ class OnlineTraining:
         play: Callable[[list[int]], tuple[list[RolloutEpisode], list[RolloutEpisode]]],
         note: dict[str, Any],
     ) -> list[RolloutEpisode]:
-        """Plays this process's share of `seeds` (`play(share)`: the episodes played, those kept), gathers every
-        process's, records the round (with `note`), appends the kept episodes (main process), reloads; returns the
-        episodes played, in seed order."""
+        """Plays this process's share of `seeds` (`play(share)`: the episodes played, those kept), gathers all, records
+        and appends them; the episodes played."""
         share = seeds[accelerator.process_index :: accelerator.num_processes]
         local: tuple[list, list] = play(share) if share else ([], [])
         gathered = gather_object([local])  # [(played, data)] of every process
@@ -311,11 +249,10 @@ class OnlineTraining:
         return episodes
 
     def _online_meta(self) -> dict[str, Any]:
-        """meta/hfpolicy_online.json: the labels, the flags and the rounds."""
+        """meta/hfpolicy_online.json."""
         return {"labels": self.cfg.labels, "config": asdict(self.cfg), "rounds": self.rounds}
 
     def _append(self, episodes: list[RolloutEpisode]) -> None:
-        """Writes the first round's episodes as the dataset, appends each later round's."""
         try:
             write_episodes_dataset(
                 self.root, f"local/{ONLINE_DATA_DIR}", self.fps, self.features, episodes, task_sentence(self.env_cfg),
@@ -327,8 +264,7 @@ class OnlineTraining:
             raise OnlineDataError(disk_full_message(self.root)) from e
 
     def _reload(self) -> None:
-        """Reads the episodes added since the last reload (those of the rounds since, only their files) as one
-        more PolicyDataset; the online data is the mixture of them."""
+        """Reads the episodes added since the last reload as one more member of the online data's mixture."""
         read = sum(part.num_episodes for part in self._parts)
         if not (self.root / INFO_PATH).is_file() or read >= self.n_episodes:
             return
@@ -348,11 +284,10 @@ class OnlineTraining:
             self._window_first = int(fits[0]) if len(fits) else self.n_frames
             self._sampled_from = int(np.searchsorted(self._valid, self._window_first))
 
-    # --- mixing ---------------------------------------------------------------------------------------------------------
     def mix(self, batch: dict[str, Any] | None, step: int, rank: int, part: int = 0) -> dict[str, Any]:
         """The offline `batch` with its last `ratio` share of rows replaced by online samples (none yet: unchanged);
-        `batch` None (pure online): a batch of online samples alone. The online rows are a function of (seed, step,
-        rank, `part`: the gradient accumulation pass) and the online data alone: resume stays exact."""
+        `batch` None (pure online): online samples alone. The rows are drawn here, from (seed, step, rank, `part`),
+        not by the sampler whose workers read ahead of the rounds: resume stays exact."""
         pool = self._valid[self._sampled_from :]
         if self.dataset is None or len(pool) == 0:
             if batch is None:
@@ -409,11 +344,7 @@ def collect_episodes(
     exploration: float | None = None,
     progress: bool = False,
 ) -> tuple[list[RolloutEpisode], list[RolloutEpisode]]:
-    """(the policy's episodes on `seeds`, the episodes that join the data): rollouts in one lockstep batch of serial
-    envs, the policy in eval mode (exploring with noise of `exploration`, when given). The data are the
-    expert-labelled episodes (expert), every episode with its executed actions and rewards (reward), the successful
-    ones (policy), or, for each failed episode, the expert's demonstration from the state where it ended (recovery;
-    left out when the expert fails from there too). `progress`: bars of the episodes played and demos recorded."""
+    """(the policy's episodes on `seeds`, exploring with noise `exploration`; those that join the data as labelled)."""
     episodes = policy_rollouts(policy, env_cfg, seeds, cfg, features, exploration, progress)
     if cfg.labels in ("expert", "reward"):
         return episodes, episodes
@@ -427,8 +358,7 @@ def collect_episodes(
 
 
 def expert_recovery(env_cfg: EnvConfig, failed: RolloutEpisode, features: dict[str, Any]) -> RolloutEpisode | None:
-    """The scripted expert's episode from the state a failed policy episode ended in (gym-pusht's reset_to_state),
-    recorded frame by frame as `EpisodeCollector` records; None if the expert fails from there too."""
+    """The scripted expert's episode from where a failed policy episode ended; None if it fails from there too."""
     assert failed.final_state is not None  # collect_episodes passes the episodes that ended with a state only
     env = env_cfg.make_single()
     try:
@@ -455,15 +385,14 @@ def expert_recovery(env_cfg: EnvConfig, failed: RolloutEpisode, features: dict[s
     return demo if demo.success else None
 
 
-_GEOMETRY = None
-
-
 def reset_argument(state: np.ndarray) -> np.ndarray:
     """gym-pusht's reset_to_state argument for a pose read from the env (it sets the angle after the position)."""
-    global _GEOMETRY
-    if _GEOMETRY is None:
-        _GEOMETRY = PushTScorer()
-    return _GEOMETRY.reset_state(state)
+    return _pusht_scorer().reset_state(state)
+
+
+@functools.cache
+def _pusht_scorer() -> PushTScorer:
+    return PushTScorer()
 
 
 def policy_rollouts(
@@ -475,12 +404,8 @@ def policy_rollouts(
     exploration: float | None = None,
     progress: bool = False,
 ) -> list[RolloutEpisode]:
-    """The policy's episodes on `seeds` (expert-labelled with --online.labels=expert; exploring with noise of
-    `exploration` when given); no policy: uniform random actions (the pure-online seed round). `progress`: a bar of
-    the episodes ended, ticking while they run (they run in lockstep: most end together)."""
-    labeller = None
-    if cfg.labels == "expert":
-        labeller = PushTExpert
+    """The policy's episodes on `seeds` in one lockstep batch of envs (no policy: random actions)."""
+    labeller = PushTExpert if cfg.labels == "expert" else None
     collector = EpisodeCollector(features, labeller=labeller, expert_drive_prob=cfg.expert_drive_prob)
     env = env_cfg.make(len(seeds), parallel=False)
     was_training = policy is not None and policy.training
@@ -506,8 +431,7 @@ def policy_rollouts(
 
 
 def disk_full_message(root: Path) -> str:
-    """The one line for a full disk while the online data at `root` (in a run folder) was written: the folder, what
-    it needs (the whole dataset is written beside its old copy, then replaces it), what is free, and the way on."""
+    """The one line for a full disk while the online data at `root` was written."""
     mb = 1024**2
     held = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.is_dir() else 0
     free = free_bytes(root.parent)
@@ -520,8 +444,7 @@ def disk_full_message(root: Path) -> str:
 
 
 def discard_online_data(root: Path) -> None:
-    """Removes an online dataset whose rounds all came after the checkpoint a run resumes from: renamed aside first
-    (one atomic step: a run killed meanwhile leaves the old dataset or none), then deleted."""
+    """Removes an online dataset: renamed aside first (atomic: a run killed meanwhile leaves it whole or none)."""
     aside = temporary_path(root)
     os.replace(root, aside)
     shutil.rmtree(aside)

@@ -1,7 +1,5 @@
-"""A run's progress as it trains: the running means of a log entry, the guard that stops a run whose loss turns NaN
-or inf, the clock that estimates the time left (evaluations included: guessed from a timed policy call until the
-first one is timed) and gives the bar its current loss and lr, the bar's "compiling" note and the warnings kept off
-its line, and the log entry written to the trackers and metrics.jsonl."""
+"""A run's progress as it trains: running means of a log entry, the NaN/inf loss guard, the clock that estimates the
+time left (evaluations and online rounds included), the warnings kept off the bar's line, and the log entries."""
 
 import contextlib
 import logging
@@ -56,10 +54,9 @@ class RunningMeans:
 
 
 class NonFiniteLossGuard:
-    """Notes the first step whose loss is NaN or inf without a host sync per step. `check` (a collective: every
-    process calls it at the same steps) raises TrainingDivergedError on every process when any process saw one, or,
-    before a checkpoint, when a weight is NaN or inf (an update from a huge gradient shows in the weights one step
-    before it shows in the loss)."""
+    """Notes the first step whose loss is NaN or inf without a host sync per step. `check` (a collective) raises
+    TrainingDivergedError on every process when any saw one, or, given the model (before a checkpoint), when a weight
+    is NaN or inf (a huge gradient's update shows in the weights a step before the loss)."""
 
     def __init__(self, device: torch.device):
         self.first_bad_step = torch.zeros((), dtype=torch.long, device=device)  # 0: none yet
@@ -90,25 +87,20 @@ class NonFiniteLossGuard:
 
 
 def planned_evaluations(cfg: TrainConfig, start_step: int) -> dict[int, int]:
-    """{step: episodes} of the evaluations still to come: every eval.freq steps, and the final one after the last step
-    with eval.final_n_episodes."""
+    """{step: episodes} of the evaluations still to come: every eval.freq steps, and the final one."""
     plan = {step: cfg.eval.n_episodes for step in range(start_step + 1, cfg.steps + 1) if step % cfg.eval.freq == 0}
     plan[cfg.steps] = cfg.eval.final_n_episodes or cfg.eval.n_episodes
     return plan
 
 
-# The bar's text while the first step of a --compile=true run compiles (it sits at its start for minutes on a CPU;
-# the bar ticks meanwhile, hfpolicy.ticker, so its elapsed time moves).
+# the bar's text while the first step of a --compile=true run compiles (minutes on a CPU)
 COMPILING_NOTE = "compiling the training step (torch.compile: a minute or more on a CPU, once)"
 
 
 class TrainingClock:
-    """The time a run has left: steps at the median of the recent step times (each process's first SKIPPED_STEPS,
-    which compile and warm up, are left out), plus the evaluations and online rounds still planned, at the measured
-    seconds per evaluation episode (a first guess from a timed policy call until one is timed) and per online episode
-    (the evaluation's until a round is timed). tqdm's own ETA smooths over the first steps and ignores evaluations
-    and rounds, so early on it is off by hours. A compiled run's bar says so (COMPILING_NOTE) until its first step is
-    done, not "eta ?" for minutes."""
+    """The time a run has left (tqdm's ETA ignores evaluations and is off by hours early on): the steps at the median
+    of the recent step times (the first SKIPPED_STEPS left out), plus the evaluations and online rounds still planned
+    at their measured (or first guessed) seconds per episode."""
 
     SKIPPED_STEPS = 3  # each process's first steps: compiling, allocating, warming caches
     ANNOUNCE_AFTER_STEPS = 10  # steps after which the run's estimated total time is printed once
@@ -136,7 +128,7 @@ class TrainingClock:
         self._current_read_at = -math.inf
 
     def note_current(self, loss: torch.Tensor | float, lr: float) -> None:
-        """The current step's loss and learning rate for the bar (read at most every CURRENT_EVERY_S seconds)."""
+        """The current step's loss and learning rate for the bar (read at most every CURRENT_EVERY_S)."""
         now = time.monotonic()
         if now - self._current_read_at >= self.CURRENT_EVERY_S:
             self._current_read_at = now
@@ -148,7 +140,6 @@ class TrainingClock:
             self.step_times = [*self.step_times[-99:], seconds]
 
     def add_eval(self, step: int, n_episodes: int, seconds: float) -> None:
-        """The evaluation after `step` took `seconds` for `n_episodes`."""
         self.eval_s_per_episode = seconds / max(n_episodes, 1)
         self.eval_estimated = False
         self.evaluated_through = step
@@ -157,21 +148,20 @@ class TrainingClock:
         self.round_s_per_episode = seconds / max(n_episodes, 1)
 
     def estimate_eval(self, seconds_per_episode: float) -> None:
-        """A first guess of an evaluation episode's seconds (`timed_eval_episode_s`), until an evaluation is timed."""
+        """A first guess (`timed_eval_episode_s`), until an evaluation is timed."""
         if self.eval_s_per_episode is None:
             self.eval_s_per_episode, self.eval_estimated = seconds_per_episode, True
 
     def replan(self, total_steps: int, eval_plan: dict[int, int], round_plan: dict[int, int] | None = None) -> None:
-        """A new length and plan of evaluations (and rounds) for the steps to come (--budget.minutes chose them)."""
+        """A new length and plan of evaluations and rounds (--budget.minutes chose them)."""
         self.total_steps, self.eval_plan, self.round_plan = total_steps, eval_plan, round_plan or {}
 
     def step_s(self) -> float | None:
-        """The median of the recent step times; None before a step past SKIPPED_STEPS was timed."""
+        """The median of the recent step times (None: none timed yet)."""
         return sorted(self.step_times)[len(self.step_times) // 2] if self.step_times else None
 
     def remaining_s(self, step: int) -> tuple[float | None, bool]:
-        """(seconds left after `step`, whether the evaluations and rounds are included); None before a step was
-        timed."""
+        """(seconds left after `step` or None, whether the evaluations and rounds are included)."""
         step_s = self.step_s()
         if step_s is None:
             return None, False
@@ -184,13 +174,11 @@ class TrainingClock:
         return left + eval_episodes * (self.eval_s_per_episode or 0.0) + round_episodes * (round_s or 0.0), True
 
     def eval_episodes_left(self, step: int) -> int:
-        """The episodes of the evaluations still to run after `step` (the evaluation of `step` itself too, until it
-        is done: it runs after the bar moved to `step`)."""
+        """The episodes of the evaluations still to run after `step` (and of `step`'s own, until it is done)."""
         return sum(n for s, n in self.eval_plan.items() if s >= step and s > self.evaluated_through)
 
     def postfix(self, step: int) -> str:
-        """The bar's text after `step`: COMPILING_NOTE before a compiling first step, else the time left (with the
-        evaluations and rounds, or "+ evals" until they can be estimated) and the current loss and lr."""
+        """The bar's text after `step`: COMPILING_NOTE, or the time left and the current loss and lr."""
         if self.compiles and self.n_steps_seen == 0:
             return COMPILING_NOTE
         left, complete = self.remaining_s(step)
@@ -222,12 +210,9 @@ PROBE_CHUNKS = 2  # a probe rollout's length, in the policy's action chunks
 
 @torch.no_grad()
 def timed_eval_episode_s(policy: Any, env_cfg: EnvConfig, batch_size: int, parallel: bool = False) -> float:
-    """A first estimate of the seconds one evaluation episode takes, before any evaluation ran: a short real rollout
-    in the evaluation's env, `batch_size` envs (its batch: one policy call acts for all of them), PROBE_CHUNKS action
-    chunks long, timed after an untimed first step (which allocates), per env and scaled to a whole episode. Timing
-    the policy alone missed the per-step work (observations, the simulator, the action queue) by 2-10x. The policy's
-    mode and every RNG are left as they were (its noise comes from generators of its own), so an exact resume stays
-    exact."""
+    """A first estimate of the seconds one evaluation episode takes: a short rollout of `batch_size` envs (PROBE_CHUNKS
+    action chunks, after an untimed first step), scaled to a whole episode. The policy's mode and every RNG are left
+    as they were, so an exact resume stays exact."""
     env = env_cfg.make(batch_size, parallel=parallel)
     episode_length = episode_step_limit(env) or 1
     steps = min(PROBE_CHUNKS * policy.config.n_action_steps, episode_length)
@@ -247,9 +232,7 @@ def timed_eval_episode_s(policy: Any, env_cfg: EnvConfig, batch_size: int, paral
 
 @contextlib.contextmanager
 def warnings_above_the_bar(write) -> Iterator[None]:
-    """Warnings and log records printed to stderr while a progress bar is drawn go through `write` (tqdm.write: a
-    line of their own above the bar), not into the middle of the bar's line. Log records matter as much as warnings:
-    torch.compile reports through the `torch` logger, mid-bar (one note of it is dropped: without_torchs_cuda_home_note)."""
+    """Warnings and stderr log records go through `write` (tqdm.write: above the bar), not into the bar's line."""
     shown = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
@@ -269,25 +252,22 @@ def warnings_above_the_bar(write) -> Iterator[None]:
 
 @contextlib.contextmanager
 def without_torchs_cuda_home_note() -> Iterator[None]:
-    """Drops torch's `No CUDA runtime is found, using CUDA_HOME=...`: torch.compile on a CPU imports
-    torch.utils.cpp_extension, which logs it when a CUDA toolkit (nvcc) is installed but no GPU is usable. hfpolicy
-    compiles no CUDA code there, so the line would only alarm; every other record of that logger passes."""
+    """Drops torch's `No CUDA runtime is found, using CUDA_HOME=...`, which torch.compile on a CPU logs when a CUDA
+    toolkit is installed but no GPU is usable (hfpolicy compiles no CUDA code there)."""
     logger = logging.getLogger("torch.utils.cpp_extension")
-    note = _NoCudaRuntimeNote()
-    logger.addFilter(note)
+
+    def not_the_note(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("No CUDA runtime is found")
+
+    logger.addFilter(not_the_note)
     try:
         yield
     finally:
-        logger.removeFilter(note)
-
-
-class _NoCudaRuntimeNote(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("No CUDA runtime is found")
+        logger.removeFilter(not_the_note)
 
 
 class _AboveTheBar(logging.Filter):
-    """A handler's filter that writes its records through `write` instead (formatted as the handler would)."""
+    """A handler's filter that writes its records through `write` instead."""
 
     def __init__(self, handler: logging.Handler, write):
         super().__init__()
@@ -299,21 +279,14 @@ class _AboveTheBar(logging.Filter):
 
 
 def _stderr_log_handlers() -> list[logging.Handler]:
-    """The handlers of every logger (the root's included) that write to stderr now, found by where they write, not
-    by their class: torch's own (torch._logging) are no StreamHandler and follow sys.stderr through a property."""
+    """The handlers of every logger that write to stderr now (torch's own are no StreamHandler)."""
     loggers = [logging.getLogger(), *logging.root.manager.loggerDict.values()]
-    found = []
-    for logger in loggers:
-        for handler in getattr(logger, "handlers", []):
-            if isinstance(handler, logging.FileHandler):
-                continue
-            if getattr(handler, "stream", None) is sys.stderr and handler not in found:  # where the bar is drawn
-                found.append(handler)
-    return found
+    handlers = [handler for logger in loggers for handler in getattr(logger, "handlers", [])]
+    return list(dict.fromkeys(handler for handler in handlers if getattr(handler, "stream", None) is sys.stderr))
 
 
 def format_duration(seconds: float) -> str:
-    """A duration as people say it: 45 s, 3 min, 21 h 28 min, 18 d 12 h (rounded to its last unit)."""
+    """A duration as people say it: 45 s, 3 min, 21 h 28 min, 18 d 12 h."""
     seconds = max(0, int(round(seconds)))
     if seconds < 60:
         return f"{seconds} s"
@@ -327,7 +300,7 @@ def format_duration(seconds: float) -> str:
 
 
 def log_entry(accelerator: Accelerator, run: RunFolder, step: int, entry: dict[str, Any]) -> None:
-    """To the trackers and to metrics.jsonl (main process only)."""
+    """To the trackers and metrics.jsonl."""
     accelerator.log({k if "/" in k else f"train/{k}": v for k, v in entry.items()}, step=step)
     if accelerator.is_main_process:
         append_metrics(run.metrics_file, step, entry)

@@ -1,13 +1,6 @@
 """Training recipes: typed presets of `hfpolicy train` flags, and the run of the example scripts built on them
-(examples/train_pusht.py, examples/train_aloha.py).
-
-A recipe is a TrainConfig (the run's fields) and, per policy type, that policy's config (`PolicyPreset`). The fields
-that differ from the defaults become `hfpolicy train` flags put before the user's, so every flag the user gives
-overrides the recipe; with `--resume=true` the run's own train_config.json is the base and no recipe flag is added.
-
-    recipe, reason, flags = choose_recipe(argv, prog="train_aloha.py")   # --recipe=auto|paper|cpu
-    chosen = ChosenRecipe(recipe, reason, preset_flags(RECIPES[recipe], flags))
-    return run_recipe(__file__, "train_aloha.py", argv, num_processes, chosen, flags)
+(examples/train_pusht.py, train_aloha.py). The fields of a recipe that differ from the defaults become flags put
+before the user's, so every flag the user gives overrides the recipe; a resume adds none.
 """
 
 import argparse
@@ -38,14 +31,12 @@ class PolicyPreset:
     policy: PolicyConfig
     steps: int | None = None  # None: the recipe's
     compile: bool | None = None  # None: the recipe's
-    budget_minutes: float | None = None  # --budget.minutes (None: none): the steps that fit, chosen by the run;
-    # not added when the user gives --steps
+    budget_minutes: float | None = None  # --budget.minutes (None: none); not added when the user gives --steps
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """A preset run: `run` sets the run's fields, `policies` the preset of each policy type it knows. The first
-    policy is the recipe's default."""
+    """A preset run: the run's fields, and the preset of each policy type it knows (the first: the default)."""
 
     run: TrainConfig
     policies: dict[str, PolicyPreset] = field(default_factory=dict)
@@ -108,8 +99,7 @@ class ChosenRecipe:
 
 
 def changed_flags(preset, base, prefix: str = "") -> list[str]:
-    """The flags that turn config `base` into `preset` (field by field, nested configs by prefix; a policy, or an
-    env of another type than the base's, as its `.type` flag first)."""
+    """The flags that turn config `base` into `preset` (a policy, or an env of another type, as its `.type` first)."""
     flags = []
     for f in dataclasses.fields(preset):
         value, default = getattr(preset, f.name), getattr(base, f.name)
@@ -125,8 +115,7 @@ def changed_flags(preset, base, prefix: str = "") -> list[str]:
 
 
 def user_choices(flags: list[str]) -> argparse.Namespace:
-    """The user's --policy.type, --resume, data, --steps and --env.task flags (parsed, not matched), which decide what
-    a recipe adds."""
+    """The user's flags that decide what a recipe adds (parsed, not matched)."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--steps")
     parser.add_argument("--policy.type", dest="policy_type")
@@ -139,8 +128,7 @@ def user_choices(flags: list[str]) -> argparse.Namespace:
 
 
 def choose_recipe(argv: list[str], prog: str, choices: Sequence[str] = RECIPE_CHOICES) -> tuple[str, str, list[str]]:
-    """(recipe, why it was chosen, the remaining flags) from `--recipe=auto|paper|cpu` (or the script's `choices`;
-    default auto: `paper` with a CUDA device, else `cpu`)."""
+    """(recipe, why, the other flags) from `--recipe=auto|paper|cpu` (auto: `paper` with CUDA, else `cpu`)."""
     import torch
 
     parser = argparse.ArgumentParser(prog=prog, add_help=False)
@@ -154,11 +142,9 @@ def choose_recipe(argv: list[str], prog: str, choices: Sequence[str] = RECIPE_CH
 
 
 def preset_flags(chosen: Recipe, flags: list[str]) -> list[str]:
-    """Recipe `chosen`'s flags that go before the user's `flags`: none when resuming; the preset of the chosen
-    `--policy.type` (none for a type the recipe has no preset for; its `--policy.*` flags none with `--policy.path`:
-    the saved policy's config is the base, and only flags the user typed may contradict it); no scripted recording
-    when the user names the data (`--dataset.root=` or `--dataset.repo_id=`); no time budget when the user gives
-    `--steps`."""
+    """Recipe `chosen`'s flags that go before the user's `flags`: none when resuming; with the preset of the chosen
+    `--policy.type` (no `--policy.*` flags with `--policy.path`); no scripted recording when the user names the data;
+    no time budget when the user gives `--steps`."""
     user = user_choices(flags)
     if user.resume:
         return []
@@ -182,19 +168,13 @@ def preset_flags(chosen: Recipe, flags: list[str]) -> list[str]:
 
 
 def state_inputs_missing(recipe: str, flags: list[str], prog: str) -> str | None:
-    """A cpu recipe trains on state inputs (observation.state + observation.environment_state): the one-line error
-    for a `--dataset.root` that lacks them (an image-only dataset), naming the ways out, or None."""
+    """The one-line error for a cpu recipe (state inputs) on a `--dataset.root` without them, or None."""
     user = user_choices(flags)
-    if (
-        recipe != "cpu"
-        or user.resume
-        or user.dataset_root is None
-        or any(f.startswith("--dataset.input_features") for f in flags)
-    ):
+    if recipe != "cpu" or user.resume or user.dataset_root is None:
         return None
     info = Path(user.dataset_root) / "meta" / "info.json"
-    if not info.is_file():
-        return None  # hfpolicy train says what is wrong with the folder
+    if not info.is_file() or any(f.startswith("--dataset.input_features") for f in flags):
+        return None  # (no info.json: hfpolicy train says what is wrong with the folder)
     features = json.loads(info.read_text()).get("features", {})
     missing = [key for key in (OBS_STATE, OBS_ENV_STATE) if key not in features]
     if not missing:
@@ -224,10 +204,9 @@ def run_recipe(
     help_lines: Sequence[str] = (),
     recipe_choices: Sequence[str] = RECIPE_CHOICES,
 ) -> int:
-    """Trains with the recipe's flags before the user's `flags`: in this process, or with `num_processes` > 1 by
-    `accelerate launch` of `script` with `argv` (the flags checked here first; it ends with the training's line and
-    status). `--help` first prints the recipe, `help_lines` (the script's own) and the recipe's flags. An error ends
-    the output as one line starting with `prog`, with the training's exit status (2: bad input)."""
+    """Trains with the recipe's flags before the user's `flags`: in this process, or with `num_processes` > 1 through
+    `accelerate launch` of `script` with `argv` (hfpolicy.training.launch). `--help` first prints the recipe,
+    `help_lines` (the script's own) and the recipe's flags."""
     if "--help" in flags or "-h" in flags:
         print("--num_processes N: train on N processes (accelerate launch; default 1: this process, no launcher)")
         print(
@@ -244,16 +223,12 @@ def run_recipe(
             print(problem, file=sys.stderr)
             return 2
         return launch(script, num_processes, argv)
-    return report_result(  # a launched process reports its status and last line to the launching one
-        prog,
-        lambda: main(
-            train_flags,
-            announce=lambda cfg: (
-                f"recipe {chosen.name} ({chosen.reason}); data: {describe_dataset(cfg.dataset, cfg.env, cfg.online)}"
-            ),
-            prog=prog,
-        ),
-    )
+
+    def announce(cfg: TrainConfig) -> str:
+        return f"recipe {chosen.name} ({chosen.reason}); data: {describe_dataset(cfg.dataset, cfg.env, cfg.online)}"
+
+    # a launched process reports its status and last line to the launching one
+    return report_result(prog, lambda: main(train_flags, announce=announce, prog=prog))
 
 
 def run_example(
@@ -264,9 +239,8 @@ def run_example(
     recipe_flags: Callable[[str, list[str]], list[str]],
     help_lines: Sequence[str] = (),
 ) -> int:
-    """An example script's run: --num_processes split off, its recipe chosen (`choose_recipe(argv)`: name, reason,
-    the user's flags), a state recipe without state inputs refused, then `run_recipe` with `recipe_flags(recipe,
-    flags)` before the user's (`help_lines`: the script's own, for --help)."""
+    """An example script's run: --num_processes split off, its recipe chosen, a cpu recipe without state inputs
+    refused, then `run_recipe` with `recipe_flags(recipe, flags)` before the user's flags."""
     num_processes, argv = split_num_processes(sys.argv[1:] if argv is None else argv, prog=prog)
     recipe, reason, flags = choose_recipe(argv)
     problem = state_inputs_missing(recipe, flags, prog=prog)

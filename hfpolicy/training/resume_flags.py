@@ -1,14 +1,6 @@
-"""Flags on `--resume=true`: which may change what the rest of a run does, which may not, and the record of what did.
-
-A resumed run continues exactly from its checkpoint: the data order, the crops and noise, the optimizer's state, the
-LR schedule and the EMA are functions of the run's settings. Flags that only say how long to train, how often to log,
-evaluate, save or push, or how fast to run may change; any other change (the policy, the data, the batch, the seed,
-the optimizer, the online rounds) would silently give a run that is neither the old one nor a new one (the optimizer
-state would keep the old learning rate, for one), so it is refused, naming each flag, its value in the run and the
-value given. What changed is printed and kept in resume_history.json: train_config.json holds the settings as they are
-now, the history says from which step they hold.
-
-    changes = check_resume_flags(cfg, run.config_file)   # TrainConfigError for a flag that must not change
+"""Flags on `--resume=true`: those that only say how long, how often or how fast may change (printed, and kept in
+resume_history.json); any other change would give a run that is neither the old one nor a new one, so it is
+refused, naming each flag, the run's value and the value given.
 """
 
 import json

@@ -1,6 +1,5 @@
-"""Setting a run up: everything that can fail on bad input fails here, before the first step. The run's output
-folder, its dataset (local, recorded or downloaded), the policy's features checked against the data, the optimizer,
-the eval env, and the endless stream of batches that an exact resume continues."""
+"""Setting a run up (`build_training`): accelerator, data, policy, optimizer, eval env and the state a resume restores;
+everything that can fail on bad input fails here, before the first step."""
 
 import dataclasses
 import os
@@ -19,7 +18,6 @@ from torch.optim.lr_scheduler import LambdaLR
 from hfpolicy.datasets import DatasetMeta
 from hfpolicy.datasets.batch_images import frames_to_float
 from hfpolicy.datasets.format import INFO_PATH
-from hfpolicy.datasets.mixture import MixtureDataset
 from hfpolicy.datasets.stats import stats_to_torch
 from hfpolicy.envs import EnvConfig
 from hfpolicy.eval.episode_data import rollout_features
@@ -43,9 +41,7 @@ def default_output_dir(cfg: TrainConfig) -> Path:
 
 
 def choose_cpu_threads(num_threads: int | None, num_processes: int) -> int:
-    """torch's intra-op threads for this process: `num_threads`, else the cores this process may use divided among
-    the run's processes (at least 1). accelerate launch gives a CPU process 1 thread; a lone process on a 2-core
-    machine then leaves a core idle."""
+    """torch's threads for this process: `num_threads`, else its cores divided among the run's processes."""
     if num_threads is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         num_threads = max(1, cores // max(num_processes, 1))
@@ -53,17 +49,21 @@ def choose_cpu_threads(num_threads: int | None, num_processes: int) -> int:
     return num_threads
 
 
-def make_online_training(cfg: TrainConfig, output_dir: Path, dataset: MixtureDataset) -> OnlineTraining:
-    """The run's online data (hfpolicy.training.online), for the policy's inputs, in the env the policy acts in:
-    the features of the offline `dataset` (the shared features of its datasets, streamed or not), and, after its
-    datasets, the next dataset_index."""
-    policy_cfg, fps = cfg.policy, dataset.fps
-    check_episodes_fill_a_window(cfg, fps)
-    features = online_features(dataset.features, list(policy_cfg.input_features))
+def make_online_training(
+    cfg: TrainConfig, output_dir: Path, features: dict[str, Any], fps: float, member_index: int | None = None
+) -> OnlineTraining:
+    """The run's online data (hfpolicy.training.online) of `features`, in the env the policy acts in."""
+    policy_cfg, deltas = cfg.policy, cfg.policy.delta_timestamps(fps)
+    window = max((max(d) for d in deltas.values()), default=0.0)
+    episode_length = getattr(cfg.env, "episode_length", None)
+    if episode_length is not None and episode_length / fps <= window:
+        raise TrainConfigError(
+            f"--env.episode_length={episode_length} is shorter than the policy's action window "
+            f"({round(window * fps) + 1} steps): online episodes could not fill a training sample; raise it"
+        )
     return OnlineTraining(
         cfg.online, output_dir, configure_eval_env(cfg.env, policy_cfg), features, fps,
-        policy_cfg.delta_timestamps(fps), policy_cfg.drop_n_last_frames, cfg.seed,
-        member_index=len(dataset.datasets), batch_size=cfg.batch_size,
+        deltas, policy_cfg.drop_n_last_frames, cfg.seed, member_index=member_index, batch_size=cfg.batch_size,
     )  # fmt: skip
 
 
@@ -72,8 +72,7 @@ def make_pure_online_training(
 ) -> tuple[TrainConfig, OnlineTraining, dict[str, Any]]:
     """Pure online (--online.seed_episodes > 0): (the config with the policy's features, the online data, the stats
     that normalize the policy). The features are the env's observations (--dataset.input_features picks among them);
-    the online data's first round is the seed round of random actions, played now (or, resuming, on disk), and its
-    stats are the policy's."""
+    the seed round of random actions (played now, or on disk when resuming) gives the stats."""
     env, keys = cfg.env, cfg.dataset.input_features
     try:
         obs_type = env.obs_type or (env.obs_type_for(keys) if keys else env.obs_types[0])
@@ -89,12 +88,7 @@ def make_pure_online_training(
     inputs = {key: feature for key, feature in offered.items() if keys is None or key in keys}
     features = rollout_features(inputs, env.action_feature.shape)
     cfg = dataclasses.replace(cfg, policy=configure_policy_features(cfg.policy, features, keys))
-    check_episodes_fill_a_window(cfg, env.fps)
-    policy_cfg = cfg.policy
-    online = OnlineTraining(
-        cfg.online, output_dir, configure_eval_env(env, policy_cfg), features, env.fps,
-        policy_cfg.delta_timestamps(env.fps), policy_cfg.drop_n_last_frames, cfg.seed, batch_size=cfg.batch_size,
-    )  # fmt: skip
+    online = make_online_training(cfg, output_dir, features, env.fps)
     if not cfg.resume:
         start = time.perf_counter()
         online.collect_seed_round(accelerator)
@@ -115,26 +109,14 @@ def make_pure_online_training(
     return cfg, online, stats_to_torch(meta.stats)
 
 
-def check_episodes_fill_a_window(cfg: TrainConfig, fps: float) -> None:
-    """Online episodes (at most --env.episode_length steps) must fill a training sample of the policy."""
-    window = max((max(d) for d in cfg.policy.delta_timestamps(fps).values()), default=0.0)
-    episode_length = getattr(cfg.env, "episode_length", None)
-    if episode_length is not None and episode_length / fps <= window:
-        raise TrainConfigError(
-            f"--env.episode_length={episode_length} is shorter than the policy's action window "
-            f"({round(window * fps) + 1} steps): online episodes could not fill a training sample; raise it"
-        )
-
-
 def is_launch_main_process() -> bool:
-    """Whether this is the main process of the launch (rank 0), asked before the Accelerator exists. (Creating
-    accelerate's PartialState for this would fix the distributed setup before the Accelerator could: on CPU, each
-    process of `accelerate launch --num_processes 2` would then train alone.)"""
+    """Whether this is the main process of the launch, asked before the Accelerator exists (a PartialState made for
+    this would fix the distributed setup first: on CPU each launched process would then train alone)."""
     return int(os.environ.get("RANK", "0")) == 0
 
 
 def make_optimizer(policy: Policy, device: torch.device) -> torch.optim.Optimizer:
-    """AdamW with the policy's presets (fused: one pass over the weights, ~5x faster steps on CPU than foreach)."""
+    """AdamW with the policy's presets (fused: ~5x faster steps on CPU than foreach)."""
     cfg = policy.config
     return torch.optim.AdamW(
         policy.get_optim_params(),
@@ -147,10 +129,8 @@ def make_optimizer(policy: Policy, device: torch.device) -> torch.optim.Optimize
 
 
 def lr_factor(cfg: TrainConfig) -> Callable[[int], float]:
-    """The learning rate's factor at each step: the policy's schedule (--policy.scheduler_name, a diffusers one) over
-    --steps, with --policy.scheduler_warmup_steps; a run whose --budget.minutes chose its steps keeps the schedule it
-    planned for the steps before the choice (hfpolicy.training.budget), so a rerun from its train_config.json gives
-    every step the same learning rate."""
+    """The lr's factor at each step: the policy's schedule over --steps (before a --budget.minutes choice: the
+    planned steps' schedule, so a rerun from train_config.json gives every step the same lr)."""
 
     def schedule(steps: int) -> Callable[[int], float]:
         probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)  # the factor alone, no real optimizer
@@ -165,10 +145,8 @@ def lr_factor(cfg: TrainConfig) -> Callable[[int], float]:
 
 
 def make_lr_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer, last_step: int = 0) -> LambdaLR:
-    """The run's learning-rate scheduler (`lr_factor`), at `last_step` (the steps already taken)."""
-    if last_step > 0:  # the optimizer's starting lr is already recorded in it (initial_lr)
-        return LambdaLR(optimizer, lr_factor(cfg), last_epoch=last_step - 1)
-    return LambdaLR(optimizer, lr_factor(cfg))
+    """The run's learning-rate scheduler (`lr_factor`) after `last_step` steps (> 0: the optimizer holds initial_lr)."""
+    return LambdaLR(optimizer, lr_factor(cfg), last_epoch=last_step - 1)
 
 
 def configure_eval_env(env_cfg: EnvConfig, policy_cfg: PolicyConfig) -> EnvConfig:
@@ -180,8 +158,7 @@ def configure_eval_env(env_cfg: EnvConfig, policy_cfg: PolicyConfig) -> EnvConfi
 
 
 def move_to_device(batch: dict[str, Any], device: torch.device, image_keys=()) -> dict[str, Any]:
-    """The batch's tensors on `device`; the uint8 frames of `image_keys` (how a run's batches carry them) become
-    float32 in [0, 1] there (hfpolicy.datasets.batch_images)."""
+    """The batch's tensors on `device`, the uint8 frames of `image_keys` made float32 in [0, 1] there."""
     moved = {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
     for key in image_keys:
         if key in moved and moved[key].dtype == torch.uint8:
@@ -208,8 +185,7 @@ class Training:
     online: Any = None  # hfpolicy.training.online.OnlineTraining with --online.every > 0, else None
     image_keys: tuple[str, ...] = ()  # the camera keys of the batches: uint8 until move_to_device
     threads: int = 1  # torch intra-op threads of this process (CPU)
-    started_at: float = dataclasses.field(default_factory=time.monotonic)  # when training started (--budget.minutes
-    # counts from it: `train` sets it to before the recording and set-up)
+    started_at: float = dataclasses.field(default_factory=time.monotonic)  # --budget.minutes counts from it
 
     @property
     def state(self) -> dict[str, Any]:
@@ -218,8 +194,7 @@ class Training:
 
 
 def build_training(cfg: TrainConfig, run: RunFolder) -> Training:
-    """Sets up the run in a checked and locked folder: accelerator, data, policy, optimizer, and the state of the
-    checkpoint it resumes from. Everything that can fail on bad input fails here, before the first step."""
+    """Sets up the run in a checked and locked folder (see the module docstring)."""
     accelerator = Accelerator(
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         mixed_precision=cfg.mixed_precision,
@@ -252,6 +227,7 @@ def build_training(cfg: TrainConfig, run: RunFolder) -> Training:
         run.forget_after(start_step)  # what a stopped run logged or evaluated after its last checkpoint
         write_json_atomically(run.config_file, train_config_to_dict(cfg))
     accelerator.init_trackers("hfpolicy", config=flat_hparams(train_config_to_dict(cfg)))
+    skip = start_step * cfg.gradient_accumulation_steps  # the batches a resumed run already trained on
     training = Training(
         cfg=cfg,
         run=run,
@@ -260,7 +236,7 @@ def build_training(cfg: TrainConfig, run: RunFolder) -> Training:
         optimizer=optimizer,
         lr_scheduler=lr_scheduler,
         ema=ema,
-        batches=offline_batches(data, cfg, start_step),
+        batches=None if data is None else endless_batches(data.dataloader, data.batch_sampler, skip, cfg.seed),
         env_cfg=env_cfg,
         start_step=start_step,
         samples_per_step=cfg.batch_size * cfg.gradient_accumulation_steps * accelerator.num_processes,
@@ -273,23 +249,18 @@ def build_training(cfg: TrainConfig, run: RunFolder) -> Training:
     return training
 
 
-def offline_batches(data: TrainingData | None, cfg: TrainConfig, start_step: int) -> Iterator[dict[str, Any]] | None:
-    """The run's endless offline batches from `start_step` on (None: pure online has no offline data)."""
-    if data is None:
-        return None
-    return endless_batches(data.dataloader, data.batch_sampler, start_step * cfg.gradient_accumulation_steps, cfg.seed)
-
-
 def load_data_and_online(
     cfg: TrainConfig, run: RunFolder, accelerator: Accelerator
 ) -> tuple[TrainConfig, TrainingData | None, OnlineTraining | None, dict[str, Any]]:
-    """(the config with the policy's features, the offline data (None: pure online), the online data (None: offline
-    training), the stats that normalize the policy)."""
+    """(the config with the policy's features, the offline data, the online data, the policy's stats)."""
     if cfg.online.pure:  # no offline data: the seed round of random actions is the first data
         cfg, pure, stats = make_pure_online_training(cfg, run.root, accelerator)
         return cfg, None, pure, stats
     cfg, data = load_training_data(cfg, accelerator)
-    online = make_online_training(cfg, run.root, data.dataset) if cfg.online.every > 0 else None
+    online = None
+    if cfg.online.every > 0:  # the offline data's (shared) features; its rows the mixture's next dataset_index
+        features = online_features(data.dataset.features, list(cfg.policy.input_features))
+        online = make_online_training(cfg, run.root, features, data.dataset.fps, len(data.dataset.datasets))
     return cfg, data, online, data.dataset.stats
 
 
@@ -299,6 +270,7 @@ def announce_training(training: Training, data: TrainingData | None) -> None:
     if not accelerator.is_main_process:
         return
     n_params = sum(p.numel() for p in training.policy.parameters()) / 1e6
+    pretrained = cfg.policy.pretrained_path if not cfg.resume else None  # a resume starts from its checkpoint
     if data is None:  # pure online
         source = "no offline data (pure online: every batch from the online data)"
     else:
@@ -311,11 +283,7 @@ def announce_training(training: Training, data: TrainingData | None) -> None:
         + (f" ({training.threads} thread(s) each)" if accelerator.device.type == "cpu" else "")
         + f", {training.samples_per_step} samples per step; output {training.run.root}"
         + (f"; resuming at step {start_step}" if start_step else "")
-        + (
-            f"; {describe_pretrained(cfg.policy.pretrained_path)}"
-            if cfg.policy.pretrained_path and not cfg.resume
-            else ""
-        )
+        + (f"; {describe_pretrained(pretrained)}" if pretrained else "")
     )
     if start_step >= cfg.steps:
         print(

@@ -1,17 +1,7 @@
-"""Stopping a training run early without losing it: Ctrl-C (SIGINT) and SIGTERM (a scheduler's stop, or the death of
-the `accelerate launch` that started the trainer) end the run at the next step boundary with a checkpoint of that
-step, and a wall-clock timer asks for a checkpoint every `--save_every_minutes`, so that even a hard kill (SIGKILL,
-a power cut) keeps most of the work.
-
-    stops = StopControl(cfg.save_every_minutes)
-    with stops.installed():            # SIGINT/SIGTERM stop the set-up at once
-        stops.training(accelerator)    # ... and from here on are requests, answered at a step boundary
-        stop, save_due = stops.poll(step)      # the same answer on every process of a launch
-
-During set-up and the first step (nothing trained yet) and during an evaluation of a one-process run, a signal raises
-`Interrupted` at once: there is nothing to lose there (the loop saves the step's checkpoint before its evaluation). A second Ctrl-C
-also raises at once. The loop ends the run with `RunStopped`, a SystemExit with the shell's code (130 for SIGINT,
-143 for SIGTERM), after printing what it kept and the command that continues the run.
+"""Stopping a run without losing it: Ctrl-C and SIGTERM end it at the next step boundary with a checkpoint of that
+step (at once during set-up, the first step and a one-process evaluation, where nothing is lost; a second Ctrl-C
+at once too), and a timer asks for a checkpoint every `--save_every_minutes`. The run then ends with `RunStopped`
+(exit 130 / 143) after printing what it kept and how to continue.
 """
 
 import contextlib
@@ -30,8 +20,7 @@ from hfpolicy.io.termination import SIGNAL_NAMES, deliver_again, stop_when_launc
 
 
 class Interrupted(BaseException):
-    """A stop signal that ends what runs now (set-up, an evaluation) at once. A BaseException, as KeyboardInterrupt
-    is: no `except Exception` on the way may take it for an error."""
+    """A stop signal that ends what runs now (set-up, an evaluation) at once (a BaseException, as KeyboardInterrupt)."""
 
     def __init__(self, signum: int, again: bool = False):
         super().__init__(signum)
@@ -62,10 +51,7 @@ class StopControl:
         self._swallowed = False
 
     def _unraisable(self, unraisable) -> None:
-        """sys.unraisablehook while installed: an Interrupted raised where Python cannot pass it on (a cffi callback,
-        e.g. pymunk drawing a PushT frame; a finalizer) is not printed as a traceback but delivered again, so that
-        the stop still ends the evaluation at once (measured: the Interrupted was swallowed by gym-pusht's render
-        callback, and the evaluation ran on to its end)."""
+        """An Interrupted raised where Python cannot pass it on is delivered again (docs/robustness.md)."""
         if isinstance(unraisable.exc_value, Interrupted):
             self._swallowed = True
             deliver_again(unraisable.exc_value.signum, self._handle)  # raised here, it would be swallowed again
@@ -105,8 +91,7 @@ class StopControl:
                 signal.signal(s, handler)
 
     def training(self, accelerator: Accelerator) -> None:
-        """Training starts: the timer starts, and once the first step is done (it may compile for minutes, and
-        ending it loses nothing) a signal asks the loop to stop at the next step boundary."""
+        """Training starts: the timer starts, and after the first step a signal asks the loop to stop."""
         self.accelerator, self._one_process = accelerator, accelerator.num_processes == 1
         self.last_save = time.monotonic()
         if self.signum is not None:  # arrived as set-up ended
@@ -114,8 +99,7 @@ class StopControl:
 
     @contextlib.contextmanager
     def interruptible(self) -> Iterator[None]:
-        """A signal within the block raises Interrupted at once (a one-process run only: the processes of a launch
-        stop together, at a step they agreed on)."""
+        """A signal within the block raises Interrupted at once (one process only: a launch's stop together)."""
         self._raise_now = self._one_process
         try:
             if self._raise_now and self.signum is not None:
@@ -138,12 +122,11 @@ class StopControl:
         return bool(flags[0] > 0), bool(flags[1] > 0)
 
     def saved(self) -> None:
-        """A checkpoint was written: the timer starts again."""
         self.last_save = time.monotonic()
 
     def stopped(self, message: str, show: bool | None = None) -> RunStopped:
-        """The exception that ends the run, after `message` (what was kept, and how to continue) on stderr, printed
-        by the main process (`show`: whether this process prints it, before the accelerator exists)."""
+        """The exception that ends the run, after `message` on stderr from the main process (`show`: whether this
+        process prints it, before the accelerator exists)."""
         signum = self.signum or signal.SIGINT
         if show if show is not None else self.accelerator is None or self.accelerator.is_main_process:
             print(f"stopped by {SIGNAL_NAMES[signum]}: {message}", flush=True, file=sys.stderr)
