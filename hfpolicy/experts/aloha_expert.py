@@ -18,12 +18,13 @@ The plan is a function of the object pose alone (deterministic), and the expert 
 """
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from hfpolicy.envs.aloha import TASK_NAMES, check_task, make_control_env
+from hfpolicy.experts.episodes import ExpertEpisode, run_episode
 
 IDENTITY = np.array([1.0, 0.0, 0.0, 0.0])
 WELD_SOLIMP = (0.9, 0.95, 0.001)  # impedance of the gripper-to-mocap welds (dmin, dmax, width)
@@ -262,54 +263,8 @@ class AlohaExpert:
         self._arms.clear()
 
 
-@dataclass
-class AlohaEpisode:
-    """What `run_aloha_expert_episode` returns."""
-
-    seed: int
-    actions: np.ndarray  # (n_steps, 14) float32, the applied joint targets
-    rewards: np.ndarray  # (n_steps,) gym-aloha rewards (0..4)
-    success: bool  # reward 4 was reached
-    first_success_step: int | None  # 1-based step at which it was first reached
-    n_steps: int
-    final_environment_state: np.ndarray  # the object poses after the last step
-
-
 def run_aloha_expert_episode(
-    env,
-    expert: AlohaExpert,
-    seed: int,
-    max_steps: int | None = None,
-    on_reset: Callable | None = None,
-    on_step: Callable | None = None,
-    stop_at_success: bool = False,
-) -> AlohaEpisode:
-    """One episode of `expert` in `env` (an hfpolicy AlohaEnv, possibly wrapped), seeded `seed`, for `max_steps`
-    (default: the plan's length) or until the env ends it. `on_reset(observation, info)` and
-    `on_step(t, action, observation, reward, terminated, truncated, info)` let a recorder follow."""
-    observation, info = env.reset(seed=seed)
-    if on_reset is not None:
-        on_reset(observation, info)
-    expert.reset(env)
-    max_steps = max_steps or expert.config.episode_steps
-    actions, rewards, first_success = [], [], None
-    for t in range(max_steps):
-        action = expert.act()
-        observation, reward, terminated, truncated, info = env.step(action)
-        actions.append(action)
-        rewards.append(float(reward))
-        if info.get("is_success") and first_success is None:
-            first_success = t + 1
-        if on_step is not None:
-            on_step(t, action, observation, reward, terminated, truncated, info)
-        if terminated or truncated or (stop_at_success and first_success is not None):
-            break
-    return AlohaEpisode(
-        seed=seed,
-        actions=np.array(actions, dtype=np.float32),
-        rewards=np.array(rewards),
-        success=first_success is not None,
-        first_success_step=first_success,
-        n_steps=len(actions),
-        final_environment_state=env.unwrapped.environment_state(),
-    )
+    env, expert: AlohaExpert, seed: int, max_steps: int | None = None, **hooks
+) -> ExpertEpisode:
+    """`run_episode` in an hfpolicy AlohaEnv (possibly wrapped), for `max_steps` (default: the plan's length)."""
+    return run_episode(env, expert, seed, max_steps or expert.config.episode_steps, **hooks)
