@@ -74,8 +74,6 @@ class NotPushTEnvError(TypeError):
     """The scripted PushT expert was given something that is not a (reset) gym-pusht PushT env."""
 
 
-# --- the planner's copy of the env's physics --------------------------------------------------------------------------
-
 
 class _PushSimulator:
     """A private pymunk space built like a PushTEnv's (walls, agent, T block, solver settings)."""
@@ -155,8 +153,6 @@ class _PushSimulator:
         return np.array(executed, dtype=np.float64), np.array(poses, dtype=np.float64)
 
 
-# --- candidate pushes, laid out once in the block frame ---------------------------------------------------------------
-
 
 @dataclass
 class _Candidates:
@@ -210,8 +206,6 @@ def _lay_out_candidates(tee: TeeGeometry, radius: float, clearance: float, cfg: 
             rows.append((direction, touch, start, run_up))
     return _Candidates(*(np.array(column, dtype=np.float64) for column in zip(*rows, strict=True)))
 
-
-# --- the expert -------------------------------------------------------------------------------------------------------
 
 
 def _unwrap_pusht(env):
@@ -325,8 +319,6 @@ class PushTExpert:
         predicted after each target."""
         env = self._env
         pose = np.array([env.block.position[0], env.block.position[1], env.block.angle], dtype=np.float64)
-        agent_state = (np.array(env.agent.position), np.array(env.agent.velocity))
-        block_motion = (np.array(env.block.velocity), float(env.block.angular_velocity))
         stay = [self._last_target.copy()], 0, [pose.copy()]
 
         # The walk starts at the last target (block frame); after a push it first steps out of the walking margin.
@@ -347,7 +339,8 @@ class PushTExpert:
         exact_len, score = self._screen(pose, error_now, to_go_now, touch_w[idx], dir_w[idx], lead_in)
 
         # Verification: replay the best few exactly, as they would be executed.
-        context = (pose, agent_state, block_motion, origin, escape, to_go_now)
+        velocities = (np.array(env.agent.velocity), np.array(env.block.velocity), float(env.block.angular_velocity))
+        context = (pose, np.array(env.agent.position), velocities, to_go_now)
         tried = []
         for row, length in self._best_rows(score, exact_len, error_now):
             c = idx[row]
@@ -447,20 +440,21 @@ class PushTExpert:
         best_len = np.argmin(score, axis=1)
         best_score = score[np.arange(len(score)), best_len]
         n_verify = cfg.n_verify if error_now >= cfg.coverage_check_px else cfg.n_verify_near
-        rows = []
-        for row in np.argsort(best_score, kind="stable")[:n_verify]:
-            if not np.isfinite(best_score[row]):
-                break
-            rows.append((row, float(exact_len[row, best_len[row]])))
-        return rows
+        order = np.argsort(best_score, kind="stable")[:n_verify]
+        return [(row, float(exact_len[row, best_len[row]])) for row in order if np.isfinite(best_score[row])]
 
     def _replay(self, context, walk, touch, direction, length) -> dict:
         """Replay one push exactly as it would be executed, from the env's true state; score it."""
-        pose, agent_state, block_motion, origin, escape, to_go_now = context
+        pose, agent_pos, (agent_vel, block_vel, block_spin), to_go_now = context
         cfg, tee, sim = self.config, self.tee, self.sim
-        push = np.array([touch, touch + length * direction])
-        targets, push_start = _per_step_targets(to_world(walk, pose), to_world(push, pose), cfg)
-        (agent_pos, agent_vel), (block_vel, block_spin) = agent_state, block_motion
+        walk_w = to_world(walk, pose)
+        path = np.concatenate([walk_w, to_world(np.array([touch, touch + length * direction]), pose)])
+        # max_step_px - 1e-3: float32 rounding of the actions must not take a move past the limit
+        targets, where = paced(
+            path, cfg.max_step_px - 1e-3, cfg.turn_rate, cfg.accel_px, cfg.min_step_px, cfg.corner_step_px
+        )
+        walk_len = float(np.linalg.norm(np.diff(walk_w, axis=0), axis=1).sum())
+        push_start = int(np.searchsorted(where, walk_len + 1e-9))
         sim.load(agent_pos, agent_vel, pose, block_vel, block_spin)
         executed, poses = sim.rollout(np.array(targets), cfg.settle_px, cfg.max_hold_steps)
         coverage = tee.coverage(poses, self.goal)
@@ -534,18 +528,6 @@ class PushTExpert:
                 combined = np.concatenate([combined, combined[-1:] - 5.0 * back])
         combined = combined[1:]
         return target_motion_stats(combined, start, phases)["jitter"] - before
-
-
-def _per_step_targets(walk: np.ndarray, push: np.ndarray, cfg: PushTExpertConfig) -> tuple[list[np.ndarray], int]:
-    """Per-step targets along the walk polyline (from the last target; its last point is the run-up start) and then
-    the push segment (touch -> end), paced (see `paced`); also the index of the first target on the run-up."""
-    path = np.concatenate([walk, push])
-    walk_total = float(np.linalg.norm(np.diff(walk, axis=0), axis=1).sum()) if len(walk) > 1 else 0.0
-    # float32 rounding of the actions must not take a move past the limit
-    targets, where = paced(
-        path, cfg.max_step_px - 1e-3, cfg.turn_rate, cfg.accel_px, cfg.min_step_px, cfg.corner_step_px
-    )
-    return targets, int(np.searchsorted(where, walk_total + 1e-9))
 
 
 def target_motion_stats(
