@@ -74,7 +74,6 @@ class NotPushTEnvError(TypeError):
     """The scripted PushT expert was given something that is not a (reset) gym-pusht PushT env."""
 
 
-
 class _PushSimulator:
     """A private pymunk space built like a PushTEnv's (walls, agent, T block, solver settings)."""
 
@@ -153,7 +152,6 @@ class _PushSimulator:
         return np.array(executed, dtype=np.float64), np.array(poses, dtype=np.float64)
 
 
-
 @dataclass
 class _Candidates:
     direction: np.ndarray  # (C, 2) unit push direction
@@ -205,7 +203,6 @@ def _lay_out_candidates(tee: TeeGeometry, radius: float, clearance: float, cfg: 
                 continue
             rows.append((direction, touch, start, run_up))
     return _Candidates(*(np.array(column, dtype=np.float64) for column in zip(*rows, strict=True)))
-
 
 
 def _unwrap_pusht(env):
