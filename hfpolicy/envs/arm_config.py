@@ -9,9 +9,7 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 
-from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
 from hfpolicy.envs.configs import EnvConfig
-from hfpolicy.features import FeatureType, PolicyFeature
 from hfpolicy.field_errors import ConfigFieldError
 
 
@@ -20,9 +18,6 @@ class ArmEnvConfig(EnvConfig):
     """The shared part of AlohaEnvConfig and XarmEnvConfig (not an env of its own)."""
 
     sim: ClassVar[ModuleType]  # the env's module: OBS_TYPES, FPS, GYM_ID, register()
-    image_key: ClassVar[str]  # the camera frames' feature key
-    state_size: ClassVar[int]  # observation.state's size (joint positions, or end-effector and gripper)
-    action_size: ClassVar[int]
 
     task: str
     obs_type: str | None
@@ -44,10 +39,6 @@ class ArmEnvConfig(EnvConfig):
         """ConfigFieldError naming the valid tasks for a task the env does not have."""
         raise NotImplementedError
 
-    def env_state_size(self) -> int:
-        """observation.environment_state's size (the objects' poses) for this config's task."""
-        raise NotImplementedError
-
     def gym_kwargs(self) -> dict[str, Any]:
         """The env's own options beyond the shared ones, for `gym.make`."""
         return {}
@@ -56,21 +47,8 @@ class ArmEnvConfig(EnvConfig):
     def fps(self) -> float:
         return float(self.sim.FPS)
 
-    def observation_features(self, obs_type: str | None = None) -> dict[str, PolicyFeature]:
-        obs_type = obs_type or self.obs_type or self.obs_types[0]
-        self._check_obs_type(obs_type)
-        features = {}
-        if obs_type.startswith("pixels"):
-            shape = (3, self.observation_height, self.observation_width)
-            features[self.image_key] = PolicyFeature(FeatureType.IMAGE, shape)
-        if "environment_state" in obs_type:
-            features[OBS_ENV_STATE] = PolicyFeature(FeatureType.STATE, (self.env_state_size(),))
-        features[OBS_STATE] = PolicyFeature(FeatureType.STATE, (self.state_size,))
-        return features
-
-    @property
-    def action_feature(self) -> PolicyFeature:
-        return PolicyFeature(FeatureType.ACTION, (self.action_size,))
+    def image_size(self) -> tuple[int, int]:
+        return self.observation_height, self.observation_width
 
     def make_single(self) -> gym.Env:
         self.sim.register()

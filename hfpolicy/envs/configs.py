@@ -20,6 +20,9 @@ class EnvConfig(draccus.ChoiceRegistry):
     """What every simulated environment config provides. Subclasses register under a name and add their fields."""
 
     obs_types: ClassVar[tuple[str, ...]] = ()  # observation types this env offers, the default first
+    image_key: ClassVar[str] = OBS_IMAGE  # the camera frames' feature key
+    state_size: ClassVar[int]  # observation.state's size
+    action_size: ClassVar[int]
     if TYPE_CHECKING:  # each subclass's field, at its place among that subclass's fields
         obs_type: str | None
         episode_length: int  # steps before truncation (max_episode_steps)
@@ -41,13 +44,30 @@ class EnvConfig(draccus.ChoiceRegistry):
     def max_episode_steps(self) -> int:
         return self.episode_length
 
+    def image_size(self) -> tuple[int, int]:
+        """Height and width of the camera frames the policy sees."""
+        raise NotImplementedError
+
+    def env_state_size(self) -> int:
+        """observation.environment_state's size (the objects' poses)."""
+        raise NotImplementedError
+
     def observation_features(self, obs_type: str | None = None) -> dict[str, PolicyFeature]:
         """The policy inputs `observations_to_batch` makes from this env's observations of `obs_type`."""
-        raise NotImplementedError
+        obs_type = obs_type or self.obs_type or self.obs_types[0]
+        self._check_obs_type(obs_type)
+        features = {}
+        if obs_type.startswith("pixels"):
+            features[self.image_key] = PolicyFeature(FeatureType.IMAGE, (3, *self.image_size()))
+        if "environment_state" in obs_type:
+            features[OBS_ENV_STATE] = PolicyFeature(FeatureType.STATE, (self.env_state_size(),))
+        if obs_type.endswith("agent_pos"):
+            features[OBS_STATE] = PolicyFeature(FeatureType.STATE, (self.state_size,))
+        return features
 
     @property
     def action_feature(self) -> PolicyFeature:
-        raise NotImplementedError
+        return PolicyFeature(FeatureType.ACTION, (self.action_size,))
 
     def make_single(self) -> gym.Env:
         """One env with its time limit (AsyncVectorEnv workers call this bound method: keep the config picklable)."""
@@ -131,6 +151,8 @@ class PushTEnvConfig(EnvConfig):
     are target agent positions (x, y) in pixels; an episode succeeds (and ends) at coverage > 95%."""
 
     obs_types: ClassVar[tuple[str, ...]] = ("pixels_agent_pos", "environment_state_agent_pos", "pixels")
+    state_size: ClassVar[int] = 2
+    action_size: ClassVar[int] = 2
 
     obs_type: str | None = None  # pixels_agent_pos / environment_state_agent_pos / pixels; None: from the policy
     episode_length: int = 300  # steps before truncation (gym-pusht's own limit is 300)
@@ -150,22 +172,11 @@ class PushTEnvConfig(EnvConfig):
     def fps(self) -> float:
         return 10.0  # gym-pusht's control_hz (metadata render_fps)
 
-    def observation_features(self, obs_type: str | None = None) -> dict[str, PolicyFeature]:
-        obs_type = obs_type or self.obs_type or self.obs_types[0]
-        self._check_obs_type(obs_type)
-        size = self.observation_size
-        features = {}
-        if obs_type.startswith("pixels"):
-            features[OBS_IMAGE] = PolicyFeature(FeatureType.IMAGE, (3, size, size))
-        if obs_type == "environment_state_agent_pos":
-            features[OBS_ENV_STATE] = PolicyFeature(FeatureType.STATE, (16,))
-        if obs_type.endswith("agent_pos"):
-            features[OBS_STATE] = PolicyFeature(FeatureType.STATE, (2,))
-        return features
+    def image_size(self) -> tuple[int, int]:
+        return self.observation_size, self.observation_size
 
-    @property
-    def action_feature(self) -> PolicyFeature:
-        return PolicyFeature(FeatureType.ACTION, (2,))
+    def env_state_size(self) -> int:
+        return 16  # the T's 8 keypoints
 
     def make_single(self) -> gym.Env:
         import gym_pusht  # noqa: F401 (registers gym_pusht/PushT-v0)
