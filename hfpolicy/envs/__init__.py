@@ -33,7 +33,6 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # observations_to_batch needs torch: imported on first use, so that the command line's --help stays fast
     if name == "observations_to_batch":
         from hfpolicy.envs.observations import observations_to_batch  # lazy: torch, not imported by --help
 

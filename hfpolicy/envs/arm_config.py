@@ -1,7 +1,5 @@
-"""What the configs of the MuJoCo arm envs (ALOHA, xArm) share: an obs type chosen among the same three, an episode
-length, the camera frames' size the policy sees and the rendered (video) frames' size, checked the same way, and
-the gymnasium env made from them. Each subclass declares its fields (their defaults and --help lines differ) and
-names its simulator module (`sim`: hfpolicy.envs.aloha or .xarm)."""
+"""What the configs of the MuJoCo arm envs (ALOHA, xArm) share: the same obs types, size fields and their checks, and
+the gymnasium env made from them. Each subclass declares its fields (their defaults and --help lines differ)."""
 
 from dataclasses import dataclass
 from types import ModuleType
@@ -35,12 +33,10 @@ class ArmEnvConfig(EnvConfig):
         if self.render_height % 2 or self.render_width % 2:
             raise ConfigFieldError(self, "{render_height} and {render_width} must be even (yuv420p video)")
 
-    def check_task(self) -> None:
-        """ConfigFieldError naming the valid tasks for a task the env does not have."""
+    def check_task(self) -> None:  # ConfigFieldError naming the valid tasks
         raise NotImplementedError
 
-    def gym_kwargs(self) -> dict[str, Any]:
-        """The env's own options beyond the shared ones, for `gym.make`."""
+    def gym_kwargs(self) -> dict[str, Any]:  # the env's own options beyond the shared ones, for `gym.make`
         return {}
 
     @property
