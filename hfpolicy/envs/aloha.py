@@ -245,9 +245,3 @@ class AlohaEnv(gym.Env):
         if physics is not None:
             physics.free()
             self.physics = None
-
-
-def register() -> None:
-    """Registers `hfpolicy/Aloha-v0` with gymnasium (once)."""
-    if GYM_ID not in gym.registry:
-        gym.register(GYM_ID, entry_point="hfpolicy.envs.aloha:AlohaEnv", max_episode_steps=400, nondeterministic=False)

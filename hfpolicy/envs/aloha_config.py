@@ -1,8 +1,11 @@
 """The ALOHA env config (`--env.type=aloha --env.task=AlohaTransferCube-v0|AlohaInsertion-v0`)."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, ClassVar
+
+import gymnasium as gym
 
 from hfpolicy.constants import OBS_IMAGES_PREFIX
 from hfpolicy.envs import aloha
@@ -19,6 +22,7 @@ class AlohaEnvConfig(ArmEnvConfig):
 
     obs_types: ClassVar[tuple[str, ...]] = aloha.OBS_TYPES
     sim: ClassVar[ModuleType] = aloha
+    env_class: ClassVar[Callable[..., gym.Env]] = aloha.AlohaEnv
     image_key: ClassVar[str] = f"{OBS_IMAGES_PREFIX}{aloha.CAMERA}"
     state_size: ClassVar[int] = 14
     action_size: ClassVar[int] = 14

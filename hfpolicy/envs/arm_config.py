@@ -1,6 +1,7 @@
 """What the configs of the MuJoCo arm envs (ALOHA, xArm) share: the same obs types, size fields and their checks, and
 the gymnasium env made from them. Each subclass declares its fields (their defaults and --help lines differ)."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, ClassVar
@@ -15,7 +16,8 @@ from hfpolicy.field_errors import ConfigFieldError
 class ArmEnvConfig(EnvConfig):
     """The shared part of AlohaEnvConfig and XarmEnvConfig (not an env of its own)."""
 
-    sim: ClassVar[ModuleType]  # the env's module: OBS_TYPES, FPS, GYM_ID, register()
+    sim: ClassVar[ModuleType]  # the env's module: OBS_TYPES, FPS, GYM_ID
+    env_class: ClassVar[Callable[..., gym.Env]]  # registered as sim.GYM_ID
 
     task: str
     obs_type: str | None
@@ -47,7 +49,8 @@ class ArmEnvConfig(EnvConfig):
         return self.observation_height, self.observation_width
 
     def make_single(self) -> gym.Env:
-        self.sim.register()
+        if self.sim.GYM_ID not in gym.registry:
+            gym.register(self.sim.GYM_ID, entry_point=self.env_class)
         return gym.make(
             self.sim.GYM_ID,
             max_episode_steps=self.episode_length,

@@ -136,9 +136,3 @@ class XarmEnv(gym.Env):
         for renderer in self._renderers.values():
             renderer.close()
         self._renderers.clear()
-
-
-def register() -> None:
-    """Registers `hfpolicy/Xarm-v0` with gymnasium (once)."""
-    if GYM_ID not in gym.registry:
-        gym.register(GYM_ID, entry_point="hfpolicy.envs.xarm:XarmEnv", max_episode_steps=200, nondeterministic=False)

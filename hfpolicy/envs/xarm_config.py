@@ -1,8 +1,11 @@
 """The xArm env config (`--env.type=xarm --env.task=XarmLift-v0`)."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import ClassVar
+
+import gymnasium as gym
 
 from hfpolicy.constants import OBS_IMAGE
 from hfpolicy.envs import xarm
@@ -21,6 +24,7 @@ class XarmEnvConfig(ArmEnvConfig):
 
     obs_types: ClassVar[tuple[str, ...]] = xarm.OBS_TYPES
     sim: ClassVar[ModuleType] = xarm
+    env_class: ClassVar[Callable[..., gym.Env]] = xarm.XarmEnv
     image_key: ClassVar[str] = OBS_IMAGE
     state_size: ClassVar[int] = len(xarm.STATE_NAMES)
     action_size: ClassVar[int] = len(xarm.ACTION_NAMES)

@@ -528,27 +528,17 @@ class PushTExpert:
 
 
 def target_motion_stats(
-    actions: np.ndarray,
-    start: np.ndarray,
-    phase_starts: list[int] | None = None,
-    min_move_px: float = 2.0,
-    reversal_deg: float = 120.0,
+    actions: np.ndarray, start: np.ndarray, phase_starts: list[int] | None = None
 ) -> dict[str, float]:
-    """How imitable a sequence of commanded targets is.
-
-    - `max_step_px`: the largest move of the target between consecutive steps (the first move is from `start`, the
-      agent's position at reset).
-    - `reversals`: moves (of at least `min_move_px`; shorter moves and holds are skipped) that turn more than
-      `reversal_deg` from the previous move: back-and-forth motion.
-    - `jitter`: reversals that are not at a phase change (walk -> push, push -> walk: `phase_starts` lists the steps
-      whose move begins a phase; None counts every reversal), plus every reversal that follows another within two
-      moves (back, forth, back). A clean demonstration has 0.
-    """
+    """How imitable a sequence of commanded targets is: `max_step_px`, the largest move of the target in a step (the
+    first from `start`, the agent's position at reset); `reversals`, moves (of at least 2 px) that turn more than 120°
+    from the previous one; `jitter`, reversals not at a phase change (`phase_starts`: the steps whose move begins a
+    walk or a push; None counts every reversal) plus those within two moves of another. A clean demonstration has 0."""
     targets = np.concatenate([np.asarray(start, dtype=np.float64)[None], np.asarray(actions, dtype=np.float64)])
     moves = np.diff(targets, axis=0)
     lengths = np.linalg.norm(moves, axis=1)
-    moving = np.flatnonzero(lengths >= min_move_px)
-    cos_limit = math.cos(math.radians(reversal_deg))
+    moving = np.flatnonzero(lengths >= 2.0)
+    cos_limit = math.cos(math.radians(120.0))
     phase = np.zeros(len(moves) + 1, dtype=int)
     for t in phase_starts or []:
         if 0 <= t < len(phase):

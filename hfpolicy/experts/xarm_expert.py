@@ -1,17 +1,6 @@
-"""A scripted xArm lift expert: reach above the cube, descend around it, close the gripper, lift.
-
-It reads the simulator's state (the end effector's and the cube's positions, privileged: a policy sees only its
-observations) at every step and steers the end effector towards its phase's target with a proportional controller:
-
-    env = XarmEnvConfig(obs_type="environment_state_agent_pos").make_single()
-    expert = XarmExpert()
-    observation, info = env.reset(seed=seed)
-    expert.reset(env)
-    while ...:
-        observation, reward, terminated, truncated, info = env.step(expert.act())
-
-Positions are in metres, relative to the table centre (gym-xarm's `eef` and `obj`); actions are the env's: a move in
-[-1, 1]^3 and the grip (-1 open, 1 closed). The expert is a function of the state alone (deterministic).
+"""A scripted xArm lift expert: reach above the cube, descend around it, close the gripper, lift. It reads the
+simulator's end-effector and cube positions (metres, relative to the table centre) at every step and steers the end
+effector towards its phase's target with a proportional controller; it is a function of the state alone.
 """
 
 from dataclasses import dataclass
