@@ -106,20 +106,14 @@ def make_task(task: str, end_effector: bool = False):
     return SeededTask()
 
 
-def scene_path(task: str, end_effector: bool = False) -> str:
-    from gym_aloha.constants import ASSETS_DIR
-
-    prefix = "bimanual_viperx_end_effector_" if end_effector else "bimanual_viperx_"
-    return str(ASSETS_DIR / f"{prefix}{TASK_NAMES[task]}.xml")
-
-
 def make_control_env(task: str, need_rendering: bool, end_effector: bool = False, shadows: bool = True):
     """A dm_control Environment of gym-aloha's joint-space (or end-effector/mocap) scene for `task`, at 50 Hz."""
     from dm_control.rl import control
-    from gym_aloha.constants import DT
+    from gym_aloha.constants import ASSETS_DIR, DT
 
     mujoco = load_dm_control(need_rendering)
-    physics = mujoco.Physics.from_xml_path(scene_path(task, end_effector))
+    prefix = "bimanual_viperx_end_effector_" if end_effector else "bimanual_viperx_"
+    physics = mujoco.Physics.from_xml_path(str(ASSETS_DIR / f"{prefix}{TASK_NAMES[task]}.xml"))
     if not shadows:
         physics.model.light_castshadow[:] = 0
     return control.Environment(

@@ -1,8 +1,5 @@
-"""MuJoCo's OpenGL backend for the MuJoCo envs (ALOHA, xArm): headless by default, one line of advice when it fails.
-
-MuJoCo picks its GL backend from `MUJOCO_GL` when `mujoco` is first imported; `use_headless_gl()` sets it to `egl`
-(headless; Mesa's EGL works without a GPU) unless it is set already, so call it before importing mujoco.
-"""
+"""MuJoCo's OpenGL backend for the MuJoCo envs (ALOHA, xArm): headless by default (`use_headless_gl()`, before mujoco
+is imported), one line of advice when it fails."""
 
 import importlib.util
 import os

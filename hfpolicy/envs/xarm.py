@@ -22,19 +22,13 @@ GYM_ID = "hfpolicy/Xarm-v0"
 INSTALL = "pip install --no-deps gym-xarm==0.1.1"  # gym-xarm pins mujoco<3; its real needs are in pyproject.toml
 
 
-def import_gym_xarm():
-    """gym_xarm (registering its tasks), the headless GL backend chosen first; ImportError saying how to install it."""
-    use_headless_gl()
+def registered_tasks() -> list[str]:
+    """The xArm tasks gym-xarm registers (`gym_xarm/<task>`); ImportError saying how to install gym-xarm."""
+    use_headless_gl()  # before gym_xarm imports mujoco
     try:
-        import gym_xarm
+        import gym_xarm  # noqa: F401 (registers its tasks)
     except ImportError as e:
         raise ImportError(f"the xArm env needs gym-xarm ({e}): {INSTALL}") from e
-    return gym_xarm
-
-
-def registered_tasks() -> list[str]:
-    """The xArm tasks gym-xarm registers (`gym_xarm/<task>`)."""
-    import_gym_xarm()
     return sorted(name.split("/", 1)[1] for name in gym.registry if name.startswith("gym_xarm/"))
 
 

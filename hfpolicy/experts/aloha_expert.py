@@ -7,7 +7,7 @@ quaternions w, x, y, z). The plan is a function of the object pose alone; the ex
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -94,12 +94,7 @@ class AlohaExpertConfig:
     episode_steps: int = 400  # the plan's length (LeRobot's ALOHA episode length)
 
 
-@dataclass
-class ArmPlans:
-    """One episode's plan: the waypoints of the left and the right gripper."""
-
-    left: list[Waypoint] = field(default_factory=list)
-    right: list[Waypoint] = field(default_factory=list)
+ArmPlans = tuple[list[Waypoint], list[Waypoint]]  # one episode's plan: the left and the right gripper's waypoints
 
 
 def transfer_cube_plan(cfg: AlohaExpertConfig, cube_xyz: np.ndarray, left0: np.ndarray, right0: np.ndarray) -> ArmPlans:
@@ -129,7 +124,7 @@ def transfer_cube_plan(cfg: AlohaExpertConfig, cube_xyz: np.ndarray, left0: np.n
         Waypoint(360, meet + [-0.1, 0, -0.02], IDENTITY, 0),  # take it away to the left
         Waypoint(end, meet + [-0.1, 0, -0.02], IDENTITY, 0),
     ]
-    return ArmPlans(left, right)
+    return left, right
 
 
 def insertion_plan(
@@ -154,15 +149,13 @@ def insertion_plan(
 
     left = grasp_and_carry(left0, socket_xyz, pick_left, meet + [-0.1, 0, 0], meet + [-0.05, 0, 0])
     right = grasp_and_carry(right0, peg_xyz, pick_right, meet + [0.1, 0, lift], meet + [0.05, 0, lift])
-    return ArmPlans(left, right)
+    return left, right
 
 
 class MocapArms:
     """gym-aloha's end-effector scene for one task: the grippers follow mocap bodies; read back the joint angles."""
 
     def __init__(self, task: str):
-        check_task(task)
-        self.task = task
         self.env = make_control_env(task, need_rendering=False, end_effector=True)
         # gym-aloha's welds (solimp 0.25) let the grippers trail their mocap bodies by ~6 cm on MuJoCo 3.x, enough
         # to push the cube away instead of grasping it; a stiffer weld keeps them within ~1 cm.
@@ -182,9 +175,8 @@ class MocapArms:
         grippers reached their step-t poses and the planned gripper openings."""
         actions = np.zeros((n_steps, 14), dtype=np.float32)
         for t in range(n_steps):
-            command = []
-            openings = []
-            for waypoints in (plans.left, plans.right):
+            command, openings = [], []
+            for waypoints in plans:
                 xyz, quat, opening = interpolate(waypoints, t)
                 command += [*xyz, *quat, opening]
                 openings.append(opening)
