@@ -79,7 +79,7 @@ def run_aloha_seed(seed: int, task: str, images: bool, shadows: bool) -> dict:
         env = AlohaEnv(task, obs_type, shadows=shadows, terminate_on_success=not images)
         _WORKER.update(aloha=key, env=env, expert=AlohaExpert())
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    episode = run_aloha_expert_episode(_WORKER["env"], _WORKER["expert"], seed, stop_at_success=False)
+    episode = run_aloha_expert_episode(_WORKER["env"], _WORKER["expert"], seed)
     return {
         "seed": seed,
         "success": episode.success,

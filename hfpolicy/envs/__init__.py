@@ -1,11 +1,5 @@
-"""Simulated environments for evaluation: vector envs (serial or parallel) and their observations as policy batches.
-
-from hfpolicy.envs import make_env, observations_to_batch
-
-env = make_env("pusht", n_envs=8)                  # SyncVectorEnv, autoreset disabled
-observation, info = env.reset(seed=[100_000 + i for i in range(8)])
-batch = observations_to_batch(observation, "cpu")  # {"observation.image": (8, 3, 96, 96), "observation.state": ...}
-"""
+"""Simulated environments (PushT, ALOHA, xArm) as vector envs, serial or parallel (`make_env`), and their observations
+as policy batches (`observations_to_batch`)."""
 
 from hfpolicy.envs.aloha_config import AlohaEnvConfig  # noqa: E402 (registers --env.type=aloha)
 from hfpolicy.envs.configs import EnvConfig, PushTEnvConfig, known_env_types, make_env, make_env_config
@@ -33,7 +27,6 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # observations_to_batch needs torch: imported on first use, so that the command line's --help stays fast
     if name == "observations_to_batch":
         from hfpolicy.envs.observations import observations_to_batch  # lazy: torch, not imported by --help
 

@@ -1,25 +1,8 @@
 """ALOHA bimanual simulation: gym-aloha's MuJoCo scenes (transfer cube, insertion) as a gymnasium env, seeded per env.
 
-    env = AlohaEnv("AlohaTransferCube-v0", obs_type="pixels_agent_pos")
-    observation, info = env.reset(seed=0)   # {"pixels": {"top": (480, 640, 3) uint8}, "agent_pos": (14,) float64}
-
-The physics, the objects' pose distribution (`gym_aloha.utils.sample_box_pose` / `sample_insertion_pose`), the reward
-(0..4 from contacts) and the success rule (reward 4, which ends the episode) are gym-aloha's, so observations, rewards
-and episodes equal those of `gym_aloha/AlohaTransferCube-v0` for the same seed and actions. What differs:
-
-- The object pose is held by each env, not by gym-aloha's module-global `BOX_POSE`, so every env of a batch (and every
-  worker of a parallel vector env) starts from the pose of its own seed. `reset()` without a seed draws one from the
-  env's generator (gymnasium's convention), so a sequence of unseeded resets is a function of the first seed.
-- Only what the observation type needs is computed: gym-aloha renders three 480x640 cameras at every step; here the
-  top camera is rendered only for pixel observations and `render()`, and state-only observations render nothing.
-- `environment_state` (the object poses from the physics: the cube's xyz + wxyz quaternion; the peg's, then the
-  socket's) is offered for state recipes.
-- Diverging physics (an action far outside the robot's reach) ends the episode as truncated with
-  `info["physics_diverged"] = True` instead of raising from inside a vector env.
-
-Rendering: MuJoCo's GL backend comes from `MUJOCO_GL`, set to `egl` (headless; Mesa's EGL works without a GPU) unless
-set already. `shadows=False` turns the one shadow-casting light off (about 3x faster frames on a CPU renderer; images
-then differ slightly from gym-aloha's).
+Physics, object poses, reward and success are gym-aloha's; each env holds its own object pose (not gym-aloha's module
+global), renders only what its observations need, and ends an episode whose physics diverged as truncated (with
+`info["physics_diverged"]`). docs/aloha.md tells more.
 """
 
 import os
@@ -33,14 +16,12 @@ from gymnasium import spaces
 from hfpolicy.envs.mujoco_gl import RENDER_FAILURE, RenderBackendError, backend_advice, use_headless_gl
 
 TASK_NAMES = {"AlohaTransferCube-v0": "transfer_cube", "AlohaInsertion-v0": "insertion"}  # --env.task -> scene
-# The task strings of LeRobot's converted ALOHA sim datasets (lerobot/aloha_sim_*).
-TASK_DESCRIPTIONS = {
+TASK_DESCRIPTIONS = {  # the task strings of LeRobot's ALOHA sim datasets (lerobot/aloha_sim_*)
     "AlohaTransferCube-v0": "Pick up the cube with the right arm and transfer it to the left arm.",
     "AlohaInsertion-v0": "Insert the peg into the socket.",
 }
 OBS_TYPES = ("pixels_agent_pos", "environment_state_agent_pos", "pixels_environment_state_agent_pos")
-# The joints of observation.state / action, as lerobot/aloha_sim_* names them ("motors").
-MOTOR_NAMES = [
+MOTOR_NAMES = [  # the joints of observation.state / action, as lerobot/aloha_sim_* names them ("motors")
     f"{side}_{joint}"
     for side in ("left", "right")
     for joint in ("waist", "shoulder", "elbow", "forearm_roll", "wrist_angle", "wrist_rotate", "gripper")
@@ -49,14 +30,12 @@ ENV_STATE_SIZES = {"AlohaTransferCube-v0": 7, "AlohaInsertion-v0": 14}
 SUCCESS_REWARD = 4  # gym-aloha's top reward: the left gripper holds the cube in the air / the peg touches the pin
 FPS = 50  # gym-aloha's control rate (DT = 0.02 s)
 CAMERA = "top"
-
 GYM_ID = "hfpolicy/Aloha-v0"
 
 
 def load_dm_control(need_rendering: bool):
-    """dm_control's `mujoco` module with a GL backend (MUJOCO_GL, default egl). When the backend cannot be loaded,
-    RenderBackendError naming the alternatives, unless `need_rendering` is False: then rendering is disabled
-    (MUJOCO_GL=disable) for this process and the physics still works."""
+    """dm_control's `mujoco` module with a GL backend (MUJOCO_GL, default egl); if that fails, RenderBackendError, or
+    without `need_rendering`, MUJOCO_GL=disable for this process (the physics still works)."""
     if RENDER_FAILURE and need_rendering:
         raise RenderBackendError(backend_advice(""))
     use_headless_gl()
@@ -89,8 +68,8 @@ def check_task(task: str) -> None:
 
 
 def make_task(task: str, end_effector: bool = False):
-    """A dm_control task of gym-aloha's scene `task` whose objects start at its `object_pose` attribute (set before
-    each reset) and whose observation is the state only (qpos, qvel, env_state; no images)."""
+    """A dm_control task of gym-aloha's scene `task` whose objects start at its `object_pose` (set before each
+    reset), observing the state only (no images)."""
     from gym_aloha.constants import START_ARM_POSE
     from gym_aloha.tasks import sim, sim_end_effector
 
@@ -127,21 +106,14 @@ def make_task(task: str, end_effector: bool = False):
     return SeededTask()
 
 
-def scene_path(task: str, end_effector: bool = False) -> str:
-    from gym_aloha.constants import ASSETS_DIR
-
-    prefix = "bimanual_viperx_end_effector_" if end_effector else "bimanual_viperx_"
-    return str(ASSETS_DIR / f"{prefix}{TASK_NAMES[task]}.xml")
-
-
 def make_control_env(task: str, need_rendering: bool, end_effector: bool = False, shadows: bool = True):
-    """A dm_control Environment of gym-aloha's joint-space (or end-effector/mocap) scene for `task`, stepping at
-    50 Hz as gym-aloha does."""
+    """A dm_control Environment of gym-aloha's joint-space (or end-effector/mocap) scene for `task`, at 50 Hz."""
     from dm_control.rl import control
-    from gym_aloha.constants import DT
+    from gym_aloha.constants import ASSETS_DIR, DT
 
     mujoco = load_dm_control(need_rendering)
-    physics = mujoco.Physics.from_xml_path(scene_path(task, end_effector))
+    prefix = "bimanual_viperx_end_effector_" if end_effector else "bimanual_viperx_"
+    physics = mujoco.Physics.from_xml_path(str(ASSETS_DIR / f"{prefix}{TASK_NAMES[task]}.xml"))
     if not shadows:
         physics.model.light_castshadow[:] = 0
     return control.Environment(
@@ -155,9 +127,8 @@ def make_control_env(task: str, need_rendering: bool, end_effector: bool = False
 
 
 def action_bounds(physics) -> tuple[np.ndarray, np.ndarray]:
-    """The range each of the 14 action entries acts within: the arm actuators' ctrlrange and the grippers' ctrlrange
-    as normalized positions. MuJoCo clamps each control to its ctrlrange itself, so actions outside pass unchanged
-    (the rollout counts them); clipping to these float32 bounds would move some targets by up to 5e-8."""
+    """The range each of the 14 action entries acts within: the actuators' ctrlrange, the grippers' as normalized
+    positions. MuJoCo clamps controls itself, so the env passes actions unchanged (the rollout counts those outside)."""
     from gym_aloha.constants import normalize_puppet_gripper_position
 
     ranges = physics.model.actuator_ctrlrange  # 16 actuators: 6 arm + 2 fingers, per side
@@ -169,13 +140,9 @@ def action_bounds(physics) -> tuple[np.ndarray, np.ndarray]:
 
 
 class AlohaEnv(gym.Env):
-    """gym-aloha's joint-space ALOHA scene for `task`, with per-env seeding and only the observations asked for.
-
-    Actions: 14 joint targets (per arm: 6 joint angles, then the gripper as a normalized position, 0 closed, 1 open).
-    Observations (`obs_type`): `pixels` = {"top": (H, W, 3) uint8}, `agent_pos` (14,) joint positions (grippers
-    normalized), `environment_state` the object poses. An episode terminates at reward 4 (success) when
-    `terminate_on_success`, as gym-aloha's does; the time limit comes from `gym.make(..., max_episode_steps)`.
-    """
+    """gym-aloha's joint-space scene for `task`. Actions: 14 joint targets (per arm: 6 joint angles, then the gripper,
+    0 closed, 1 open); observations: `pixels` {"top": (H, W, 3) uint8}, `agent_pos` (14,), `environment_state` (the
+    object poses). An episode terminates at reward 4 (success) when `terminate_on_success`."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": FPS}
 
@@ -272,9 +239,3 @@ class AlohaEnv(gym.Env):
         if physics is not None:
             physics.free()
             self.physics = None
-
-
-def register() -> None:
-    """Registers `hfpolicy/Aloha-v0` with gymnasium (once)."""
-    if GYM_ID not in gym.registry:
-        gym.register(GYM_ID, entry_point="hfpolicy.envs.aloha:AlohaEnv", max_episode_steps=400, nondeterministic=False)

@@ -1,8 +1,11 @@
 """The ALOHA env config (`--env.type=aloha --env.task=AlohaTransferCube-v0|AlohaInsertion-v0`)."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, ClassVar
+
+import gymnasium as gym
 
 from hfpolicy.constants import OBS_IMAGES_PREFIX
 from hfpolicy.envs import aloha
@@ -14,16 +17,12 @@ from hfpolicy.field_errors import ConfigFieldError
 @EnvConfig.register_subclass("aloha")
 @dataclass
 class AlohaEnvConfig(ArmEnvConfig):
-    """ALOHA bimanual simulation (gym-aloha's MuJoCo scenes, see hfpolicy.envs.aloha): two ViperX arms transfer a
-    cube from the right gripper to the left, or insert a peg into a socket held in the air.
-
-    Actions are 14 joint targets; observations are LeRobot's (observation.images.top 480x640, observation.state = 14
-    joint positions) plus, for state recipes, observation.environment_state (the object poses). Episodes follow
-    LeRobot 0.6.1's ALOHA evaluation: 400 steps at 50 fps, success = gym-aloha's reward 4, which ends the episode.
-    """
+    """ALOHA bimanual simulation (hfpolicy.envs.aloha): two ViperX arms transfer a cube from the right gripper to the
+    left, or insert a peg into a socket held in the air; LeRobot's observations and evaluation (docs/aloha.md)."""
 
     obs_types: ClassVar[tuple[str, ...]] = aloha.OBS_TYPES
     sim: ClassVar[ModuleType] = aloha
+    env_class: ClassVar[Callable[..., gym.Env]] = aloha.AlohaEnv
     image_key: ClassVar[str] = f"{OBS_IMAGES_PREFIX}{aloha.CAMERA}"
     state_size: ClassVar[int] = 14
     action_size: ClassVar[int] = 14
@@ -51,6 +50,5 @@ class AlohaEnvConfig(ArmEnvConfig):
         return {"shadows": self.shadows, "terminate_on_success": self.terminate_on_success}
 
     @property
-    def description(self) -> str:
-        """The task sentence of LeRobot's ALOHA sim datasets."""
+    def description(self) -> str:  # the task sentence of LeRobot's ALOHA sim datasets
         return aloha.TASK_DESCRIPTIONS[self.task]

@@ -1,17 +1,14 @@
-"""What the configs of the MuJoCo arm envs (ALOHA, xArm) share: an obs type chosen among the same three, an episode
-length, the camera frames' size the policy sees and the rendered (video) frames' size, checked the same way, and
-the gymnasium env made from them. Each subclass declares its fields (their defaults and --help lines differ) and
-names its simulator module (`sim`: hfpolicy.envs.aloha or .xarm)."""
+"""What the configs of the MuJoCo arm envs (ALOHA, xArm) share: the same obs types, size fields and their checks, and
+the gymnasium env made from them. Each subclass declares its fields (their defaults and --help lines differ)."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, ClassVar
 
 import gymnasium as gym
 
-from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
 from hfpolicy.envs.configs import EnvConfig
-from hfpolicy.features import FeatureType, PolicyFeature
 from hfpolicy.field_errors import ConfigFieldError
 
 
@@ -19,10 +16,8 @@ from hfpolicy.field_errors import ConfigFieldError
 class ArmEnvConfig(EnvConfig):
     """The shared part of AlohaEnvConfig and XarmEnvConfig (not an env of its own)."""
 
-    sim: ClassVar[ModuleType]  # the env's module: OBS_TYPES, FPS, GYM_ID, register()
-    image_key: ClassVar[str]  # the camera frames' feature key
-    state_size: ClassVar[int]  # observation.state's size (joint positions, or end-effector and gripper)
-    action_size: ClassVar[int]
+    sim: ClassVar[ModuleType]  # the env's module: OBS_TYPES, FPS, GYM_ID
+    env_class: ClassVar[Callable[..., gym.Env]]  # registered as sim.GYM_ID
 
     task: str
     obs_type: str | None
@@ -40,40 +35,22 @@ class ArmEnvConfig(EnvConfig):
         if self.render_height % 2 or self.render_width % 2:
             raise ConfigFieldError(self, "{render_height} and {render_width} must be even (yuv420p video)")
 
-    def check_task(self) -> None:
-        """ConfigFieldError naming the valid tasks for a task the env does not have."""
+    def check_task(self) -> None:  # ConfigFieldError naming the valid tasks
         raise NotImplementedError
 
-    def env_state_size(self) -> int:
-        """observation.environment_state's size (the objects' poses) for this config's task."""
-        raise NotImplementedError
-
-    def gym_kwargs(self) -> dict[str, Any]:
-        """The env's own options beyond the shared ones, for `gym.make`."""
+    def gym_kwargs(self) -> dict[str, Any]:  # the env's own options beyond the shared ones, for `gym.make`
         return {}
 
     @property
     def fps(self) -> float:
         return float(self.sim.FPS)
 
-    def observation_features(self, obs_type: str | None = None) -> dict[str, PolicyFeature]:
-        obs_type = obs_type or self.obs_type or self.obs_types[0]
-        self._check_obs_type(obs_type)
-        features = {}
-        if obs_type.startswith("pixels"):
-            shape = (3, self.observation_height, self.observation_width)
-            features[self.image_key] = PolicyFeature(FeatureType.IMAGE, shape)
-        if "environment_state" in obs_type:
-            features[OBS_ENV_STATE] = PolicyFeature(FeatureType.STATE, (self.env_state_size(),))
-        features[OBS_STATE] = PolicyFeature(FeatureType.STATE, (self.state_size,))
-        return features
-
-    @property
-    def action_feature(self) -> PolicyFeature:
-        return PolicyFeature(FeatureType.ACTION, (self.action_size,))
+    def image_size(self) -> tuple[int, int]:
+        return self.observation_height, self.observation_width
 
     def make_single(self) -> gym.Env:
-        self.sim.register()
+        if self.sim.GYM_ID not in gym.registry:
+            gym.register(self.sim.GYM_ID, entry_point=self.env_class)
         return gym.make(
             self.sim.GYM_ID,
             max_episode_steps=self.episode_length,

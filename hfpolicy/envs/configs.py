@@ -1,8 +1,5 @@
-"""Environment configs: one dataclass per simulator, registered for the command line (`--env.type=pusht`).
-
-A config knows how to build one gymnasium env (`make_single`), a vector of them (`make`), and which policy features
-its observations become (`observation_features`), so a policy can be checked against an env before a long run.
-"""
+"""Environment configs: one dataclass per simulator, registered for the command line (`--env.type=pusht`): it builds
+the env (`make_single`, `make`) and says which policy features its observations become (`observation_features`)."""
 
 import dataclasses
 from collections.abc import Collection, Mapping
@@ -23,46 +20,61 @@ class EnvConfig(draccus.ChoiceRegistry):
     """What every simulated environment config provides. Subclasses register under a name and add their fields."""
 
     obs_types: ClassVar[tuple[str, ...]] = ()  # observation types this env offers, the default first
+    image_key: ClassVar[str] = OBS_IMAGE  # the camera frames' feature key
+    state_size: ClassVar[int]  # observation.state's size
+    action_size: ClassVar[int]
     if TYPE_CHECKING:  # each subclass's field, at its place among that subclass's fields
         obs_type: str | None
         episode_length: int  # steps before truncation (max_episode_steps)
 
     @classmethod
-    def default_choice_name(cls) -> str:
-        """The env used when the command line sets env options without `--env.type`."""
+    def default_choice_name(cls) -> str:  # the env of env options given without `--env.type`
         return "pusht"
 
     @property
-    def type(self) -> str:
-        """The registered name of this env (`--env.type=<name>`)."""
+    def type(self) -> str:  # the registered name (`--env.type=<name>`)
         return self.get_choice_name(type(self))
 
     @property
     def fps(self) -> float:
-        """Control frequency: env steps per second of simulated time (also the eval videos' frame rate)."""
+        """Env steps per second of simulated time (also the eval videos' frame rate)."""
         raise NotImplementedError
 
     @property
     def max_episode_steps(self) -> int:
-        """Steps after which an episode is truncated."""
         return self.episode_length
+
+    def image_size(self) -> tuple[int, int]:
+        """Height and width of the camera frames the policy sees."""
+        raise NotImplementedError
+
+    def env_state_size(self) -> int:
+        """observation.environment_state's size (the objects' poses)."""
+        raise NotImplementedError
 
     def observation_features(self, obs_type: str | None = None) -> dict[str, PolicyFeature]:
         """The policy inputs `observations_to_batch` makes from this env's observations of `obs_type`."""
-        raise NotImplementedError
+        obs_type = obs_type or self.obs_type or self.obs_types[0]
+        self._check_obs_type(obs_type)
+        features = {}
+        if obs_type.startswith("pixels"):
+            features[self.image_key] = PolicyFeature(FeatureType.IMAGE, (3, *self.image_size()))
+        if "environment_state" in obs_type:
+            features[OBS_ENV_STATE] = PolicyFeature(FeatureType.STATE, (self.env_state_size(),))
+        if obs_type.endswith("agent_pos"):
+            features[OBS_STATE] = PolicyFeature(FeatureType.STATE, (self.state_size,))
+        return features
 
     @property
     def action_feature(self) -> PolicyFeature:
-        """The action the env consumes, as a policy output feature."""
-        raise NotImplementedError
+        return PolicyFeature(FeatureType.ACTION, (self.action_size,))
 
     def make_single(self) -> gym.Env:
-        """One environment with this config, its time limit applied. The bound method is what AsyncVectorEnv workers
-        call, so the config must stay picklable (plain fields)."""
+        """One env with its time limit (AsyncVectorEnv workers call this bound method: keep the config picklable)."""
         raise NotImplementedError
 
     def make(self, n_envs: int, parallel: bool = False) -> LockstepVectorEnv:
-        """`n_envs` environments as one vector env with autoreset disabled; see `hfpolicy.envs.make_vector_env`."""
+        """`n_envs` envs as one vector env with autoreset disabled (`make_vector_env`)."""
         if n_envs < 1:
             raise ValueError(f"n_envs must be >= 1, got {n_envs}")
         return make_vector_env([self.make_single] * n_envs, parallel=parallel)
@@ -87,9 +99,8 @@ class EnvConfig(draccus.ChoiceRegistry):
     def for_policy(
         self, input_features: Mapping[str, PolicyFeature], output_features: Mapping[str, PolicyFeature] | None = None
     ) -> "EnvConfig":
-        """This config with an obs type that gives the policy's inputs (the cheapest, unless one is set), checked
-        against the policy's shapes, and (given `output_features`) its action against the env's action space;
-        ValueError naming the missing key or the shape and the flag that fixes it."""
+        """This config with an obs type that gives the policy's inputs (the cheapest, unless set), checked against the
+        policy's shapes and (given `output_features`) its action; ValueError naming what is missing and the fix."""
         if output_features is not None:
             self.check_action(output_features)
         config = self
@@ -112,8 +123,7 @@ class EnvConfig(draccus.ChoiceRegistry):
         return config
 
     def check_action(self, output_features: Mapping[str, PolicyFeature]) -> None:
-        """ValueError unless the policy's action has the shape of the env's action space (a policy trained on other
-        data would otherwise fail at its first step with a numpy broadcast error)."""
+        """ValueError unless the policy's action has the shape of the env's action space."""
         action = output_features.get(ACTION)
         expected = tuple(self.action_feature.shape)
         if action is None or tuple(action.shape) != expected:
@@ -137,14 +147,12 @@ class EnvConfig(draccus.ChoiceRegistry):
 @EnvConfig.register_subclass("pusht")
 @dataclass
 class PushTEnvConfig(EnvConfig):
-    """PushT (gym-pusht): push a T-shaped block onto a fixed target with a circular agent, 512x512 workspace.
-
-    Actions are target agent positions (x, y) in pixels. The reward is the block's coverage of the target (scaled so
-    that 95% coverage gives 1.0); an episode terminates with success at coverage > 95% and is truncated after
-    `episode_length` steps.
-    """
+    """PushT (gym-pusht): push a T-shaped block onto a fixed target with a circular agent, 512x512 workspace. Actions
+    are target agent positions (x, y) in pixels; an episode succeeds (and ends) at coverage > 95%."""
 
     obs_types: ClassVar[tuple[str, ...]] = ("pixels_agent_pos", "environment_state_agent_pos", "pixels")
+    state_size: ClassVar[int] = 2
+    action_size: ClassVar[int] = 2
 
     obs_type: str | None = None  # pixels_agent_pos / environment_state_agent_pos / pixels; None: from the policy
     episode_length: int = 300  # steps before truncation (gym-pusht's own limit is 300)
@@ -164,22 +172,11 @@ class PushTEnvConfig(EnvConfig):
     def fps(self) -> float:
         return 10.0  # gym-pusht's control_hz (metadata render_fps)
 
-    def observation_features(self, obs_type: str | None = None) -> dict[str, PolicyFeature]:
-        obs_type = obs_type or self.obs_type or self.obs_types[0]
-        self._check_obs_type(obs_type)
-        size = self.observation_size
-        features = {}
-        if obs_type.startswith("pixels"):
-            features[OBS_IMAGE] = PolicyFeature(FeatureType.IMAGE, (3, size, size))
-        if obs_type == "environment_state_agent_pos":
-            features[OBS_ENV_STATE] = PolicyFeature(FeatureType.STATE, (16,))
-        if obs_type.endswith("agent_pos"):
-            features[OBS_STATE] = PolicyFeature(FeatureType.STATE, (2,))
-        return features
+    def image_size(self) -> tuple[int, int]:
+        return self.observation_size, self.observation_size
 
-    @property
-    def action_feature(self) -> PolicyFeature:
-        return PolicyFeature(FeatureType.ACTION, (2,))
+    def env_state_size(self) -> int:
+        return 16  # the T's 8 keypoints
 
     def make_single(self) -> gym.Env:
         import gym_pusht  # noqa: F401 (registers gym_pusht/PushT-v0)
@@ -215,15 +212,9 @@ def make_env_config(name: str, **fields: Any) -> EnvConfig:
 def make_env(
     name: str, n_envs: int, parallel: bool = False, obs_type: str | None = None, policy: Any = None, **kwargs: Any
 ) -> LockstepVectorEnv:
-    """`n_envs` copies of env `name` in a vector env with autoreset disabled.
-
-    parallel=False gives a SyncVectorEnv ("serial": the envs step one after another in this process, the policy acts
-    on the whole batch); parallel=True an AsyncVectorEnv (one worker process per env). `policy` (a Policy): the env
-    gives what it reads, as `hfpolicy eval` makes it (EnvConfig.for_policy): the obs type chosen from its input
-    features unless `obs_type` is given, its shapes and action checked. Without a policy, `obs_type` defaults to the
-    env's first (pixels_agent_pos). `kwargs` are the env config's fields, e.g.
-    `make_env("pusht", 8, policy=policy, episode_length=100, render_size=256)`.
-    """
+    """`n_envs` copies of env `name` in a vector env with autoreset disabled (`make_vector_env`). Given a `policy`, the
+    env gives what it reads (`EnvConfig.for_policy`); `kwargs` are the env config's fields, e.g.
+    `make_env("pusht", 8, policy=policy, episode_length=100, render_size=256)`."""
     config = make_env_config(name, obs_type=obs_type, **kwargs)
     if policy is not None:
         config = config.for_policy(policy.config.input_features, policy.config.output_features)

@@ -1,8 +1,5 @@
-"""MuJoCo's OpenGL backend for the MuJoCo envs (ALOHA, xArm): headless by default, one line of advice when it fails.
-
-MuJoCo picks its GL backend from `MUJOCO_GL` when `mujoco` is first imported; `use_headless_gl()` sets it to `egl`
-(headless; Mesa's EGL works without a GPU) unless it is set already, so call it before importing mujoco.
-"""
+"""MuJoCo's OpenGL backend for the MuJoCo envs (ALOHA, xArm): headless by default (`use_headless_gl()`, before mujoco
+is imported), one line of advice when it fails."""
 
 import importlib.util
 import os
@@ -31,14 +28,9 @@ def backend_advice(error: str) -> str:
 
 
 def use_headless_gl() -> None:
-    """MUJOCO_GL=egl unless set, and triton loaded first (see `load_triton_first`)."""
+    """MUJOCO_GL=egl unless set, and triton (when installed) loaded before the GL backend: Mesa's EGL/OSMesa drivers
+    load their LLVM when a GL display opens, and triton's own LLVM (torch imports it for dynamo) loaded after that
+    crashes the process."""
     os.environ.setdefault("MUJOCO_GL", "egl")
-    load_triton_first()
-
-
-def load_triton_first() -> None:
-    """Loads triton (when installed) before the GL backend. Mesa's EGL/OSMesa drivers load their LLVM into the process
-    when a GL display opens; triton, which torch imports for dynamo (diffusers, accelerate do), brings its own LLVM,
-    and loading it after Mesa's crashes the process (a segfault in triton's import). In this order both work."""
     if "triton" not in sys.modules and importlib.util.find_spec("triton") is not None:
         import triton  # noqa: F401

@@ -17,17 +17,10 @@ def observations_to_batch(
     device: torch.device | str = "cpu",
     keys: Collection[str] | None = None,
 ) -> dict[str, Tensor]:
-    """A batch of env observations (leading dim = number of envs) as policy inputs on `device`.
-
-    - `pixels` (B, H, W, C) uint8 -> `observation.image` (B, C, H, W) float32 in [0, 1]; a dict of cameras
-      {"top": ...} -> `observation.images.top`, ...; a bare array observation is taken as `pixels`.
-    - `agent_pos` -> `observation.state`, `environment_state` -> `observation.environment_state`, float32.
-    - any other key `k` -> `observation.k`, float32.
-
-    `keys` (e.g. the policy's input features) limits the batch to those entries, so observations the policy does not
-    use are not converted. The tensors are always new memory, never views of the env's buffers (which the next step
-    overwrites).
-    """
+    """A batch of env observations (leading dim = number of envs) as policy inputs on `device`, in new memory (never
+    views of the env's buffers). `pixels` (B, H, W, C) uint8, a dict of them per camera, or a bare array, become
+    `observation.image` or `observation.images.<camera>` (B, C, H, W) float32 in [0, 1]; other keys are named as
+    OBSERVATION_KEYS says, float32. `keys` (e.g. the policy's input features) limits the batch to those entries."""
     if isinstance(observation, np.ndarray):
         observation = {"pixels": observation}
     batch = {}

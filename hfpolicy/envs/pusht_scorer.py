@@ -1,9 +1,5 @@
-"""A scorer built on a live gym-pusht env: coverage, reward, success and keypoints of PushT states, as `PushTEnv.step`
-computes them, for converting, recording and online rounds that have states but no env of their own.
-
-    scorer = PushTScorer()
-    reward, success = scorer.reward_success(scorer.coverage(poses))   # poses (N, 3) = block (x, y, θ)
-"""
+"""Coverage, reward, success and keypoints of PushT states as `PushTEnv.step` computes them, for converting, recording
+and online rounds that have states but no env of their own."""
 
 import numpy as np
 
@@ -11,9 +7,8 @@ from hfpolicy.envs.pusht_tee import TeeGeometry
 
 
 class PushTScorer:
-    """Scores PushT states with a live gym-pusht `PushTEnv`'s T block, goal and success threshold: coverage and
-    keypoints of recorded poses without stepping the physics (hfpolicy.envs.pusht_tee.TeeGeometry, the expert's T
-    too), and the coverage a replay of actions reaches (`coverage_after` steps the env itself)."""
+    """Scores PushT states with a live gym-pusht env's T block, goal and success threshold, without stepping the
+    physics (but `coverage_after`, which replays actions)."""
 
     def __init__(self):
         from gym_pusht.envs.pusht import PushTEnv

@@ -1,11 +1,6 @@
-"""gym-pusht's T block, in one place for the scripted expert (hfpolicy.experts) and the dataset converter
-(hfpolicy.datasets.pusht_zarr): its two boxes, frames and poses, the keypoints of `environment_state`, and the exact
-coverage of the goal (convex clipping, no shapely).
-
-Poses are (x, y, angle) of the block body's origin, as pymunk reports `block.position` and `block.angle` (the origin
-is the middle of the bar's top edge; the centre of gravity sits at local (0, 45)); a local vertex v sits at
-(x, y) + R(angle) v in the world, as pymunk's `local_to_world` computes. Coverage is area(block ∩ goal) / area(goal),
-gym-pusht's reward before its success threshold.
+"""gym-pusht's T block for the scripted expert and the dataset converter: its two boxes, frames and poses, the
+keypoints of `environment_state`, and the exact coverage of the goal, area(block ∩ goal) / area(goal) (convex clipping,
+no shapely). Poses are (x, y, angle) of the block body's origin, as pymunk reports `block.position` and `block.angle`.
 """
 
 import math
@@ -114,21 +109,17 @@ class TeeGeometry:
 
     @classmethod
     def from_env(cls, env) -> "TeeGeometry":
-        """The T of a gym-pusht env (or a wrapper of one): its two polygons in the env's own order (the order of its
-        `environment_state` keypoints) and its centre of gravity. ValueError for another block."""
+        """The T of a gym-pusht env (or a wrapper of one), its polygons in the env's keypoint order; ValueError for
+        another block."""
         base = getattr(env, "unwrapped", env)
         shapes = getattr(base, "_block_shapes", None) or list(base.block.shapes)  # block.shapes is an unordered set
         pieces = np.array([[tuple(v) for v in shape.get_vertices()] for shape in shapes], dtype=np.float64)
         return cls(pieces, np.array(tuple(base.block.center_of_gravity), dtype=np.float64))
 
-    def vertices(self, poses: np.ndarray) -> np.ndarray:
-        """World vertices (P, 2, 4, 2) of the two polygons (in the order given) for poses (P, 3) = (x, y, angle)."""
-        poses = np.asarray(poses, dtype=np.float64).reshape(-1, 3)
-        return batch_to_world(self.keypoint_pieces.reshape(-1, 2), poses).reshape(len(poses), 2, 4, 2)
-
     def keypoints(self, poses: np.ndarray) -> np.ndarray:
         """gym-pusht's `environment_state` for poses (P, 3): the 8 polygon vertices in world coordinates, (P, 16)."""
-        return self.vertices(poses).reshape(-1, 16)
+        poses = np.asarray(poses, dtype=np.float64).reshape(-1, 3)
+        return batch_to_world(self.keypoint_pieces.reshape(-1, 2), poses).reshape(-1, 16)
 
     def coverage(self, poses: np.ndarray, goal: np.ndarray) -> np.ndarray:
         """Fraction of the goal T covered by the block at each pose (P, 3): gym-pusht's coverage, computed exactly."""
@@ -142,10 +133,7 @@ class TeeGeometry:
         return areas.sum(axis=1) / self.area
 
     def pose_error(self, poses: np.ndarray, goal: np.ndarray, px_per_rad: float) -> np.ndarray:
-        """Distance (px) of the centre of gravity from its goal plus px_per_rad times the angle error, poses (P, 3).
-
-        Translation and rotation add up here (in a mean corner distance they mix, and a push that turns the T the
-        right way while moving it off the goal can look like no progress at all)."""
+        """Distance (px) of the centre of gravity from its goal plus px_per_rad times the angle error, poses (P, 3)."""
         poses = np.asarray(poses, dtype=np.float64).reshape(-1, 3)
         goal = np.asarray(goal, dtype=np.float64)
         here = batch_to_world(self.cog[None], poses)[:, 0]

@@ -1,11 +1,9 @@
 """Vector envs for lockstep rollouts: autoreset disabled, finished episodes parked, rendering only where asked.
 
-With autoreset disabled, gymnasium's SyncVectorEnv refuses to step a sub-env whose episode has ended, and
-AsyncVectorEnv steps it on past its end. The way gymnasium allows is `reset(options={"reset_mask": mask})`; every
-sub-env made here is wrapped in `LockstepEnv`, which reads the option `{PARK_OPTION: True}` in such a reset as "park":
-the env keeps its final state and answers later steps with that final observation, reward 0 and no termination,
-without simulating anything. So a batch of episodes can be stepped in lockstep until the slowest one ends, and a
-finished episode costs nothing afterwards. Results from parked envs are never counted (the rollout ignores them).
+With autoreset disabled, SyncVectorEnv refuses to step a sub-env whose episode has ended (AsyncVectorEnv steps it on).
+Each sub-env is wrapped in `LockstepEnv`, which reads `reset(options={"reset_mask": mask, PARK_OPTION: True})` as
+"park": the env keeps its final state and answers later steps with its final observation, reward 0 and no termination,
+without simulating. So a batch steps in lockstep until its slowest episode ends (the rollout ignores parked envs).
 """
 
 import functools
@@ -17,18 +15,13 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 PARK_OPTION = "park"  # reset(options={"reset_mask": mask, PARK_OPTION: True}) parks the masked sub-envs
 
-
-# What make_vector_env gives. Both take one seed per env in reset and have get_attr/set_attr; VectorEnv has neither.
+# What make_vector_env gives: both take one seed per env in reset and have get_attr/set_attr (VectorEnv has neither).
 LockstepVectorEnv = SyncVectorEnv | AsyncVectorEnv
 
 
 class LockstepEnv(gym.Wrapper):
-    """Adds parking (see the module docstring) and selective rendering to one env.
-
-    `render_enabled = False` makes `render()` return None, so a vector env's `render()` only draws (and, for
-    AsyncVectorEnv, only sends back) the frames of the envs being recorded. A parked env renders None too: it has no
-    new frames.
-    """
+    """Adds parking (see the module docstring) and selective rendering to one env: `render()` returns None when parked
+    or with `render_enabled = False`, so a vector env only draws (and sends back) the frames being recorded."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
@@ -66,12 +59,8 @@ def _make_lockstep_env(env_fn: Callable[[], gym.Env]) -> gym.Env:
 def make_vector_env(
     env_fns: Sequence[Callable[[], gym.Env]], parallel: bool = False, context: str | None = None
 ) -> LockstepVectorEnv:
-    """A SyncVectorEnv (parallel=False) or AsyncVectorEnv (parallel=True, one process per env, multiprocessing
-    `context`) of `LockstepEnv`-wrapped envs with autoreset disabled.
-
-    Stepping in lockstep: after a sub-env's episode ends, park it with
-    `env.reset(options={"reset_mask": ended, PARK_OPTION: True})` before the next `step`.
-    """
+    """A SyncVectorEnv, or (parallel) an AsyncVectorEnv with one process per env (multiprocessing `context`), of
+    `LockstepEnv`s with autoreset disabled: park the envs whose episode ended before the next `step`."""
     if not env_fns:
         raise ValueError("a vector env needs at least one env")
     wrapped = [functools.partial(_make_lockstep_env, fn) for fn in env_fns]

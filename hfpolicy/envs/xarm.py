@@ -1,25 +1,7 @@
 """xArm simulation: gym-xarm's MuJoCo tasks (XarmLift-v0) as a gymnasium env, on MuJoCo 3 and gymnasium 1.x.
 
-    env = XarmEnv("XarmLift-v0", obs_type="pixels_agent_pos")
-    observation, info = env.reset(seed=0)   # {"pixels": (84, 84, 3) uint8, "agent_pos": (4,) float64}
-
-The scene, physics, start-pose distribution, reward (`get_reward`) and success rule (`is_success`, which ends the
-episode) are gym-xarm's: its task env runs inside this one with `obs_type="state"`. What differs:
-
-- Rendering goes through `mujoco.Renderer` (gym-xarm calls gymnasium's `MujocoRenderer.render(camera_name=...)`,
-  which gymnasium >= 1.0 no longer takes), from gym-xarm's `camera0`; only pixel observations and `render()` render.
-- Lift's start height: gym-xarm 0.1.1 keeps the object's start height in world coordinates but compares it with the
-  object's height relative to the table centre (`obj`), so its success height (0.72 m above the table centre) is out
-  of the arm's reach and the lift part of its reward never pays. Here the start height is taken in the table frame,
-  as the comparison expects: success = the cube's centre 0.15 m above its sampled start height (0.14 m above the
-  table), and the reward's pick term pays once the cube leaves the table.
-- Every reset starts from a cleared simulation (`mj_resetData`: solver warm start, gripper controls), so an episode is
-  a function of its seed alone, in a fresh env or a used one, in a serial or a parallel vector env. Unseeded resets
-  draw from gym-xarm's generator (gymnasium's convention).
-- Actions are cast to float32 and clipped to [-1, 1] (gym-xarm asserts both).
-- `environment_state` (the cube's position relative to the table centre + its wxyz quaternion) for state recipes.
-
-Rendering: `MUJOCO_GL` is set to `egl` (headless) unless set already, before mujoco is imported (see mujoco_gl).
+gym-xarm's task env runs inside this one; what differs (rendering through `mujoco.Renderer`, the lift's start height in
+the table frame, per-seed resets, clipped float32 actions, `environment_state`) is in docs/xarm.md.
 """
 
 from typing import Any
@@ -40,20 +22,13 @@ GYM_ID = "hfpolicy/Xarm-v0"
 INSTALL = "pip install --no-deps gym-xarm==0.1.1"  # gym-xarm pins mujoco<3; its real needs are in pyproject.toml
 
 
-def import_gym_xarm():
-    """gym_xarm (registering its tasks), with the headless GL backend chosen first; ImportError saying how to
-    install it."""
-    use_headless_gl()
+def registered_tasks() -> list[str]:
+    """The xArm tasks gym-xarm registers (`gym_xarm/<task>`); ImportError saying how to install gym-xarm."""
+    use_headless_gl()  # before gym_xarm imports mujoco
     try:
-        import gym_xarm
+        import gym_xarm  # noqa: F401 (registers its tasks)
     except ImportError as e:
         raise ImportError(f"the xArm env needs gym-xarm ({e}): {INSTALL}") from e
-    return gym_xarm
-
-
-def registered_tasks() -> list[str]:
-    """The xArm tasks gym-xarm registers (`gym_xarm/<task>`)."""
-    import_gym_xarm()
     return sorted(name.split("/", 1)[1] for name in gym.registry if name.startswith("gym_xarm/"))
 
 
@@ -64,14 +39,9 @@ def check_task(task: str) -> None:
 
 
 class XarmEnv(gym.Env):
-    """gym-xarm's task `task` with per-seed episodes, rendering that works on gymnasium 1.x, and the observations
-    asked for.
-
-    Actions: 4 numbers in [-1, 1]: the end effector's move (x, y, z; 1 = 5 cm in one step) and the grip (-1 open,
-    1 closed). Observations (`obs_type`): `pixels` (H, W, 3) uint8 from camera0, `agent_pos` (4,) gym-xarm's robot
-    state (end-effector position, gripper angle), `environment_state` (7,) the cube's pose. Episodes terminate at
-    gym-xarm's `is_success`; the time limit comes from `gym.make(..., max_episode_steps)`.
-    """
+    """gym-xarm's task `task`. Actions: the end effector's move (x, y, z in [-1, 1]; 1 = 5 cm) and the grip (-1 open,
+    1 closed); observations: `pixels` (H, W, 3) uint8 from camera0, `agent_pos` (4,) gym-xarm's robot state,
+    `environment_state` (7,) the cube's pose. Episodes terminate at gym-xarm's `is_success`."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": FPS}
 
@@ -160,9 +130,3 @@ class XarmEnv(gym.Env):
         for renderer in self._renderers.values():
             renderer.close()
         self._renderers.clear()
-
-
-def register() -> None:
-    """Registers `hfpolicy/Xarm-v0` with gymnasium (once)."""
-    if GYM_ID not in gym.registry:
-        gym.register(GYM_ID, entry_point="hfpolicy.envs.xarm:XarmEnv", max_episode_steps=200, nondeterministic=False)

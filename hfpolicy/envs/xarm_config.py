@@ -1,8 +1,11 @@
 """The xArm env config (`--env.type=xarm --env.task=XarmLift-v0`)."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import ClassVar
+
+import gymnasium as gym
 
 from hfpolicy.constants import OBS_IMAGE
 from hfpolicy.envs import xarm
@@ -16,17 +19,12 @@ TASK_DESCRIPTIONS = {"XarmLift-v0": "Pick up the cube and lift it."}  # the task
 @EnvConfig.register_subclass("xarm")
 @dataclass
 class XarmEnvConfig(ArmEnvConfig):
-    """xArm simulation (gym-xarm's MuJoCo scene, see hfpolicy.envs.xarm): a 7-DoF xArm with a parallel gripper lifts
-    a cube from a table.
-
-    Actions are 4 numbers in [-1, 1] (end-effector move x, y, z and the grip); observations are LeRobot's
-    (observation.image 84x84, observation.state = end-effector position + gripper angle) plus, for state recipes,
-    observation.environment_state (the cube's pose). Episodes follow LeRobot 0.6.1's xArm config: 200 steps at 15 fps;
-    success = gym-xarm's `is_success` (the cube lifted 0.15 m), which ends the episode.
-    """
+    """xArm simulation (hfpolicy.envs.xarm): a 7-DoF xArm with a parallel gripper lifts a cube from a table; LeRobot's
+    observations and episodes (docs/xarm.md)."""
 
     obs_types: ClassVar[tuple[str, ...]] = xarm.OBS_TYPES
     sim: ClassVar[ModuleType] = xarm
+    env_class: ClassVar[Callable[..., gym.Env]] = xarm.XarmEnv
     image_key: ClassVar[str] = OBS_IMAGE
     state_size: ClassVar[int] = len(xarm.STATE_NAMES)
     action_size: ClassVar[int] = len(xarm.ACTION_NAMES)
@@ -51,6 +49,5 @@ class XarmEnvConfig(ArmEnvConfig):
         return len(xarm.ENV_STATE_NAMES)
 
     @property
-    def description(self) -> str:
-        """The task sentence recordings carry."""
+    def description(self) -> str:  # the task sentence recordings carry
         return TASK_DESCRIPTIONS.get(self.task, self.task)

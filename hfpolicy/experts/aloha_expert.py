@@ -1,29 +1,19 @@
-"""A scripted bimanual ALOHA expert: end-effector waypoints planned from the objects' pose, turned into joint targets.
-
-As the ACT paper made its scripted data: the expert plans gripper poses (approach, grasp, lift, hand over / insert)
-for both arms from the objects' start pose, plays them in gym-aloha's end-effector scene (the same robot, each gripper
-welded to a mocap body that follows the planned pose, so MuJoCo solves the inverse kinematics), and records the joint
-positions the arms reach there. Those joint positions, with the planned gripper openings, are the actions in the
-joint-space env (`hfpolicy.envs.aloha.AlohaEnv`), where the arms' position servos track them.
-
-    env = AlohaEnv("AlohaTransferCube-v0", obs_type="environment_state_agent_pos")
-    expert = AlohaExpert()
-    observation, info = env.reset(seed=seed)
-    expert.reset(env)                      # plans the whole episode from the env's object pose
-    while ...:
-        observation, reward, terminated, truncated, info = env.step(expert.act())
-
-Poses are in the world frame (metres; quaternions w, x, y, z); the grippers' normalized opening is 0 closed, 1 open.
-The plan is a function of the object pose alone (deterministic), and the expert never touches the env's physics.
+"""A scripted bimanual ALOHA expert, as the ACT paper made its scripted data: gripper waypoints planned from the
+objects' start pose are played in gym-aloha's end-effector scene (grippers welded to mocap bodies, so MuJoCo solves the
+inverse kinematics), and the joint positions the arms reach there, with the planned gripper openings (0 closed, 1
+open), are the actions of the joint-space env (`hfpolicy.envs.aloha.AlohaEnv`). Poses are in the world frame (metres;
+quaternions w, x, y, z). The plan is a function of the object pose alone; the expert never touches the env's physics.
 """
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from hfpolicy.envs.aloha import TASK_NAMES, check_task, make_control_env
+from hfpolicy.experts.episodes import ExpertEpisode, run_episode
 
 IDENTITY = np.array([1.0, 0.0, 0.0, 0.0])
 WELD_SOLIMP = (0.9, 0.95, 0.001)  # impedance of the gripper-to-mocap welds (dmin, dmax, width)
@@ -67,14 +57,13 @@ class Waypoint:
     """Where one gripper is at step `t`: position, orientation and normalized opening (0 closed, 1 open)."""
 
     t: int
-    xyz: tuple[float, float, float]
-    quat: tuple[float, float, float, float]
+    xyz: ArrayLike
+    quat: ArrayLike
     gripper: float
 
 
 def interpolate(waypoints: Sequence[Waypoint], t: float) -> tuple[np.ndarray, np.ndarray, float]:
-    """The gripper pose at step `t`: linear in position and opening, spherical in orientation, between the waypoints
-    around `t` (held at the last one after it)."""
+    """The gripper pose at step `t`, interpolated between the waypoints around it (held at the last one after it)."""
     if t <= waypoints[0].t:
         w = waypoints[0]
         return np.array(w.xyz), np.array(w.quat), w.gripper
@@ -91,12 +80,6 @@ def interpolate(waypoints: Sequence[Waypoint], t: float) -> tuple[np.ndarray, np
     return np.array(w.xyz), np.array(w.quat), w.gripper
 
 
-def _wp(t: int, xyz, quat, gripper: float) -> Waypoint:
-    x, y, z = (float(v) for v in xyz)
-    qw, qx, qy, qz = (float(v) for v in quat)
-    return Waypoint(t, (x, y, z), (qw, qx, qy, qz), float(gripper))
-
-
 @dataclass
 class AlohaExpertConfig:
     """Knobs of the scripted ALOHA expert (positions in metres, times in env steps at 50 Hz)."""
@@ -111,42 +94,37 @@ class AlohaExpertConfig:
     episode_steps: int = 400  # the plan's length (LeRobot's ALOHA episode length)
 
 
-@dataclass
-class ArmPlans:
-    """One episode's plan: the waypoints of the left and the right gripper."""
-
-    left: list[Waypoint] = field(default_factory=list)
-    right: list[Waypoint] = field(default_factory=list)
+ArmPlans = tuple[list[Waypoint], list[Waypoint]]  # one episode's plan: the left and the right gripper's waypoints
 
 
 def transfer_cube_plan(cfg: AlohaExpertConfig, cube_xyz: np.ndarray, left0: np.ndarray, right0: np.ndarray) -> ArmPlans:
-    """The right gripper picks the cube up and brings it to the hand-over point, where the left one takes it.
-    `left0` / `right0`: the grippers' start poses (xyz + quaternion)."""
+    """The right gripper picks the cube up and brings it to the hand-over point, where the left one takes it (`left0`,
+    `right0`: the grippers' start poses, xyz + quaternion)."""
     meet = np.array(cfg.handover_xyz)
     pick = quat_multiply(right0[3:], quat_about([0, 1, 0], -cfg.pick_tilt_deg))
     receive = quat_about([1, 0, 0], 90)  # the left gripper meets the cube with its fingers vertical
     above, grasp = cube_xyz + [0, 0, cfg.approach_height], cube_xyz + [0, 0, cfg.cube_grasp_depth]
     end = cfg.episode_steps
     right = [
-        _wp(0, right0[:3], right0[3:], 0),
-        _wp(90, above, pick, 1),  # approach over the cube, opening
-        _wp(130, grasp, pick, 1),  # go down around it
-        _wp(170, grasp, pick, 0),  # close
-        _wp(200, meet + [0.05, 0, 0], pick, 0),  # lift and carry towards the hand-over point
-        _wp(220, meet, pick, 0),
-        _wp(310, meet, pick, 1),  # let go once the left gripper holds it
-        _wp(360, meet + [0.1, 0, 0], pick, 1),  # move away to the right
-        _wp(end, meet + [0.1, 0, 0], pick, 1),
+        Waypoint(0, right0[:3], right0[3:], 0),
+        Waypoint(90, above, pick, 1),  # approach over the cube, opening
+        Waypoint(130, grasp, pick, 1),  # go down around it
+        Waypoint(170, grasp, pick, 0),  # close
+        Waypoint(200, meet + [0.05, 0, 0], pick, 0),  # lift and carry towards the hand-over point
+        Waypoint(220, meet, pick, 0),
+        Waypoint(310, meet, pick, 1),  # let go once the left gripper holds it
+        Waypoint(360, meet + [0.1, 0, 0], pick, 1),  # move away to the right
+        Waypoint(end, meet + [0.1, 0, 0], pick, 1),
     ]
     left = [
-        _wp(0, left0[:3], left0[3:], 0),
-        _wp(100, meet + [-0.1, 0, -0.02], receive, 1),  # wait open beside the hand-over point
-        _wp(260, meet + [0.02, 0, -0.02], receive, 1),  # close in around the cube
-        _wp(310, meet + [0.02, 0, -0.02], receive, 0),  # grasp
-        _wp(360, meet + [-0.1, 0, -0.02], IDENTITY, 0),  # take it away to the left
-        _wp(end, meet + [-0.1, 0, -0.02], IDENTITY, 0),
+        Waypoint(0, left0[:3], left0[3:], 0),
+        Waypoint(100, meet + [-0.1, 0, -0.02], receive, 1),  # wait open beside the hand-over point
+        Waypoint(260, meet + [0.02, 0, -0.02], receive, 1),  # close in around the cube
+        Waypoint(310, meet + [0.02, 0, -0.02], receive, 0),  # grasp
+        Waypoint(360, meet + [-0.1, 0, -0.02], IDENTITY, 0),  # take it away to the left
+        Waypoint(end, meet + [-0.1, 0, -0.02], IDENTITY, 0),
     ]
-    return ArmPlans(left, right)
+    return left, right
 
 
 def insertion_plan(
@@ -160,33 +138,31 @@ def insertion_plan(
 
     def grasp_and_carry(start, obj, quat, meet_far, meet_in):
         return [
-            _wp(0, start[:3], start[3:], 0),
-            _wp(120, obj + [0, 0, cfg.approach_height], quat, 1),  # approach over the object, opening
-            _wp(170, obj + [0, 0, depth], quat, 1),  # go down around it
-            _wp(220, obj + [0, 0, depth], quat, 0),  # close
-            _wp(285, meet_far, quat, 0),  # lift and carry to the meeting point, apart
-            _wp(340, meet_in, quat, 0),  # close in: the peg enters the socket
-            _wp(end, meet_in, quat, 0),
+            Waypoint(0, start[:3], start[3:], 0),
+            Waypoint(120, obj + [0, 0, cfg.approach_height], quat, 1),  # approach over the object, opening
+            Waypoint(170, obj + [0, 0, depth], quat, 1),  # go down around it
+            Waypoint(220, obj + [0, 0, depth], quat, 0),  # close
+            Waypoint(285, meet_far, quat, 0),  # lift and carry to the meeting point, apart
+            Waypoint(340, meet_in, quat, 0),  # close in: the peg enters the socket
+            Waypoint(end, meet_in, quat, 0),
         ]
 
     left = grasp_and_carry(left0, socket_xyz, pick_left, meet + [-0.1, 0, 0], meet + [-0.05, 0, 0])
     right = grasp_and_carry(right0, peg_xyz, pick_right, meet + [0.1, 0, lift], meet + [0.05, 0, lift])
-    return ArmPlans(left, right)
+    return left, right
 
 
 class MocapArms:
     """gym-aloha's end-effector scene for one task: the grippers follow mocap bodies; read back the joint angles."""
 
     def __init__(self, task: str):
-        check_task(task)
-        self.task = task
         self.env = make_control_env(task, need_rendering=False, end_effector=True)
         # gym-aloha's welds (solimp 0.25) let the grippers trail their mocap bodies by ~6 cm on MuJoCo 3.x, enough
         # to push the cube away instead of grasping it; a stiffer weld keeps them within ~1 cm.
         self.env.physics.model.eq_solimp[:, :3] = WELD_SOLIMP
 
     def start_poses(self, object_pose: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Resets the scene with the objects at `object_pose`; the grippers' start poses (xyz + quaternion)."""
+        """Resets the scene with the objects at `object_pose`; returns the grippers' start poses."""
         self.env.task.object_pose = np.asarray(object_pose, dtype=np.float64)
         self.env.reset()
         data = self.env.physics.data
@@ -195,13 +171,12 @@ class MocapArms:
         return left, right
 
     def joint_targets(self, plans: ArmPlans, n_steps: int) -> np.ndarray:
-        """Plays the plan (after `start_poses`) and returns (n_steps, 14) joint-space actions: at step t, the arms'
-        joint angles once the grippers reached their step-t poses, and the planned gripper openings."""
+        """Plays the plan (after `start_poses`): (n_steps, 14) joint-space actions, the arms' joint angles once the
+        grippers reached their step-t poses and the planned gripper openings."""
         actions = np.zeros((n_steps, 14), dtype=np.float32)
         for t in range(n_steps):
-            command = []
-            openings = []
-            for waypoints in (plans.left, plans.right):
+            command, openings = [], []
+            for waypoints in plans:
                 xyz, quat, opening = interpolate(waypoints, t)
                 command += [*xyz, *quat, opening]
                 openings.append(opening)
@@ -226,7 +201,7 @@ class AlohaExpert:
 
     def plan(self, task: str, object_pose: np.ndarray) -> np.ndarray:
         """The (episode_steps, 14) joint targets for `task` with the objects starting at `object_pose` (the env's
-        `environment_state` after reset: cube xyz + quaternion; peg's then socket's)."""
+        `environment_state` after reset)."""
         check_task(task)
         if task not in self._arms:
             self._arms[task] = MocapArms(task)
@@ -262,54 +237,8 @@ class AlohaExpert:
         self._arms.clear()
 
 
-@dataclass
-class AlohaEpisode:
-    """What `run_aloha_expert_episode` returns."""
-
-    seed: int
-    actions: np.ndarray  # (n_steps, 14) float32, the applied joint targets
-    rewards: np.ndarray  # (n_steps,) gym-aloha rewards (0..4)
-    success: bool  # reward 4 was reached
-    first_success_step: int | None  # 1-based step at which it was first reached
-    n_steps: int
-    final_environment_state: np.ndarray  # the object poses after the last step
-
-
 def run_aloha_expert_episode(
-    env,
-    expert: AlohaExpert,
-    seed: int,
-    max_steps: int | None = None,
-    on_reset: Callable | None = None,
-    on_step: Callable | None = None,
-    stop_at_success: bool = False,
-) -> AlohaEpisode:
-    """One episode of `expert` in `env` (an hfpolicy AlohaEnv, possibly wrapped), seeded `seed`, for `max_steps`
-    (default: the plan's length) or until the env ends it. `on_reset(observation, info)` and
-    `on_step(t, action, observation, reward, terminated, truncated, info)` let a recorder follow."""
-    observation, info = env.reset(seed=seed)
-    if on_reset is not None:
-        on_reset(observation, info)
-    expert.reset(env)
-    max_steps = max_steps or expert.config.episode_steps
-    actions, rewards, first_success = [], [], None
-    for t in range(max_steps):
-        action = expert.act()
-        observation, reward, terminated, truncated, info = env.step(action)
-        actions.append(action)
-        rewards.append(float(reward))
-        if info.get("is_success") and first_success is None:
-            first_success = t + 1
-        if on_step is not None:
-            on_step(t, action, observation, reward, terminated, truncated, info)
-        if terminated or truncated or (stop_at_success and first_success is not None):
-            break
-    return AlohaEpisode(
-        seed=seed,
-        actions=np.array(actions, dtype=np.float32),
-        rewards=np.array(rewards),
-        success=first_success is not None,
-        first_success_step=first_success,
-        n_steps=len(actions),
-        final_environment_state=env.unwrapped.environment_state(),
-    )
+    env, expert: AlohaExpert, seed: int, max_steps: int | None = None, **hooks
+) -> ExpertEpisode:
+    """`run_episode` in an hfpolicy AlohaEnv (possibly wrapped), for `max_steps` (default: the plan's length)."""
+    return run_episode(env, expert, seed, max_steps or expert.config.episode_steps, **hooks)

@@ -1,46 +1,11 @@
-"""A scripted PushT expert that plans its pushes on a private copy of the simulator.
+"""A scripted PushT expert that plans one push at a time on a private copy of gym-pusht's simulator.
 
-The expert reads the privileged state of a gym-pusht env (agent, block pose, goal pose) and returns, every step, the
-next target position of the agent, as a person at the mouse would. It plans one push at a time:
-
-1. Candidate pushes. In the block's own frame a fixed set of pushes is laid out once: contact points every few
-   pixels along the T's outline plus fans of normals at its convex corners, each pushed along the inward normal or
-   tilted from it (then the agent slides along the edge as it pushes). Each has a straight run-up that starts clear
-   of the block. When the agent already touches the block, pushes that carry on from where it is are added.
-2. Screening. The block's pose is loaded into a private pymunk space built like the env's (same shapes, mass,
-   moment, centre of gravity, damping and solver settings) and every candidate is pushed there at constant speed.
-   PushT's block stops as soon as nothing pushes it (damping 0) and contacts have no friction, so where it ends up
-   depends on the agent's path, not on its speed: one coarse push per candidate gives the pose after every push
-   length at once.
-3. Scoring. A push costs the steps of the walk to its run-up (a smooth path around the block: straight when that
-   keeps a margin from it, otherwise along the T's convex hull grown by the margin), of the run-up and of the push.
-   Its gain is how much it lowers a cost-to-go: 0 once gym-pusht's coverage (computed exactly) passes the success
-   threshold, otherwise one more push plus a weight times the pose error (centre-of-gravity distance plus the angle
-   error in pixels; near the goal, where a pose error stops tracking coverage, the coverage that is missing). The
-   planner ranks pushes by gain per step, so cheap pushes that make no progress never win.
-4. Verification. The best few candidates (more near the goal) are replayed exactly as they would be executed: the
-   per-step targets through the env's PD controller, with its lag, from the env's true state. Near misses are
-   replayed again a few pixels longer or shorter. The best replay is executed, so the plan's outcome is known.
-   Plans that would make the targets jitter (see `target_motion_stats`) lose to any plan that does not.
-
-Motions are paced like a hand on a mouse: the target moves at most `max_step_px` per step, speeds up and slows down
-gradually, slows for bends (so the lagging agent follows the path instead of cutting into the block), and after a
-push holds still until the agent has nearly caught up; then the next push is planned.
-
-The expert is deterministic (the same seed gives the same actions). It never steps the env and never touches the
-env's pymunk space.
-
-Driving it step by step (what `run_expert_episode` does; a recorder stores obs before each action)::
-
-    env = gym.make("gym_pusht/PushT-v0", obs_type="pixels_agent_pos")
-    expert = PushTExpert()
-    obs, info = env.reset(seed=seed)
-    expert.reset(env)
-    while True:
-        action = expert.act(env)  # float32 (2,): target agent x, y in pixels
-        obs, reward, terminated, truncated, info = env.step(action)
-        if terminated or truncated:
-            break
+It reads the env's privileged state (agent, block and goal poses) and returns, every step, the agent's next target in
+pixels. A plan lays out candidate pushes (once, in the block's frame), pushes each at constant speed in a private pymunk
+space (the block stops when nothing pushes it, so one push gives its pose after every push length), ranks them by how
+much they lower a cost-to-go per step of walk, run-up and push, and replays the best few exactly through the env's PD
+controller; the best replay is executed. docs/datasets.md#the-scripted-pusht-expert tells more. The expert is
+deterministic and never steps the env or touches its pymunk space.
 """
 
 import math
@@ -53,10 +18,8 @@ import gymnasium as gym
 import numpy as np
 import pymunk
 
+from hfpolicy.experts.episodes import ExpertEpisode, run_episode
 from hfpolicy.experts.pusht_walks import TeeGeometry, WalkAround, paced, rotate, to_local, to_world
-
-# Coverage above which gym-pusht counts an episode as a success (PushTEnv.success_threshold).
-DEFAULT_SUCCESS_THRESHOLD = 0.95
 
 
 @dataclass
@@ -96,15 +59,10 @@ class PushTExpertConfig:
 
 
 @dataclass
-class ExpertEpisode:
-    """What `run_expert_episode` returns: the executed actions and how the episode went."""
+class PushTEpisode(ExpertEpisode):
+    """What `run_expert_episode` returns: the episode, and the expert's record of it."""
 
-    seed: int | None  # the env seed of the episode
-    actions: np.ndarray  # (n_steps, 2) float32 commanded targets, in order
-    rewards: np.ndarray  # (n_steps,) env rewards
     coverages: np.ndarray  # (n_steps,) goal coverage after each step
-    success: bool  # the env reported success (coverage above its threshold) within max_steps
-    n_steps: int  # steps taken (the step that succeeded included)
     planning_cpu_s: float  # CPU time (time.process_time) the expert spent planning during the episode
     planning_wall_s: float  # wall time the expert spent planning during the episode
     n_plans: int  # pushes planned during the episode
@@ -116,9 +74,6 @@ class NotPushTEnvError(TypeError):
     """The scripted PushT expert was given something that is not a (reset) gym-pusht PushT env."""
 
 
-# --- the planner's copy of the env's physics --------------------------------------------------------------------------
-
-
 class _PushSimulator:
     """A private pymunk space built like a PushTEnv's (walls, agent, T block, solver settings)."""
 
@@ -127,12 +82,8 @@ class _PushSimulator:
         self.substeps = int(round(1 / (env.dt * env.control_hz)))
         source = env.space
         space = pymunk.Space()
-        space.gravity = source.gravity
-        space.damping = source.damping
-        space.iterations = source.iterations
-        space.collision_slop = source.collision_slop
-        space.collision_bias = source.collision_bias
-        space.collision_persistence = source.collision_persistence
+        for name in ("gravity", "damping", "iterations", "collision_slop", "collision_bias", "collision_persistence"):
+            setattr(space, name, getattr(source, name))
         agent = pymunk.Body(body_type=pymunk.Body.KINEMATIC)
         block = pymunk.Body(env.block.mass, env.block.moment)
         space.add(agent, block)
@@ -170,9 +121,8 @@ class _PushSimulator:
         return poses
 
     def rollout(self, targets: np.ndarray, settle_px: float, max_hold: int) -> tuple[np.ndarray, np.ndarray]:
-        """Env steps toward each target (the env's PD control, substep by substep), then steps holding the last
-        target until the agent is within settle_px of it (at most max_hold of them).
-        Returns (the targets of all steps (T, 2), the block's pose after each (T, 3))."""
+        """Env steps toward each target (the env's PD control), then holding the last one until the agent is within
+        settle_px of it (at most max_hold steps): the targets of all steps (T, 2), the block's pose after each (T, 3)."""
         kp, kv, dt, substeps = self.kp, self.kv, self.dt, self.substeps
         agent, step, block = self.agent, self.space.step, self.block
         px, py = agent.position
@@ -200,9 +150,6 @@ class _PushSimulator:
             poses.append((x, y, block.angle))
             i += 1
         return np.array(executed, dtype=np.float64), np.array(poses, dtype=np.float64)
-
-
-# --- candidate pushes, laid out once in the block frame ---------------------------------------------------------------
 
 
 @dataclass
@@ -238,7 +185,7 @@ def _lay_out_candidates(tee: TeeGeometry, radius: float, clearance: float, cfg: 
             contacts.append(outline[i])
             normals.append(np.array([math.cos(angle), math.sin(angle)]))
     tilt = math.radians(cfg.tilt_deg)
-    out: dict[str, list] = {"direction": [], "touch": [], "start": [], "run_up": []}
+    rows = []
     for contact, normal in zip(contacts, normals, strict=True):
         touch = contact + radius * normal
         for angle in (0.0, -tilt, tilt):
@@ -254,12 +201,8 @@ def _lay_out_candidates(tee: TeeGeometry, radius: float, clearance: float, cfg: 
             along = touch[None] - np.linspace(run_up, 1.0, int(run_up // 2) + 2)[:, None] * direction[None]
             if tee.distance(along).min() < radius - 0.25:
                 continue
-            for key, value in (("direction", direction), ("touch", touch), ("start", start), ("run_up", run_up)):
-                out[key].append(value)
-    return _Candidates(**{k: np.array(v, dtype=np.float64) for k, v in out.items()})
-
-
-# --- the expert -------------------------------------------------------------------------------------------------------
+            rows.append((direction, touch, start, run_up))
+    return _Candidates(*(np.array(column, dtype=np.float64) for column in zip(*rows, strict=True)))
 
 
 def _unwrap_pusht(env):
@@ -277,31 +220,14 @@ def _unwrap_pusht(env):
 
 
 class PushTExpert:
-    """Scripted PushT demonstrator: `reset(env)` after each `env.reset`, then `act(env)` before every `env.step`.
-
-    See the module docstring for the planning approach. `act` returns the next commanded target (float32 (2,),
-    agent x, y in pixels); each target is at most `config.max_step_px` from the previous one (the first from the
-    agent's position at reset).
-
-    Per episode it keeps `planning_cpu_s`, `planning_wall_s`, `n_plans` and `phase_starts` (the step of each plan's
-    walk and of its push after the walk).
-    """
+    """Scripted PushT demonstrator: `reset(env)` after each `env.reset`, then `act(env)` (the next target, float32
+    (2,), at most `config.max_step_px` from the last) before every `env.step`. Per episode it keeps `planning_cpu_s`,
+    `planning_wall_s`, `n_plans` and `phase_starts` (the step of each plan's walk and of its push after the walk)."""
 
     def __init__(self, config: PushTExpertConfig | None = None) -> None:
         self.config = config or PushTExpertConfig()
         self._env: Any = None  # gym-pusht's PushTEnv (untyped), after reset(env)
-        self._plan: list[np.ndarray] = []
-        self._plan_poses: list[np.ndarray] = []  # the block pose the plan predicts after each of its targets
-        self._expected_pose: np.ndarray | None = None  # the pose predicted after the last target given
-        self._executed: list[np.ndarray] = []
-        self.n_replans = 0  # plans `label` started because the driver left the current one
-        self.planning_cpu_s = 0.0
-        self.planning_wall_s = 0.0
-        self.n_plans = 0
-        self.phase_starts: list[int] = []
         self._layout_key: tuple | None = None
-
-    # episode lifecycle ------------------------------------------------------------------------------------------------
 
     def reset(self, env) -> None:
         """Start a new episode on `env` (already reset): read its geometry, build the planner's copy of it."""
@@ -316,7 +242,7 @@ class PushTExpert:
         self.sim = _PushSimulator(base)
         self.radius = self.sim.agent_radius
         self.clearance = self.radius + cfg.walk_margin_px
-        self.success_threshold = float(getattr(base, "success_threshold", DEFAULT_SUCCESS_THRESHOLD))
+        self.success_threshold = float(base.success_threshold)
         self.goal = np.array(base.goal_pose, dtype=np.float64)
         key = (self.tee.pieces.tobytes(), self.tee.cog.tobytes(), self.radius, repr(cfg))
         if self._layout_key != key:  # the same T every episode: lay the candidates out once
@@ -324,12 +250,15 @@ class PushTExpert:
             self.cands = _lay_out_candidates(self.tee, self.radius, self.clearance, cfg)
             self._cand_ends = self.walk.ends(self.cands.start, leaving=False)
             self._layout_key = key
-        self._start = np.array(base.agent.position, dtype=np.float64)
-        self._last_target = self._start.copy()
-        self._plan, self._plan_poses, self._expected_pose = [], [], None
-        self._executed = []
-        self.phase_starts = []
-        self.n_plans = self.n_replans = 0
+        self.agent_start = np.array(base.agent.position, dtype=np.float64)
+        self._last_target = self.agent_start.copy()
+        self._plan: list[np.ndarray] = []
+        self._plan_poses: list[np.ndarray] = []  # the block pose the plan predicts after each of its targets
+        self._expected_pose: np.ndarray | None = None  # the pose predicted after the last target given
+        self._executed: list[np.ndarray] = []
+        self.phase_starts: list[int] = []
+        self.n_plans = 0
+        self.n_replans = 0  # plans `label` started because the driver left the current one
         self.planning_cpu_s = time.process_time() - cpu0
         self.planning_wall_s = time.perf_counter() - wall0
 
@@ -356,18 +285,10 @@ class PushTExpert:
         self._executed.append(target)
         return target.astype(np.float32)
 
-    __call__ = act
-
     def label(self, env, last_target: np.ndarray) -> np.ndarray:
-        """The target the expert would command now, in `env`'s current state, when another driver (a policy) chose
-        the previous targets and the last one it commanded was `last_target` (DAgger labels).
-
-        The expert keeps following its current plan while the driver stays on it: the last commanded target within
-        `config.follow_target_px` of the plan's, and the block where the plan predicted it (within
-        `follow_block_px` / `follow_block_rad`). Otherwise it re-plans from the env's true state, walking from
-        `last_target` (where the env's controller is heading), and counts `n_replans`. Driven by its own actions
-        (`last_target` = its previous label), it acts exactly as `act`. Call `reset(env)` after each `env.reset`.
-        """
+        """The target the expert would command now when another driver (a policy) commanded `last_target` before
+        (DAgger labels). It keeps to its plan while the driver stays on it (config.follow_*), else re-plans from the
+        env's true state and counts `n_replans`; driven by its own labels it acts exactly as `act`."""
         last_target = np.asarray(last_target, dtype=np.float64).reshape(2)
         if self._env is None:
             raise RuntimeError("call expert.reset(env) after env.reset() before asking for labels")
@@ -390,19 +311,14 @@ class PushTExpert:
         turned = abs((block.angle - expected[2] + math.pi) % (2 * math.pi) - math.pi)
         return moved <= cfg.follow_block_px and turned <= cfg.follow_block_rad
 
-    # planning ---------------------------------------------------------------------------------------------------------
-
     def _plan_push(self) -> tuple[list[np.ndarray], int, list[np.ndarray]]:
-        """Plan the next push: its per-step targets, the index of the first target of the push itself (the
-        targets before it walk to the run-up), and the block pose predicted after each target."""
+        """The next push's per-step targets, the index of its first target past the walk, and the block pose
+        predicted after each target."""
         env = self._env
         pose = np.array([env.block.position[0], env.block.position[1], env.block.angle], dtype=np.float64)
-        agent_state = (np.array(env.agent.position), np.array(env.agent.velocity))
-        block_motion = (np.array(env.block.velocity), float(env.block.angular_velocity))
         stay = [self._last_target.copy()], 0, [pose.copy()]
 
-        # The walk starts at the last target (block frame). After a push it sits against the block, inside the
-        # walking margin: the walk then first steps straight away from the block, out of the margin.
+        # The walk starts at the last target (block frame); after a push it first steps out of the walking margin.
         origin = to_local(self._last_target, pose)
         escape, walk_len, how = self._walks_to_candidates(origin)
         touch_l, dir_l, start_l, run_up, walk_len, how = self._candidates(origin, walk_len, how)
@@ -419,9 +335,9 @@ class PushTExpert:
         lead_in = walk_len[idx] + run_up[idx]  # the walk to each candidate's run-up and the run-up itself
         exact_len, score = self._screen(pose, error_now, to_go_now, touch_w[idx], dir_w[idx], lead_in)
 
-        # Verification: replay the best few exactly, as they would be executed (more of them near the goal, where
-        # the coarse screening is least reliable).
-        context = (pose, agent_state, block_motion, origin, escape, to_go_now)
+        # Verification: replay the best few exactly, as they would be executed.
+        velocities = (np.array(env.agent.velocity), np.array(env.block.velocity), float(env.block.angular_velocity))
+        context = (pose, np.array(env.agent.position), velocities, to_go_now)
         tried = []
         for row, length in self._best_rows(score, exact_len, error_now):
             c = idx[row]
@@ -521,20 +437,21 @@ class PushTExpert:
         best_len = np.argmin(score, axis=1)
         best_score = score[np.arange(len(score)), best_len]
         n_verify = cfg.n_verify if error_now >= cfg.coverage_check_px else cfg.n_verify_near
-        rows = []
-        for row in np.argsort(best_score, kind="stable")[:n_verify]:
-            if not np.isfinite(best_score[row]):
-                break
-            rows.append((row, float(exact_len[row, best_len[row]])))
-        return rows
+        order = np.argsort(best_score, kind="stable")[:n_verify]
+        return [(row, float(exact_len[row, best_len[row]])) for row in order if np.isfinite(best_score[row])]
 
     def _replay(self, context, walk, touch, direction, length) -> dict:
         """Replay one push exactly as it would be executed, from the env's true state; score it."""
-        pose, agent_state, block_motion, origin, escape, to_go_now = context
+        pose, agent_pos, (agent_vel, block_vel, block_spin), to_go_now = context
         cfg, tee, sim = self.config, self.tee, self.sim
-        push = np.array([touch, touch + length * direction])
-        targets, push_start = _per_step_targets(to_world(walk, pose), to_world(push, pose), cfg)
-        (agent_pos, agent_vel), (block_vel, block_spin) = agent_state, block_motion
+        walk_w = to_world(walk, pose)
+        path = np.concatenate([walk_w, to_world(np.array([touch, touch + length * direction]), pose)])
+        # max_step_px - 1e-3: float32 rounding of the actions must not take a move past the limit
+        targets, where = paced(
+            path, cfg.max_step_px - 1e-3, cfg.turn_rate, cfg.accel_px, cfg.min_step_px, cfg.corner_step_px
+        )
+        walk_len = float(np.linalg.norm(np.diff(walk_w, axis=0), axis=1).sum())
+        push_start = int(np.searchsorted(where, walk_len + 1e-9))
         sim.load(agent_pos, agent_vel, pose, block_vel, block_spin)
         executed, poses = sim.rollout(np.array(targets), cfg.settle_px, cfg.max_hold_steps)
         coverage = tee.coverage(poses, self.goal)
@@ -592,7 +509,7 @@ class PushTExpert:
         push_start) would add to the last `tail` targets of the episode. Unless the plan is `final` (it succeeds),
         the next plan may well begin by backing away from the block: that counts as one more move."""
         first = max(len(self._executed) - tail, 0)
-        start = self._executed[first - 1] if first > 0 else self._start
+        start = self._executed[first - 1] if first > 0 else self.agent_start
         recent = np.array(self._executed[first:]).reshape(-1, 2)
         phases = [p - first for p in self.phase_starts if p >= first]
         before = target_motion_stats(recent, start, phases)["jitter"]
@@ -610,40 +527,18 @@ class PushTExpert:
         return target_motion_stats(combined, start, phases)["jitter"] - before
 
 
-def _per_step_targets(walk: np.ndarray, push: np.ndarray, cfg: PushTExpertConfig) -> tuple[list[np.ndarray], int]:
-    """Per-step targets along the walk polyline (from the last target; its last point is the run-up start) and then
-    the push segment (touch -> end), paced (see `paced`); also the index of the first target on the run-up."""
-    path = np.concatenate([walk, push])
-    walk_total = float(np.linalg.norm(np.diff(walk, axis=0), axis=1).sum()) if len(walk) > 1 else 0.0
-    # float32 rounding of the actions must not take a move past the limit
-    targets, where = paced(
-        path, cfg.max_step_px - 1e-3, cfg.turn_rate, cfg.accel_px, cfg.min_step_px, cfg.corner_step_px
-    )
-    return targets, int(np.searchsorted(where, walk_total + 1e-9))
-
-
 def target_motion_stats(
-    actions: np.ndarray,
-    start: np.ndarray,
-    phase_starts: list[int] | None = None,
-    min_move_px: float = 2.0,
-    reversal_deg: float = 120.0,
+    actions: np.ndarray, start: np.ndarray, phase_starts: list[int] | None = None
 ) -> dict[str, float]:
-    """How imitable a sequence of commanded targets is.
-
-    - `max_step_px`: the largest move of the target between consecutive steps (the first move is from `start`, the
-      agent's position at reset).
-    - `reversals`: moves (of at least `min_move_px`; shorter moves and holds are skipped) that turn more than
-      `reversal_deg` from the previous move: back-and-forth motion.
-    - `jitter`: reversals that are not at a phase change (walk -> push, push -> walk: `phase_starts` lists the steps
-      whose move begins a phase; None counts every reversal), plus every reversal that follows another within two
-      moves (back, forth, back). A clean demonstration has 0.
-    """
+    """How imitable a sequence of commanded targets is: `max_step_px`, the largest move of the target in a step (the
+    first from `start`, the agent's position at reset); `reversals`, moves (of at least 2 px) that turn more than 120°
+    from the previous one; `jitter`, reversals not at a phase change (`phase_starts`: the steps whose move begins a
+    walk or a push; None counts every reversal) plus those within two moves of another. A clean demonstration has 0."""
     targets = np.concatenate([np.asarray(start, dtype=np.float64)[None], np.asarray(actions, dtype=np.float64)])
     moves = np.diff(targets, axis=0)
     lengths = np.linalg.norm(moves, axis=1)
-    moving = np.flatnonzero(lengths >= min_move_px)
-    cos_limit = math.cos(math.radians(reversal_deg))
+    moving = np.flatnonzero(lengths >= 2.0)
+    cos_limit = math.cos(math.radians(120.0))
     phase = np.zeros(len(moves) + 1, dtype=int)
     for t in phase_starts or []:
         if 0 <= t < len(phase):
@@ -674,41 +569,15 @@ def run_expert_episode(
     max_steps: int = 300,
     on_step: Callable[[int, np.ndarray, object, float, bool, bool, dict], None] | None = None,
     on_reset: Callable[[object, dict], None] | None = None,
-) -> ExpertEpisode:
-    """Reset `env` with `seed`, drive it with `expert` until success, truncation or `max_steps`, and report.
-
-    `on_reset(obs, info)` sees the first observation; `on_step(t, action, obs, reward, terminated, truncated, info)`
-    sees each step with the observation that step returned. A recorder stores the observation *before* each action:
-    the one from on_reset for t == 0, then the one the previous on_step received.
-    """
-    obs, info = env.reset(seed=seed)
-    expert.reset(env)
-    agent_start = np.array(_unwrap_pusht(env).agent.position, dtype=np.float64)
-    if on_reset is not None:
-        on_reset(obs, info)
-    actions, rewards, coverages = [], [], []
-    success = False
-    for t in range(max_steps):
-        action = expert.act(env)
-        obs, reward, terminated, truncated, info = env.step(action)
-        actions.append(action)
-        rewards.append(float(reward))
-        coverages.append(float(info.get("coverage", np.nan)))
-        success = bool(info.get("is_success", False))
-        if on_step is not None:
-            on_step(t, action, obs, float(reward), bool(terminated), bool(truncated), info)
-        if terminated or truncated:
-            break
-    return ExpertEpisode(
-        seed=seed,
-        actions=np.array(actions, dtype=np.float32).reshape(-1, 2),
-        rewards=np.array(rewards),
-        coverages=np.array(coverages),
-        success=success,
-        n_steps=len(actions),
+) -> PushTEpisode:
+    """`run_episode` with the PushT expert (hooks as there), and the expert's record of the episode."""
+    episode = run_episode(env, expert, seed, max_steps, on_reset, on_step)
+    return PushTEpisode(
+        **vars(episode),
+        coverages=np.array([info.get("coverage", np.nan) for info in episode.infos]),
         planning_cpu_s=expert.planning_cpu_s,
         planning_wall_s=expert.planning_wall_s,
         n_plans=expert.n_plans,
-        agent_start=agent_start,
+        agent_start=expert.agent_start,
         phase_starts=list(expert.phase_starts),
     )

@@ -1,7 +1,5 @@
-"""The scripted expert's walks of the agent around gym-pusht's T (WalkAround) and their pacing (paced). The T itself
-(frames, poses, coverage) is hfpolicy.envs.pusht_tee, shared with the dataset converter; its names are
-re-exported here.
-"""
+"""The scripted PushT expert's walks of the agent around the T (WalkAround) and their pacing (paced); the T itself is
+hfpolicy.envs.pusht_tee, whose names are re-exported here."""
 
 import math
 
@@ -41,13 +39,9 @@ def _point_segment_distance(points: np.ndarray, a: np.ndarray, b: np.ndarray) ->
 
 
 class WalkAround:
-    """Walks of the agent's centre around the T that keep `clearance` from it.
-
-    A walk is straight when that segment keeps the clearance; otherwise it goes along a tangent onto the boundary of
-    the T's convex hull grown by `clearance` (straight sides, arcs of radius `clearance` around the T's convex
-    corners), around it one way or the other, and along a tangent off it. Points inside the grown hull (in the
-    corners between bar and stem) join and leave it straight out of that corner. The walks have no sharp corners
-    except where they join and leave the hull."""
+    """Walks of the agent's centre around the T that keep `clearance` from it: straight when that keeps it, else along
+    a tangent onto the T's convex hull grown by `clearance`, around it one way or the other, and along a tangent off
+    it (points inside the grown hull, in the corners between bar and stem, join and leave it straight)."""
 
     def __init__(self, tee: TeeGeometry, clearance: float):
         self.tee = tee
@@ -172,10 +166,9 @@ class WalkAround:
 def paced(
     path: np.ndarray, max_step: float, turn_rate: float, accel: float, min_step: float, corner_step: float
 ) -> tuple[list, np.ndarray]:
-    """Per-step points along a polyline (its first point excluded, its last included) at a human-like pace: at most
-    `max_step` apart, slower through bends (at most `turn_rate` radians of heading change per step, but sharp corners
-    at `corner_step`), changing pace by at most `accel` per step (starting from rest) and never under `min_step`.
-    Returns the points and their arc-length positions. A lagging follower cuts bends taken slowly less."""
+    """Per-step points along a polyline (its last point included) and their arc-length positions, at a human-like
+    pace: at most `max_step` apart, slower through bends (at most `turn_rate` radians per step, sharp corners at
+    `corner_step`), changing pace by at most `accel` per step (from rest), never under `min_step`."""
     seg = np.diff(path, axis=0)
     seg_len = np.linalg.norm(seg, axis=1)
     keep = seg_len > 1e-9

@@ -1,23 +1,13 @@
-"""A scripted xArm lift expert: reach above the cube, descend around it, close the gripper, lift.
-
-It reads the simulator's state (the end effector's and the cube's positions, privileged: a policy sees only its
-observations) at every step and steers the end effector towards its phase's target with a proportional controller:
-
-    env = XarmEnvConfig(obs_type="environment_state_agent_pos").make_single()
-    expert = XarmExpert()
-    observation, info = env.reset(seed=seed)
-    expert.reset(env)
-    while ...:
-        observation, reward, terminated, truncated, info = env.step(expert.act())
-
-Positions are in metres, relative to the table centre (gym-xarm's `eef` and `obj`); actions are the env's: a move in
-[-1, 1]^3 and the grip (-1 open, 1 closed). The expert is a function of the state alone (deterministic).
+"""A scripted xArm lift expert: reach above the cube, descend around it, close the gripper, lift. It reads the
+simulator's end-effector and cube positions (metres, relative to the table centre) at every step and steers the end
+effector towards its phase's target with a proportional controller; it is a function of the state alone.
 """
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+from hfpolicy.experts.episodes import ExpertEpisode, run_episode
 
 REACH, DESCEND, CLOSE, LIFT = range(4)  # the phases, in order
 
@@ -70,39 +60,6 @@ class XarmExpert:
         return action.astype(np.float32)
 
 
-@dataclass
-class XarmEpisode:
-    """What `run_xarm_expert_episode` returns."""
-
-    seed: int
-    success: bool  # gym-xarm's is_success was reached (it ends the episode)
-    n_steps: int
-    rewards: np.ndarray  # (n_steps,) gym-xarm's rewards
-
-
-def run_xarm_expert_episode(
-    env,
-    expert: XarmExpert,
-    seed: int,
-    max_steps: int | None = None,
-    on_reset: Callable | None = None,
-    on_step: Callable | None = None,
-) -> XarmEpisode:
-    """One episode of `expert` in `env` (an hfpolicy XarmEnv, possibly wrapped) seeded `seed`, for `max_steps`
-    (default: the expert's episode length) or until the env ends it. `on_reset(observation, info)` and
-    `on_step(t, action, observation, reward, terminated, truncated, info)` let a recorder follow."""
-    observation, info = env.reset(seed=seed)
-    if on_reset is not None:
-        on_reset(observation, info)
-    expert.reset(env)
-    rewards, success = [], False
-    for t in range(max_steps or expert.config.episode_steps):
-        action = expert.act()
-        observation, reward, terminated, truncated, info = env.step(action)
-        rewards.append(float(reward))
-        success = success or bool(info.get("is_success", False))
-        if on_step is not None:
-            on_step(t, action, observation, reward, terminated, truncated, info)
-        if terminated or truncated:
-            break
-    return XarmEpisode(seed=seed, success=success, n_steps=len(rewards), rewards=np.array(rewards))
+def run_xarm_expert_episode(env, expert: XarmExpert, seed: int, max_steps: int | None = None, **hooks) -> ExpertEpisode:
+    """`run_episode` in an hfpolicy XarmEnv (possibly wrapped), for `max_steps` (default: the expert's episode length)."""
+    return run_episode(env, expert, seed, max_steps or expert.config.episode_steps, **hooks)

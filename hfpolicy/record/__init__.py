@@ -1,17 +1,6 @@
-"""`hfpolicy record`: demonstrations from a scripted expert (hfpolicy.experts), written as a LeRobot v3.0 dataset.
-
-    config.py          RecordConfig (the flags) and EnvRecorder, what one env's recorder gives the loop
-    recording.py       the one episode loop, the writer and the push; `record`, `hfpolicy record`, and the
-                       recording `--dataset.scripted_episodes` trains on (`scripted_recording`)
-    pusht.py, aloha.py, xarm.py   each env's recorder: its expert, features, task and what a frame observes
-    scripted_cache.py  where those training recordings live ($HFPOLICY_CACHE) and the check that one is what is asked
-
-    from hfpolicy.record import RecordConfig, record
-    record(RecordConfig(n_episodes=10, output_dir="data/pusht_scripted_10"))
-
-The names below are imported on first use, so that reading the flags (`hfpolicy record --help`, `hfpolicy train
---help`) does not wait for the recording's dependencies.
-"""
+"""`hfpolicy record`: demonstrations from a scripted expert (hfpolicy.experts), written as a LeRobot v3.0 dataset:
+`record(RecordConfig(n_episodes=10, output_dir="data/pusht_scripted_10"))`. The names below are imported on first use,
+so that `hfpolicy record --help` and `hfpolicy train --help` do not wait for the recording's dependencies."""
 
 import importlib
 

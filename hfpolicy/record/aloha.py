@@ -1,14 +1,6 @@
-"""`hfpolicy record --env.type=aloha`: scripted bimanual ALOHA demonstrations.
-
-    hfpolicy record --env.type=aloha --env.task=AlohaTransferCube-v0 --policy.type=scripted --n_episodes=50 \\
-        --output_dir=data/aloha_transfer_cube_scripted [--images=false --environment_state=true]
-
-The dataset has the features of the Hub's lerobot/aloha_sim_transfer_cube_scripted / aloha_sim_insertion_scripted:
-observation.images.top (480x640 video, 50 fps), observation.state (14 joint positions), action (14 joint targets),
-next.done, and their task sentence; optionally observation.environment_state (the object poses). As there, every
-episode runs the full episode length (400 steps) whether or not it succeeded earlier: the expert's plan carries on
-holding the object. Episode i is seeded start_seed + i (the object pose gym-aloha gives that seed).
-"""
+"""`hfpolicy record --env.type=aloha`: scripted bimanual ALOHA demonstrations with the features of the Hub's
+lerobot/aloha_sim_*_scripted (optionally the object poses as observation.environment_state), full-length episodes as
+there (the expert's plan carries on holding the object after a success)."""
 
 import dataclasses
 
@@ -22,8 +14,7 @@ OBS_IMAGE_TOP = f"{OBS_IMAGES_PREFIX}{CAMERA}"
 
 
 def aloha_features(task: str, images: bool = True, environment_state: bool = False, size=(480, 640)) -> dict:
-    """The features of a scripted ALOHA dataset (those of lerobot/aloha_sim_*_scripted, optionally with the object
-    poses and without the camera)."""
+    """The features of a scripted ALOHA dataset, optionally with the object poses and without the camera."""
     features = {}
     if images:
         features[OBS_IMAGE_TOP] = video_feature(*size)
@@ -38,8 +29,7 @@ def aloha_features(task: str, images: bool = True, environment_state: bool = Fal
 
 
 def aloha_recorder(cfg: RecordConfig, env_cfg: AlohaEnvConfig) -> EnvRecorder:
-    """The bimanual expert in the env `env_cfg` makes, run for full-length episodes as the Hub's scripted datasets
-    have (`cfg`: the checked flags)."""
+    """The bimanual expert in the env `env_cfg` makes, for full-length episodes (`cfg`: the checked flags)."""
     env_cfg = dataclasses.replace(env_cfg, terminate_on_success=False)
     env = env_cfg.make_single()
     expert = AlohaExpert()  # its plan lasts 400 steps; a longer episode holds the last targets

@@ -10,8 +10,6 @@ import numpy as np
 
 from hfpolicy.constants import OBS_ENV_STATE, OBS_STATE
 from hfpolicy.envs import EnvConfig, PushTEnvConfig
-from hfpolicy.envs.aloha import AlohaEnv
-from hfpolicy.envs.xarm import XarmEnv
 
 DEMONSTRATORS = ("scripted",)  # --policy.type values `hfpolicy record` knows
 
@@ -32,9 +30,7 @@ class RecordConfig:
     policy: DemonstratorConfig = field(default_factory=DemonstratorConfig)  # the demonstrator (--policy.type=scripted)
     n_episodes: int = 50  # episodes to record
     start_seed: int = 0  # episode i is seeded start_seed + i
-    max_steps: int | None = (
-        None  # steps after which an episode is cut (default: the env's: PushT 300, ALOHA 400, xArm 200)
-    )
+    max_steps: int | None = None  # steps after which an episode is cut (default: PushT 300, ALOHA 400, xArm 200)
     output_dir: str | None = None  # where the dataset is written (must not exist, unless --overwrite=true); required
     overwrite: bool = False  # replace the dataset at output_dir, once the new one is complete (a re-run of a recipe)
     repo_id: str | None = None  # the dataset's name in its metadata (default: local/<output_dir name>)
@@ -47,17 +43,14 @@ class RecordConfig:
 
 @dataclass
 class EnvRecorder:
-    """One env's expert, ready to record (made by hfpolicy.record.pusht, .aloha or .xarm from a checked RecordConfig).
-
-    `run_episode(seed, on_reset=, on_step=)` plays one expert episode, calling `on_reset(observation, info)` and
-    `on_step(t, action, observation, reward, terminated, truncated, info)`; `observe(observation)` is the frame's
-    observation features."""
+    """One env's expert, ready to record (made by hfpolicy.record.pusht, .aloha or .xarm from a checked RecordConfig):
+    `run_episode(seed, on_reset=, on_step=)` plays an episode (hooks as in `hfpolicy.experts.run_episode`)."""
 
     env: gym.Env
     fps: float
     features: dict  # the dataset's features
     task: str  # the task sentence of every frame
-    observe: Callable[[Any], dict]
+    observe: Callable[[Any], dict]  # an observation -> the frame's observation features
     run_episode: Callable[..., Any]
     rewards: bool  # frames carry next.reward and next.success (lerobot/pusht, xarm_lift_medium; not the ALOHA data)
     tags: list[str]  # the Hub dataset's tags, before "scripted-expert", "hfpolicy"
@@ -77,13 +70,9 @@ def scalar_feature(dtype: str) -> dict:
 
 
 def arm_observer(env: gym.Env, cfg: RecordConfig, image_key: str, camera: str | None = None) -> Callable[[Any], dict]:
-    """`EnvRecorder.observe` of the MuJoCo arm envs (ALOHA, xArm): the joints or gripper (observation.state), the
-    camera's frame (`camera`: its name when the env gives several) and the objects' poses, as `cfg` asks."""
-    arm = env.unwrapped
-    if not isinstance(arm, AlohaEnv | XarmEnv):
-        raise TypeError(
-            f"arm_observer observes an ALOHA or xArm env, not {type(arm).__name__}: pass the env made by its config"
-        )
+    """`EnvRecorder.observe` of the MuJoCo arm envs (ALOHA, xArm): observation.state, the camera's frame (`camera`:
+    its name when the env gives several) and the objects' poses, as `cfg` asks."""
+    arm: Any = env.unwrapped  # an AlohaEnv or XarmEnv
 
     def observe(observation) -> dict:
         frame = {OBS_STATE: observation["agent_pos"].astype(np.float32)}

@@ -1,7 +1,5 @@
-"""`hfpolicy record --env.type=pusht`: the scripted PushT expert's episodes, with the features of the converted
-lerobot/pusht (observation.image as a 96x96 video, observation.state = agent x, y, action = target agent x, y,
-next.reward / next.success / next.done), optionally the block keypoints as observation.environment_state, so every
-policy config that trains on lerobot/pusht trains on it unchanged."""
+"""`hfpolicy record --env.type=pusht`: the scripted PushT expert's episodes with the features of the converted
+lerobot/pusht (optionally the block keypoints as observation.environment_state)."""
 
 from typing import Any
 

@@ -1,15 +1,6 @@
-"""`hfpolicy record`: demonstrations from a scripted expert, written as a LeRobot v3.0 dataset.
-
-    hfpolicy record --env.type=pusht --policy.type=scripted --n_episodes=200 --output_dir=data/pusht_scripted \\
-        [--push_to=user/pusht_scripted]
-    hfpolicy record --env.type=aloha --env.task=AlohaInsertion-v0 --policy.type=scripted ...
-    hfpolicy record --env.type=xarm --policy.type=scripted ...
-
-One loop for every env: the env's recorder (hfpolicy.record.pusht, .aloha, .xarm: its expert, features and task)
-plays episode i seeded start_seed + i; frame t holds the observation before action t and the reward, success so far
-and done flag that action t produced, as in lerobot/pusht (no reward or success in ALOHA's data, as in LeRobot's).
-The dataset is written atomically (hfpolicy.datasets.DatasetWriter) and optionally pushed to the Hub.
-"""
+"""`hfpolicy record`: one episode loop for every env's recorder (hfpolicy.record.pusht, .aloha, .xarm). Episode i is
+seeded start_seed + i; frame t holds the observation before action t and the reward, success so far and done flag that
+action t produced, as in lerobot/pusht. The dataset is written atomically and optionally pushed to the Hub."""
 
 import dataclasses
 from collections.abc import Callable
@@ -59,23 +50,19 @@ def checked_record_config(cfg: RecordConfig) -> RecordConfig:
     return dataclasses.replace(cfg, max_steps=max_steps)
 
 
-def record_episodes(
-    writer: DatasetWriter, cfg: RecordConfig, record_one: Callable[[int, Callable[[int], None]], bool]
-) -> int:
-    """Records episodes `cfg.start_seed`.. with `record_one(seed, frame_done)` (it adds the frames, calling
-    `frame_done(t)` after frame t, and says whether the episode succeeded), keeping each one unless it failed and
-    --discard_failures=true; finishes the dataset; returns how many episodes it kept. The bar counts episodes and
-    shows the current episode's frame (an ALOHA episode with its camera takes a minute)."""
+def record_episodes(writer: DatasetWriter, recorder: EnvRecorder, cfg: RecordConfig, max_steps: int) -> int:
+    """Records episodes `cfg.start_seed`.., keeping each one unless it failed and --discard_failures=true; returns how
+    many it kept."""
     n_kept = n_successes = 0
     bar = tqdm(total=cfg.n_episodes, desc="recording", unit="episode", disable=not cfg.progress)
     note, so_far = LiveNote(bar), ""
 
     def frame_done(t: int) -> None:
-        note(f"{so_far}frame {t}/{cfg.max_steps}")
+        note(f"{so_far}frame {t}/{max_steps}")
 
     with bar, ticking(bar), writer:  # the elapsed time moves while videos are encoded and the dataset is finished
         for episode in range(cfg.n_episodes):
-            success = record_one(cfg.start_seed + episode, frame_done)
+            success = record_frames(writer, recorder, cfg.start_seed + episode, max_steps, frame_done)
             n_successes += success
             if success or not cfg.discard_failures:
                 writer.save_episode()
@@ -109,9 +96,7 @@ def record(cfg: RecordConfig) -> Path:
     try:
         repo_id = cfg.repo_id or f"local/{output_dir.name}"
         writer = DatasetWriter.create(output_dir, repo_id, recorder.fps, recorder.features, overwrite=cfg.overwrite)
-        n_kept = record_episodes(
-            writer, cfg, lambda seed, frame_done: record_frames(writer, recorder, seed, max_steps, frame_done)
-        )
+        n_kept = record_episodes(writer, recorder, cfg, max_steps)
     finally:
         recorder.close()
     if cfg.push_to:
@@ -125,8 +110,7 @@ def record(cfg: RecordConfig) -> Path:
 
 
 def remove_interrupted_recording(root: Path) -> None:
-    """Removes what a recording into `root` that was killed (kill -9, a power cut) left, a staging folder and the
-    folder it was going to fill (hfpolicy.datasets.writer.remove_dead_writers_leftovers), and says so in one line."""
+    """Removes what a killed recording into `root` left (its staging folder), and says so in one line."""
     removed = remove_dead_writers_leftovers(root)
     if removed:
         names = ", ".join(path.name for path in removed)
@@ -134,16 +118,10 @@ def remove_interrupted_recording(root: Path) -> None:
 
 
 def record_frames(
-    writer: DatasetWriter,
-    recorder: EnvRecorder,
-    seed: int,
-    max_steps: int,
-    frame_done: Callable[[int], None] | None = None,
+    writer: DatasetWriter, recorder: EnvRecorder, seed: int, max_steps: int, frame_done: Callable[[int], None]
 ) -> bool:
-    """Writes the expert episode `recorder` plays from `seed` into the writer's current episode: frame t holds
-    `recorder.observe` of the observation before action t, the action, and (with `recorder.rewards`) the reward and
-    success so far (info["is_success"]) that action produced, and its done flag (true on the episode's last frame).
-    `frame_done(t + 1)` follows frame t. Returns whether it succeeded."""
+    """Writes the expert episode `recorder` plays from `seed` into the writer's current episode (frames as the module
+    docstring says; `frame_done(t + 1)` follows frame t); returns whether it succeeded."""
     before: dict = {}  # the frame of the observation the next action is taken from
     succeeded = False
 
@@ -156,8 +134,7 @@ def record_frames(
         frame[DONE] = bool(terminated or truncated or t + 1 == max_steps)
         writer.add_frame(frame, task=recorder.task)
         before.update(recorder.observe(observation))
-        if frame_done is not None:
-            frame_done(t + 1)
+        frame_done(t + 1)
 
     recorder.run_episode(
         seed, on_reset=lambda observation, info: before.update(recorder.observe(observation)), on_step=on_step
@@ -170,8 +147,7 @@ class RecordWriteError(RuntimeError):
 
 
 def record_command(cfg: RecordConfig) -> str:
-    """`hfpolicy record`: records, and says where to (Ctrl-C or SIGTERM stops it cleanly, hfpolicy.io.termination:
-    its staging folder is removed)."""
+    """`hfpolicy record`: records, and says where to."""
     try:
         root = record(cfg)
     except (FileExistsError, FileNotFoundError):  # bad input, said as it is
@@ -187,11 +163,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def scripted_recording(n_episodes: int, root: str | Path | None, progress: bool, env: EnvConfig | None = None) -> Path:
-    """The recording of `n_episodes` expert demos of `env`'s task (default PushT; seeds 0..n-1, state-only: the agent
-    or joints and observation.environment_state) in `root` (default: `scripted_dataset_root`): reused when it exists,
-    else recorded by the main process (atomically: a stopped recording leaves nothing behind; what a killed one left,
-    its writer dead, is removed here with a line saying so, and the next run records again). ValueError for a folder
-    holding other data."""
+    """The state-only recording of `n_episodes` expert demos of `env`'s task (default PushT; seeds 0..n-1) in `root`
+    (default: `scripted_dataset_root`): reused when it exists, else recorded by the main process; ValueError for a
+    folder holding other data."""
     n, env = n_episodes, scripted_recording_env(env)
     root = Path(root) if root is not None else scripted_dataset_root(n, env)
     if PartialState().is_main_process:  # the others come after it (main_process_first), to a finished recording

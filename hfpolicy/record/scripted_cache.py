@@ -1,6 +1,5 @@
-"""Where `hfpolicy train --dataset.scripted_episodes=N` keeps its recordings of the scripted expert: one folder per
-task and episode count under $HFPOLICY_CACHE (default ~/.cache/hfpolicy), reused by later runs
-(hfpolicy.record.recording.scripted_recording records one)."""
+"""Where `hfpolicy train --dataset.scripted_episodes=N` keeps its recordings of the scripted expert (one folder per
+task and episode count under $HFPOLICY_CACHE), and the check that one is what is asked."""
 
 import os
 from pathlib import Path
@@ -12,7 +11,7 @@ from hfpolicy.envs.aloha import TASK_NAMES
 
 def scripted_recording_env(env: EnvConfig | None) -> EnvConfig:
     """The env whose expert `--dataset.scripted_episodes` records: the training's task (default PushT) with its default
-    episode length (PushT 300, ALOHA 400: full episodes, as the Hub's scripted datasets have; xArm 200)."""
+    episode length."""
     if isinstance(env, AlohaEnvConfig):
         return AlohaEnvConfig(task=env.task)
     if isinstance(env, XarmEnvConfig):
@@ -32,9 +31,8 @@ def scripted_task_label(env: EnvConfig | None) -> str:
 
 
 def scripted_dataset_root(n_episodes: int, env: EnvConfig | None = None) -> Path:
-    """Where `--dataset.scripted_episodes=N` records by default: $HFPOLICY_CACHE (default ~/.cache/hfpolicy), in a
-    folder named after the task (pusht_scripted_N, aloha_transfer_cube_scripted_N, aloha_insertion_scripted_N,
-    xarm_lift_scripted_N)."""
+    """Where `--dataset.scripted_episodes=N` records by default: $HFPOLICY_CACHE (default ~/.cache/hfpolicy)/datasets/
+    <task>_scripted_N (pusht, aloha_transfer_cube, aloha_insertion, xarm_lift)."""
     cache = Path(os.environ.get("HFPOLICY_CACHE", Path.home() / ".cache" / "hfpolicy"))
     for folder in (cache, cache / "datasets"):
         if folder.exists() and not folder.is_dir():
@@ -50,8 +48,7 @@ def scripted_dataset_root(n_episodes: int, env: EnvConfig | None = None) -> Path
 
 
 def check_scripted_recording(root: Path, meta, n: int, env: EnvConfig) -> None:
-    """ValueError unless the dataset at `root` (its DatasetMeta `meta`) is the recording of `n` demos of `env`'s
-    task that `--dataset.scripted_episodes=n` asks for."""
+    """ValueError unless the dataset at `root` (`meta`) is the recording `--dataset.scripted_episodes=n` asks for."""
     if meta.total_episodes != n or OBS_ENV_STATE not in meta.features:
         lacking = "" if OBS_ENV_STATE in meta.features else f" without {OBS_ENV_STATE}"
         raise ValueError(

@@ -1,14 +1,6 @@
-"""`hfpolicy record --env.type=xarm`: scripted xArm lift demonstrations.
-
-    hfpolicy record --env.type=xarm --env.task=XarmLift-v0 --policy.type=scripted --n_episodes=50 \\
-        --output_dir=data/xarm_lift_scripted [--images=false --environment_state=true]
-
-The dataset has the features of the Hub's lerobot/xarm_lift_medium: observation.image (84x84 video, 15 fps),
-observation.state (end-effector position + gripper angle), action (move x, y, z and grip), next.reward (gym-xarm's
-reward: TD-MPC learns from it), next.done, plus next.success as the PushT recordings have, and optionally
-observation.environment_state (the cube's pose). An episode ends at its first success (gym-xarm's is_success) or after
---max_steps (default 200). Episode i is seeded start_seed + i.
-"""
+"""`hfpolicy record --env.type=xarm`: scripted xArm lift demonstrations with the features of the Hub's
+lerobot/xarm_lift_medium plus next.success (optionally the cube's pose as observation.environment_state); an episode
+ends at its first success or after --max_steps."""
 
 from hfpolicy.constants import ACTION, DONE, OBS_ENV_STATE, OBS_IMAGE, OBS_STATE, REWARD, SUCCESS
 from hfpolicy.envs import XarmEnvConfig
@@ -18,8 +10,7 @@ from hfpolicy.record.config import EnvRecorder, RecordConfig, arm_observer, scal
 
 
 def xarm_features(images: bool = True, environment_state: bool = False, size=(84, 84)) -> dict:
-    """The features of a scripted xArm dataset (lerobot/xarm_lift_medium's and next.success, optionally with the
-    cube's pose and without the camera)."""
+    """The features of a scripted xArm dataset, optionally with the cube's pose and without the camera."""
     features = {}
     if images:
         features[OBS_IMAGE] = video_feature(*size)
@@ -37,7 +28,6 @@ def xarm_recorder(cfg: RecordConfig, env_cfg: XarmEnvConfig) -> EnvRecorder:
     """The lift expert in the env `env_cfg` makes (`cfg`: the checked flags)."""
     env = env_cfg.make_single()
     expert = XarmExpert()
-
     return EnvRecorder(
         env=env,
         fps=env_cfg.fps,
