@@ -1,6 +1,5 @@
-"""What a training run's page holds, from its folder as `hfpolicy train` writes it: the loss, learning-rate and
-gradient-norm curves of metrics.jsonl, the success curve over steps (with each evaluation's Wilson interval from its
-eval_info.json), a link to each periodic evaluation's own page (eval/step_N/view.html), and the run's config."""
+"""What a training run's page holds: its metrics.jsonl curves, the success curve with each evaluation's Wilson
+interval and a link to its own page (eval/step_N/view.html), and the run's config."""
 
 import json
 from pathlib import Path
@@ -19,8 +18,7 @@ TRAIN_CURVES = ("loss", "lr", "grad_norm")  # metrics.jsonl entries drawn over s
 
 
 def run_evaluations(run_dir: Path) -> list[tuple[int, Path]]:
-    """(step, folder) of the run's evaluations that wrote records, by step; each checked by `contained_path` to lie
-    inside the run folder."""
+    """(step, folder) of the run's evaluations that wrote records, by step, each inside the run folder."""
     found = []
     for folder in (run_dir / EVAL_DIR).glob("step_*"):
         step = folder.name.removeprefix("step_")
