@@ -226,28 +226,14 @@ def help_sections(config_class: type, argv: list[str], prog: str) -> list[tuple[
         sections.append((title, rows))
         docs = field_docs(cls)
         hints = typing.get_type_hints(cls)
-        nested: list[tuple[str, Any, Any, str, bool]] = []  # (name, its class, default, doc, is a choice registry)
-        for f in dataclasses.fields(cls):
+        for f in dataclasses.fields(cls):  # (a nested config's section follows this one: `rows` fills in place)
             if not f.init:
                 continue
-            annotation = hints[f.name]
-            flag = f"--{prefix}{f.name}"
-            default = getattr(instance, f.name) if instance is not None else _field_default(f)
-            doc = cli_words(docs.get(f.name, ""))
-            if isinstance(annotation, type) and issubclass(annotation, draccus.ChoiceRegistry):
-                nested.append((f.name, annotation, default, doc, True))
-            elif isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
-                nested.append((f.name, annotation, default, doc, False))
-            else:
-                words, nullable = _type_words(annotation)
-                if default is not dataclasses.MISSING and not re.search(r"\bdefault\b|\brequired\b", doc):
-                    doc = f"{doc} (default: {value_words(default)})".strip()
-                if nullable and default is not None and "null" not in doc:
-                    doc += "; null to unset"
-                rows.append((flag, words, doc))
-        for name, annotation, default, doc, is_choice in nested:
+            name, annotation = f.name, hints[f.name]
             flag = f"--{prefix}{name}"
-            if is_choice:
+            default = getattr(instance, name) if instance is not None else _field_default(f)
+            doc = cli_words(docs.get(name, ""))
+            if isinstance(annotation, type) and issubclass(annotation, draccus.ChoiceRegistry):
                 choices = annotation.get_known_choices()
                 default_name = annotation.get_choice_name(type(default)) if default is not None else None
                 chosen = _chosen_type(f"{flag}.type", argv) or default_name
@@ -257,11 +243,18 @@ def help_sections(config_class: type, argv: list[str], prog: str) -> list[tuple[
                 if others:
                     title += f"; `{prog} {flag}.type={others[0]} --help` lists {others[0]}'s flags"
                 type_doc = f"which {name} ({', '.join(choices)}; default: {default_name})"
-                instance = default if type(default) is chosen_class else chosen_class()
-                visit(chosen_class, f"{prefix}{name}.", title, instance)
+                chosen_default = default if type(default) is chosen_class else chosen_class()
+                visit(chosen_class, f"{prefix}{name}.", title, chosen_default)
                 sections[-1][1].insert(0, (f"{flag}.type", "{" + ",".join(choices) + "}", type_doc))
-            else:
+            elif isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
                 visit(annotation, f"{prefix}{name}.", f"{flag}.*: {_summary(annotation) or doc}", default)
+            else:
+                words, nullable = _type_words(annotation)
+                if default is not dataclasses.MISSING and not re.search(r"\bdefault\b|\brequired\b", doc):
+                    doc = f"{doc} (default: {value_words(default)})".strip()
+                if nullable and default is not None and "null" not in doc:
+                    doc += "; null to unset"
+                rows.append((flag, words, doc))
 
     visit(config_class, "", "", None)
     return [(title, rows) for title, rows in sections if rows]

@@ -59,7 +59,8 @@ class EvalPipelineConfig:
     overwrite: bool = False  # replace the evaluation already in output_dir (eval_info.json, episodes.jsonl, videos)
     progress: bool = True  # show a progress bar
     num_threads: int | None = None  # torch threads for the policy; default: the cores the machine's load leaves idle
-    dataset_dir: Path | None = None  # also write the episodes as a new LeRobot v3.0 dataset here, one at a time
+    dataset_dir: Path | None = None
+    """also write the episodes (what the policy read and did, rewards, success) as a new LeRobot v3.0 dataset here"""
 
 
 def run_eval(config: EvalPipelineConfig) -> EvalResult:
