@@ -237,7 +237,7 @@ def help_sections(config_class: type, argv: list[str], prog: str) -> list[tuple[
                 choices = annotation.get_known_choices()
                 default_name = annotation.get_choice_name(type(default)) if default is not None else None
                 chosen = _chosen_type(f"{flag}.type", argv) or default_name
-                chosen_class = choices.get(chosen, type(default))
+                chosen_class = choices.get(chosen or "", type(default))
                 others = [choice for choice in choices if choice != chosen]
                 title = f"{flag}.*: {_summary(chosen_class) or doc} ({flag}.type={chosen})"
                 if others:

@@ -92,10 +92,8 @@ def describe_lerobot_flags(args: list[str]) -> str:
     parts = []
     for arg in args:
         answer = lerobot_equivalent(arg)
-        if answer is None or answer == ACCEPTED:
-            continue
-        if answer.startswith("--"):
+        if answer is not None and answer.startswith("--"):
             parts.append(f"LeRobot's {arg} is hfpolicy's {answer}")
-        else:
+        elif answer not in (None, ACCEPTED):
             parts.append(f"LeRobot's {arg}: {answer}")
     return "; ".join(parts)

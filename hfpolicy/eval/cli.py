@@ -101,10 +101,8 @@ def claim_eval_folder(output_dir: Path, overwrite: bool) -> None:
             f"--output_dir={output_dir} holds another evaluation ({', '.join(found)}): choose another --output_dir, "
             "or add --overwrite=true to replace it"
         )
-    for name in (EVAL_INFO_FILE, EPISODES_FILE):
-        (output_dir / name).unlink(missing_ok=True)
-    for video in old_videos:
-        video.unlink()
+    for path in [output_dir / EVAL_INFO_FILE, output_dir / EPISODES_FILE, *old_videos]:
+        path.unlink(missing_ok=True)
 
 
 def _evaluate_into(config: EvalPipelineConfig, policy: Policy, env_config: EnvConfig, output_dir: Path) -> EvalResult:

@@ -88,13 +88,12 @@ class EpisodeCollector:
     # --- StepHook --------------------------------------------------------------------------------------------------
     def after_reset(self, env: VectorEnv, observation: Any, seeds: Sequence[int]) -> None:
         self.flush()
-        episodes = [RolloutEpisode(seed=int(seed)) for seed in seeds]
-        self._slots = [*episodes]
-        self._experts, self._last_target, self._rngs = [], [], []
-        for slot, episode in enumerate(episodes):
-            self._rngs.append(np.random.default_rng([episode.seed, 1]))
-            if self.labeller is None:
-                continue
+        self._slots = [RolloutEpisode(seed=int(seed)) for seed in seeds]
+        self._rngs = [np.random.default_rng([int(seed), 1]) for seed in seeds]
+        self._experts, self._last_target = [], []
+        if self.labeller is None:
+            return
+        for slot in range(len(seeds)):
             sub_env = self._sub_env(env, slot)
             expert = self.labeller()
             expert.reset(sub_env)
@@ -164,24 +163,16 @@ def rollout_features(policy_inputs: Mapping[str, Any], action_shape: Sequence[in
 
 
 def write_episode(writer: DatasetWriter, episode: RolloutEpisode, task: str) -> None:
-    """Adds one collected episode to an open DatasetWriter."""
-    for frame in episode_frames(episode, {key: writer.features[key] for key in writer.user_keys}):
-        writer.add_frame(frame, task=task)
-    writer.save_episode()
-
-
-def episode_frames(episode: RolloutEpisode, features: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The episode's frames as `DatasetWriter.add_frame` dicts (the last frame marked done)."""
-    frames = []
+    """Adds one collected episode to an open DatasetWriter (its last frame marked done)."""
     for t in range(episode.length):
-        frame = {key: episode.frames[key][t] for key in features}
+        frame = {key: episode.frames[key][t] for key in writer.user_keys}
         for key in (REWARD, SUCCESS, DONE):
             if key in frame:
                 frame[key] = np.asarray(frame[key]).reshape(1)
-        frames.append(frame)
-    if frames and DONE in features:
-        frames[-1][DONE] = np.array([True])  # an episode cut at max_steps ends there too
-    return frames
+        if t == episode.length - 1 and DONE in frame:
+            frame[DONE] = np.array([True])  # an episode cut at max_steps ends there too
+        writer.add_frame(frame, task=task)
+    writer.save_episode()
 
 
 def write_episodes_dataset(

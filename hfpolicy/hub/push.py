@@ -83,11 +83,11 @@ def push_run(
     dataset repo. Hub and network failures raise PushError naming the cause and the way to retry."""
     run_dir = Path(run_dir)
     run = RunFolder(run_dir)
-    config_path = run.config_file
-    if not config_path.is_file():
+    if not run.config_file.is_file():
         raise PushError(f"{run_dir} is not a training run folder (it has no {TRAIN_CONFIG_FILE})")
-    train_config = json.loads(config_path.read_text())
-    repo_id = repo_id or (train_config.get("hub") or {}).get("repo_id")
+    train_config = json.loads(run.config_file.read_text())
+    hub = train_config.get("hub") or {}
+    repo_id = repo_id or hub.get("repo_id")
     if not repo_id:
         raise PushError(f"the run in {run_dir} was trained without --hub.repo_id: pass --repo_id=user/name")
     if check_access:
@@ -100,19 +100,12 @@ def push_run(
     artifacts = run_artifacts(run, train_config, up_to_step, train_command)
     artifacts.online_episodes = online_episode_count(run.root)
     artifacts.online_data_repo_id = online_data_repo_id
-    hub = train_config.get("hub") or {}
+    private = hub.get("private") if private is None else private
+    branch = hub.get("branch") if branch is None else branch
     try:
         if online_data_repo_id:
-            push_online_data(
-                run_dir, online_data_repo_id, private=bool(hub.get("private")) if private is None else private
-            )
-        return policy.push_to_hub(
-            repo_id,
-            artifacts=artifacts,
-            private=hub.get("private") if private is None else private,
-            branch=hub.get("branch") if branch is None else branch,
-            token=token,
-        )
+            push_online_data(run_dir, online_data_repo_id, private=bool(private))
+        return policy.push_to_hub(repo_id, artifacts=artifacts, private=private, branch=branch, token=token)
     except Exception as e:
         cause = describe_push_error(e, repo_id)
         if cause is None:

@@ -75,22 +75,14 @@ def save_safetensors_atomically(tensors: dict, path: str | Path, metadata: dict[
     with replacing(path) as tmp:
         try:
             safetensors.torch.save_file(tensors, str(tmp), metadata=metadata)
-        except SafetensorError as e:
-            os_error = safetensors_os_error(e, path)
-            if os_error is None:
+        except SafetensorError as e:  # "... (os error 28)": an I/O failure
+            found = re.search(r"\(os error (\d+)\)", str(e))
+            if found is None:
                 raise
-            raise os_error from e
+            code = int(found.group(1))
+            raise OSError(code, os.strerror(code), str(path)) from e
         os.chmod(tmp, 0o666 & ~current_umask())
     return path
-
-
-def safetensors_os_error(error: Exception, path: str | Path) -> OSError | None:
-    """The OSError behind a SafetensorError ("... (os error 28)"), or None when it was not an I/O failure."""
-    found = re.search(r"\(os error (\d+)\)", str(error))
-    if found is None:
-        return None
-    code = int(found.group(1))
-    return OSError(code, os.strerror(code), str(path))
 
 
 def is_disk_full(error: BaseException) -> bool:

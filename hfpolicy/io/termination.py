@@ -52,18 +52,6 @@ def deliver_again(signum: int, handler: Callable) -> None:
     threading.Timer(0.01, again).start()
 
 
-def _redeliver_if_swallowed(previous_hook):
-    """An unraisable hook that delivers again a Terminated swallowed by a finalizer."""
-
-    def hook(unraisable) -> None:
-        if isinstance(unraisable.exc_value, Terminated):
-            deliver_again(unraisable.exc_value.signum, _raise_terminated)
-            return
-        previous_hook(unraisable)
-
-    return hook
-
-
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM raise `Terminated` (a SIGINT ignored at start stays ignored); nothing
@@ -74,7 +62,14 @@ def stop_on_signals() -> Iterator[None]:
     handled = [s for s in SIGNAL_NAMES if not (s == signal.SIGINT and signal.getsignal(s) == signal.SIG_IGN)]
     previous = {s: signal.signal(s, _raise_terminated) for s in handled}
     previous_hook = sys.unraisablehook
-    sys.unraisablehook = _redeliver_if_swallowed(previous_hook)
+
+    def redeliver_if_swallowed(unraisable) -> None:  # a Terminated raised in a finalizer is delivered again
+        if isinstance(unraisable.exc_value, Terminated):
+            deliver_again(unraisable.exc_value.signum, _raise_terminated)
+        else:
+            previous_hook(unraisable)
+
+    sys.unraisablehook = redeliver_if_swallowed
     try:
         yield
     finally:

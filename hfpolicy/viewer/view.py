@@ -139,7 +139,6 @@ def view_hub_dataset(
         raise FileNotFoundError(f"{repo_id} is not a folder here, and as a Hub dataset: {cause}") from None
     if embed_videos is None:
         embed_videos = small_enough_to_embed(root)
-    page.parent.mkdir(parents=True, exist_ok=True)
     link = VideoLinker(page, embed_videos)
     source = f"{repo_id} (Hub dataset, commit {meta_root.name[:12]})"
     data = dataset_page_data(root, link, repo_id=repo_id, episodes=shown, source=source)
