@@ -253,7 +253,6 @@ def run(config: EvalPipelineConfig) -> str:
     set_torch_threads(config.num_threads)
     policy, env_config = load_policy_and_env_config(config)
     config.output_dir = config.output_dir or default_output_dir(env_config)
-    check_writable(config.output_dir)
     if config.dataset_dir is not None and Path(config.dataset_dir).exists():
         raise ValueError(f"--dataset_dir={config.dataset_dir} exists: choose a new folder for the episodes' dataset")
     try:

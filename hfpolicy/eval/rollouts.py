@@ -77,14 +77,10 @@ class RandomActions:
     seeded with its episode's seed by `reset(seeds=...)`."""
 
     def __init__(self, space: gym.spaces.Space):
-        if not isinstance(space, gym.spaces.Box) or not (
-            np.isfinite(space.low).all() and np.isfinite(space.high).all()
-        ):
+        if not isinstance(space, gym.spaces.Box) or not np.isfinite([space.low, space.high]).all():
             raise ValueError(f"random actions need a bounded Box action space, got {space}")
-        self.low, self.high = (
-            torch.as_tensor(space.low, dtype=torch.float32),
-            torch.as_tensor(space.high, dtype=torch.float32),
-        )
+        self.low = torch.as_tensor(space.low, dtype=torch.float32)
+        self.high = torch.as_tensor(space.high, dtype=torch.float32)
         self._generators: list[torch.Generator] = []
 
     def reset(self, seeds: Sequence[int] | None = None) -> None:

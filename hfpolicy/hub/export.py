@@ -45,7 +45,6 @@ def export_policy(
     output_dir = Path(output_dir)
     if output_dir.exists():
         raise FileExistsError(f"{output_dir} already exists; choose a new --output_dir (export never overwrites)")
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging_folder = Staging.create(output_dir, STAGING_TAG)
     staging = staging_folder.path
     try:

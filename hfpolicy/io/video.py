@@ -61,8 +61,7 @@ class Mp4Writer:
         stream.time_base = 1 / rate
         options: dict[str, object] = {"crf": str(self.crf), "preset": self.preset}
         if self.gop is not None:
-            options["g"] = str(self.gop)
-            options["keyint_min"] = str(self.gop)
+            options |= {"g": str(self.gop), "keyint_min": str(self.gop)}
         stream.options = options
         self._stream = stream
 
