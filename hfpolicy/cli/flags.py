@@ -138,8 +138,7 @@ def did_you_mean(config_class: type, unknown: list[str], argv: list[str]) -> str
 
 
 def error_in_flags(error: Exception, config_class: type, prefix: str = "") -> str:
-    """A config's error in the command line's words: a ConfigFieldError's fields of `config_class` as
-    `--<prefix>field=value`; any other error as its message."""
+    """A config's error in the command line's words (a ConfigFieldError's fields of `config_class` as flags)."""
     if isinstance(error, ConfigFieldError):
         return error.flags(prefix, only={f.name for f in dataclasses.fields(config_class)})
     return str(error)

@@ -84,8 +84,7 @@ def evaluate_and_save(config: EvalPipelineConfig, policy: Policy, env_config: En
 
 
 def claim_eval_folder(output_dir: Path, overwrite: bool) -> None:
-    """Refuses a folder holding another evaluation unless `overwrite`, which removes all of it (never a mix of two
-    runs). Called with the folder held: temporary files in it are a dead evaluation's, removed."""
+    """Refuses a folder holding another evaluation unless `overwrite`, which removes it whole (the folder is held)."""
     for stale in output_dir.glob(".*"):
         if stale.is_file() and is_temporary(stale.name):
             stale.unlink(missing_ok=True)

@@ -45,8 +45,7 @@ class RolloutEpisode:
 
 
 class EpisodeCollector:
-    """A rollout `StepHook` that collects each episode's frames of `features` (info.json style), kept or handed to
-    `on_episode_end` as episodes end."""
+    """A rollout `StepHook` that collects each episode's frames of `features` (info.json style)."""
 
     def __init__(
         self,

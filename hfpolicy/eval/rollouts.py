@@ -73,8 +73,7 @@ class StepHook(Protocol):
 
 
 class RandomActions:
-    """Acts without a policy (TD-MPC's seed steps): uniform actions in a bounded Box, slot i's drawn from a generator
-    seeded with its episode's seed by `reset(seeds=...)`."""
+    """Uniform actions in a bounded Box (TD-MPC's seed steps), slot i's drawn with its episode's seed."""
 
     def __init__(self, space: gym.spaces.Space):
         if not isinstance(space, gym.spaces.Box) or not np.isfinite([space.low, space.high]).all():

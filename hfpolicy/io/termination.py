@@ -36,14 +36,13 @@ def _raise_terminated(signum, frame) -> None:
 
 
 def raise_if_terminated() -> None:
-    """A safe point of a long loop: raises Terminated if a stop signal arrived (its exception may have been swallowed)."""
+    """A long loop's safe point: raises Terminated if a stop signal arrived (even if its exception was swallowed)."""
     if _requested:
         raise Terminated(128 + _requested[0])
 
 
 def deliver_again(signum: int, handler: Callable) -> None:
-    """Raises signal `signum` again a moment later from another thread (so that the main thread handles it outside
-    the finalizer that swallowed it), while `handler` is still its handler."""
+    """Raises `signum` again soon from another thread, outside the finalizer that swallowed it (if `handler` holds)."""
 
     def again() -> None:
         if signal.getsignal(signum) == handler:
@@ -54,8 +53,7 @@ def deliver_again(signum: int, handler: Callable) -> None:
 
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
-    """Within the block, SIGINT and SIGTERM raise `Terminated` (a SIGINT ignored at start stays ignored); nothing
-    outside the main thread."""
+    """Within the block, SIGINT and SIGTERM raise `Terminated` (main thread only; an ignored SIGINT stays ignored)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -152,7 +152,7 @@ def video_name(path: str | Path | VideoFile) -> str:
 
 
 def rgb_threads(width: int, height: int) -> int:
-    """swscale threads for a frame's RGB conversion: 1 for small frames (threads cost more there), else 0 (its choice)."""
+    """swscale threads for a frame's RGB conversion: 1 for small frames (threads cost more there), else 0 (auto)."""
     return 0 if width * height >= THREADED_DECODE_MIN_PIXELS else 1
 
 

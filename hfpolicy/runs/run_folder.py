@@ -113,7 +113,7 @@ class RunFolder:
             self._lock = None
 
     def undo_start(self) -> None:
-        """After a failed or stopped start (the lock held): removes what `lock()` created (the folder or the lock files)."""
+        """After a failed or stopped start (the lock held): removes what `lock()` created (folder or lock files)."""
         if self._lock is None:
             return
         if self._found is None:
@@ -139,8 +139,7 @@ class RunFolder:
         )
 
     def check_for(self, resume: bool) -> None:
-        """A new run needs a folder without checkpoints (a run stopped before its first one starts again in place); a
-        resumed run needs one with a checkpoint."""
+        """A new run needs a folder without checkpoints, a resumed run one with a checkpoint (else RunFolderError)."""
         if resume:
             self.checkpoint_to_resume()
             return

@@ -68,8 +68,7 @@ def write_page(path: str | Path, data: dict[str, Any]) -> Path:
 
 
 class VideoLinker:
-    """How a page refers to a video: a path relative to the page, or (`embed=True`) the whole mp4 as a data URI, for
-    one file that works anywhere."""
+    """How a page refers to a video: a path relative to the page, or (`embed`) the whole mp4 as a data URI."""
 
     def __init__(self, page_path: str | Path, embed: bool = False):
         self.page_dir = Path(page_path).resolve().parent

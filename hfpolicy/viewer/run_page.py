@@ -68,8 +68,7 @@ def run_page_data(run_dir: str | Path, eval_pages: dict[int, str] | None = None)
 
 
 def write_run_pages(run_dir: str | Path, page_path: str | Path, embed_videos: bool | None = False) -> Path:
-    """Writes each evaluation's page (eval/step_N/view.html) and the run's page at `page_path`, linked to them.
-    `embed_videos=None` embeds an evaluation's videos when they total under 10 MB."""
+    """Writes each evaluation's page (eval/step_N/view.html), then the run's page at `page_path` linking them."""
     run_dir, page_path = Path(run_dir), Path(page_path)
     evaluations = run_evaluations(run_dir)
     for step, folder in evaluations:  # before any page is written: the run's page replaces none of the others
