@@ -52,11 +52,8 @@ def feature_table(meta: DatasetMeta) -> list[dict[str, Any]]:
 
 def episode_series(batch: dict[str, Any], keys: list[str]) -> dict[str, list[list[float | None]]]:
     """Per feature: one list per dimension (frames in order), with 4 significant digits."""
-    series = {}
-    for key in keys:
-        values = batch[key].numpy().reshape(len(batch[key]), -1).astype(np.float64)
-        series[key] = [rounded_list(values[:, d]) for d in range(values.shape[1])]
-    return series
+    values = {key: batch[key].numpy().reshape(len(batch[key]), -1).astype(np.float64) for key in keys}
+    return {key: [rounded_list(column) for column in table.T] for key, table in values.items()}
 
 
 def camera_spans(meta: DatasetMeta, episode: int, file_ids: dict[str, int]) -> dict[str, dict[str, Any]]:

@@ -42,12 +42,11 @@ def run_page_data(run_dir: str | Path, eval_pages: dict[int, str] | None = None)
     evaluations = []
     for step, folder in run_evaluations(run_dir):
         aggregated = load_eval_info(folder)["aggregated"]
-        low, high = aggregated["pc_success_ci95"]
         evaluations.append(
             {
                 "step": step,
                 "pc_success": aggregated["pc_success"],
-                "ci95": [low, high],
+                "ci95": list(aggregated["pc_success_ci95"]),
                 "avg_max_reward": rounded(aggregated["avg_max_reward"]),
                 "avg_length": rounded(aggregated["avg_length"]),
                 "n_episodes": aggregated["n_episodes"],
