@@ -226,7 +226,3 @@ def exit_status(error: BaseException, command: Command) -> int | None:
     if names & set(BAD_INPUT + command.bad_input):
         return 2
     return None
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,6 @@
 0.6's `save_pretrained` writes for a policy and its processors, plus a model card), staged and renamed into place;
 an existing directory is never overwritten (docs/lerobot.md)."""
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,7 +110,3 @@ def export_command(config: ExportConfig) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     return run_command("export", argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

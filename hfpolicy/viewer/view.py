@@ -8,7 +8,6 @@ from pathlib import Path
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
 from huggingface_hub.utils import validate_repo_id
 
-from hfpolicy.cli.commands import run_command
 from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, TRAIN_CONFIG_FILE
 from hfpolicy.datasets.format import INFO_PATH
 from hfpolicy.datasets.hub import DatasetDownloadError, download_dataset, download_meta
@@ -153,7 +152,3 @@ def view_command(cfg: ViewConfig) -> str:
         )
     embed = embed_choice(cfg.embed_videos)
     return str(view(cfg.path, cfg.output, embed, episodes=cfg.episodes, revision=cfg.revision))
-
-
-def main(argv: list[str] | None = None) -> int:
-    return run_command("view", argv)
