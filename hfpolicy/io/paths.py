@@ -15,13 +15,6 @@ class OutputOverlapsSourceError(ValueError):
     """A writer's output is its source, lies inside it, or (when replaced) holds it."""
 
 
-def _hub_cache_blobs(real_root: Path) -> Path | None:
-    """The blobs/ folder that a huggingface_hub cache snapshot (<repo>/snapshots/<commit>/) links its files into."""
-    if real_root.parent.name == "snapshots":
-        return real_root.parent.parent / "blobs"
-    return None
-
-
 def contained_path(root: str | Path, relative: str | PurePath, what: str) -> Path:
     """`root / relative`, once checked to resolve (links followed) inside `root`, or to one of its repo's blobs for a
     Hub cache snapshot; else OutsideFolderError naming `what` (e.g. "meta/info.json video_path")."""
@@ -35,8 +28,9 @@ def contained_path(root: str | Path, relative: str | PurePath, what: str) -> Pat
             "(a crafted or damaged file?)"
         )
     real_root, real = root.resolve(), path.resolve()
-    blobs = _hub_cache_blobs(real_root)
-    if not (real.is_relative_to(real_root) or (blobs is not None and real.parent == blobs)):
+    # a huggingface_hub cache snapshot (<repo>/snapshots/<commit>/) links its files into <repo>/blobs/
+    in_hub_blobs = real_root.parent.name == "snapshots" and real.parent == real_root.parent.parent / "blobs"
+    if not (real.is_relative_to(real_root) or in_hub_blobs):
         raise OutsideFolderError(
             f"{what} names {text!r}, which resolves to {real}, outside {root}: hfpolicy reads only files inside the folder it "
             "is given (copy the file into the folder instead of linking it)"
