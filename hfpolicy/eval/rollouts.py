@@ -142,7 +142,10 @@ def rollout(
     length = np.zeros(n_envs, dtype=np.int64)
     low, high = action_bounds(env)
     # slot -> its episode's record: the step lists grow as it runs, the totals are set when it ends
-    records = [EpisodeRecord(i, int(seed), 0.0, -math.inf, False, 0) for i, seed in zip(indices, seeds, strict=True)]
+    records = [
+        EpisodeRecord(index=i, seed=int(seed), sum_reward=0.0, max_reward=-math.inf, success=False, length=0)
+        for i, seed in zip(indices, seeds, strict=True)
+    ]
 
     def end_episode(slot: int) -> None:
         record = records[slot]
