@@ -57,7 +57,7 @@ def describe_flag_error(
     `--steps: couldn't parse 'abc' ...`, an unknown flag with the closest known ones (or LeRobot's equivalent)."""
     cause = error.__cause__
     if isinstance(cause, ConfigFieldError) and config_class is not None:
-        prefix = _config_prefix(config_class, type(cause.config))
+        prefix = config_prefix(config_class, type(cause.config))
         if prefix is not None:
             return cause.flags(prefix)
     unknown = unknown_flags(config_class, argv or []) if config_class is not None else []
@@ -86,13 +86,13 @@ def optional_value_words(message: str) -> str:
     return f"{found.group(0).strip()}, or null" if found else message
 
 
-def _config_prefix(config_class: type, target: type, prefix: str = "") -> str | None:
+def config_prefix(config_class: type, target: type, prefix: str = "") -> str | None:
     """The flag prefix ("policy.") of the config class `target` inside `config_class` ("" for itself), if any."""
     if config_class is target:
         return prefix
     for name, candidates in _nested_configs(config_class):
         for candidate in candidates:
-            found = _config_prefix(candidate, target, f"{prefix}{name}.")
+            found = config_prefix(candidate, target, f"{prefix}{name}.")
             if found is not None:
                 return found
     return None
