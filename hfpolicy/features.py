@@ -1,6 +1,4 @@
-"""What flows between datasets, envs and policies: a feature's kind (FeatureType), its shape (PolicyFeature) and how
-it is normalized (NormMode). A neutral module: datasets, envs and policies all import it, and it imports none of
-them."""
+"""What flows between datasets, envs and policies: a feature's kind, shape and normalization (imports none of them)."""
 
 from dataclasses import dataclass
 from enum import Enum

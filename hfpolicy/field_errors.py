@@ -1,13 +1,10 @@
-"""Config errors that name their fields, so each caller can say them in its own words.
+"""Config errors that name their fields, so each caller can say them in its own words:
 
     raise ConfigFieldError(self, "{n_heads} must divide {dim_model}")
-    str(error)                  # "n_heads=3 must divide dim_model=256"            (the Python API's words)
-    error.flags("policy.")      # "--policy.n_heads=3 must divide --policy.dim_model=256"   (the command line's)
+    str(error)                  # "n_heads=3 must divide dim_model=256"
+    error.flags("policy.")      # "--policy.n_heads=3 must divide --policy.dim_model=256"
 
-A template names fields as `{name}` (the field with the config's value) or `{name=LITERAL}` (the field with a value
-to try, a Python literal: `set {n_action_steps=1}`); other `{word}`s are filled from the keyword arguments, as
-plain text (`use one of {choices}`, choices=...). The error keeps the config, the field names and their values,
-so the CLI writes `--group.field=value` from them rather than from the message's text.
+`{name=LITERAL}` names a field with a value to try (`set {n_action_steps=1}`); other `{word}`s are keyword arguments.
 """
 
 import ast
@@ -54,12 +51,12 @@ class _FieldFormatter(string.Formatter):
 
 
 class ConfigFieldError(ValueError):
-    """A value of `config` that does not fit, with the fields the message is about (see the module docstring)."""
+    """A value of `config` that does not fit, with the fields the message is about."""
 
     def __init__(self, config: Any, template: str, **text: Any):
         self.config, self.template, self.text = config, template, text
         names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
-        self.fields = [name.partition("=")[0] for name in names if name not in text]  # the fields it is about
+        self.fields = [name.partition("=")[0] for name in names if name not in text]
         super().__init__(self.render(python_words))
 
     def render(self, word: Callable[[str, Any], str]) -> str:
@@ -67,8 +64,7 @@ class ConfigFieldError(ValueError):
         return _FieldFormatter(self.config, word).format(self.template, **self.text)
 
     def flags(self, prefix: str = "", only: set[str] | None = None) -> str:
-        """The message in the command line's words: each field as `--<prefix>name=value` (only those in `only`,
-        when given: the others are no flag there and stay in Python's words)."""
+        """The message with each field (of `only`, when given) as `--<prefix>name=value`."""
 
         def word(name: str, value: Any) -> str:
             if only is not None and name not in only:

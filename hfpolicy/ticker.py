@@ -1,12 +1,6 @@
-"""Progress bars that keep moving through long waits (no wait over a few seconds without a sign of life).
-
-    with ticking(bar):              # redraws `bar` every TICK_S seconds from a thread: its elapsed time moves while
-        one_long_call()             # the code that owns it waits (torch.compile, a checkpoint write, a rollout)
-    note = LiveNote(bar)
-    note(f"frame {t}/{n}")          # a postfix set as often as wanted, drawn at most every `bar.mininterval` seconds
-
-tqdm draws a bar only when its count moves, so a bar waiting on one long call freezes, elapsed time included.
-"""
+"""Progress bars that keep moving through long waits: `with ticking(bar):` redraws `bar` every TICK_S seconds (tqdm
+draws only when the count moves), and `LiveNote(bar)(text)` sets a postfix as often as wanted, drawn at most every
+`bar.mininterval` seconds."""
 
 import contextlib
 import threading
@@ -40,8 +34,7 @@ def ticking(bar: tqdm, interval: float = TICK_S) -> Iterator[None]:
 
 
 class LiveNote:
-    """Sets `bar`'s postfix on every call and draws it when `bar.mininterval` seconds passed since it last did, so
-    a note updated per frame costs nothing between the draws (TQDM_MININTERVAL=0: every call is drawn)."""
+    """Sets `bar`'s postfix on every call, drawn when `bar.mininterval` seconds passed since the last draw."""
 
     def __init__(self, bar: tqdm):
         self.bar = bar

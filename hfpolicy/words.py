@@ -1,4 +1,4 @@
-"""How hfpolicy's printed lines say a number of things: `counted(1, "episode")` is "1 episode", never "1 episodes"."""
+"""How printed lines say numbers: `counted(1, "episode")` is "1 episode", never "1 episodes"."""
 
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:

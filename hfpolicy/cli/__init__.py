@@ -1,5 +1,4 @@
-"""The `hfpolicy` command: one table of subcommands (hfpolicy.cli.commands) and the flag parser and --help writer
-every subcommand shares (hfpolicy.cli.flags)."""
+"""The `hfpolicy` command: its subcommands (hfpolicy.cli.commands) and their flags (hfpolicy.cli.flags)."""
 
 from hfpolicy.cli.commands import SUBCOMMANDS, main
 

@@ -1,15 +1,6 @@
-"""The `hfpolicy` command: one table of subcommands and one runner for all of them.
-
-    hfpolicy train --policy.type=diffusion --dataset.repo_id=lerobot/pusht --steps=1000
-
-A command is one row of COMMANDS: the dataclass its flags parse into and the function that runs it, both named as
-"module:name", so nothing is imported before the command runs (`hfpolicy --help` and `hfpolicy train --help` stay
-fast). `run_command` parses the flags (hfpolicy.cli.flags, draccus underneath), calls the function and prints the
-line it returns; an error is one line `hfpolicy <cmd>: error: ...` and exit status 2 for bad input (a flag, a value,
-a folder, a file), 1 for a run that failed on its own (a diverged loss, a push that broke off). Ctrl-C (SIGINT) and
-SIGTERM stop every command the same way (hfpolicy.io.termination.stop_on_signals): what it was writing is cleaned up,
-one line `hfpolicy <cmd>: stopped by Ctrl-C (SIGINT)` and exit status 130 (143 for SIGTERM); training answers them
-with a checkpoint first (hfpolicy.training.stopping).
+"""The `hfpolicy` command: one table of subcommands (COMMANDS, each naming its config and function as "module:name",
+imported only when it runs) and one runner for all of them. An error is one line `hfpolicy <cmd>: error: ...`, exit
+status 2 for bad input, 1 for a run that failed on its own; Ctrl-C and SIGTERM stop any command cleanly (130 / 143).
 """
 
 import importlib
@@ -113,7 +104,7 @@ COMMANDS: dict[str, Command] = {
         help="versions of hfpolicy, Python, torch (and the GPU it finds) and the key libraries",
     ),
 }
-SUBCOMMANDS = COMMANDS  # the name tests and older callers use
+SUBCOMMANDS = COMMANDS
 
 
 def load(name: str) -> Any:
@@ -173,9 +164,8 @@ def run_command(
     config_class: type | None = None,
     before_run: Callable[[Any], None] | None = None,
 ) -> int:
-    """Parses `argv` for the command `name`, runs it and prints its line; errors as the module docstring says.
-    `config_class` replaces the row's config (a subclass with other defaults), `before_run(cfg)` runs after the
-    parse (examples/train_pusht.py prints its recipe there)."""
+    """Parses `argv` for the command `name`, runs it and prints its line; the exit status. `config_class` replaces the
+    row's config (a subclass with other defaults), `before_run(cfg)` runs after the parse."""
     command = COMMANDS[name]
     prog = prog or f"hfpolicy {name}"
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -209,18 +199,15 @@ OTHER_RANK_WAIT_S = 20.0  # how long a launched process other than the main one 
 
 
 def wait_for_the_main_process() -> None:
-    """In a process other than the main one of a multi-process launch (`accelerate launch`, torchrun: RANK > 0),
-    waits OTHER_RANK_WAIT_S before its error line: the main process, which meets the same bad flag or folder, prints
-    the line and exits, and the launcher then stops this process, so the launch prints the error once, not once per
-    process. An error of this process alone is still printed, that much later."""
+    """In a launched process other than the main one, waits before its error line: the main process meets the same
+    bad input, prints it and exits, and the launcher stops this one, so the error is printed once."""
     if int(os.environ.get("RANK", "0") or 0) > 0 and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
         time.sleep(OTHER_RANK_WAIT_S)
 
 
 def command_line(argv: list[str] | None = None) -> str:
-    """The command line of this process (`argv`, default sys.argv), as one would type it again: `hfpolicy ...` (the
-    console script or `python -m hfpolicy`), `python script.py ...`, or `accelerate launch script.py ...` when
-    launched by accelerate."""
+    """The command line of this process (`argv`, default sys.argv) as one would type it again: `hfpolicy ...`,
+    `python script.py ...` or `accelerate launch script.py ...`."""
     argv = list(sys.argv if argv is None else argv)
     args = [shlex.quote(a) for a in argv[1:]]
     script = argv[0] if argv else "hfpolicy"
@@ -239,7 +226,3 @@ def exit_status(error: BaseException, command: Command) -> int | None:
     if names & set(BAD_INPUT + command.bad_input):
         return 2
     return None
-
-
-if __name__ == "__main__":
-    sys.exit(main())

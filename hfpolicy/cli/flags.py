@@ -1,12 +1,5 @@
-"""Command-line flags → dataclass configs (draccus), with errors in the command line's own words.
-
-    cfg = parse_flags(TrainConfig, argv, prog="hfpolicy train")
-
-`--help` prints `usage: <prog> ...`. A bad flag raises FlagError with one line: the flag as typed (`--steps`, not
-`steps`), what was wrong, and where the flags are listed; draccus's 50-line usage dump is not printed first. A
-LeRobot flag is answered with hfpolicy's equivalent, or accepted where its value changes nothing
-(hfpolicy.cli.lerobot_flags).
-"""
+"""Command-line flags → dataclass configs (draccus), with errors in the command line's own words: a bad flag is one
+FlagError line (the flag as typed, what was wrong, where the flags are listed), and `--help` is hfpolicy's own."""
 
 import argparse
 import dataclasses
@@ -20,7 +13,6 @@ import sys
 import textwrap
 import types
 import typing
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +29,11 @@ class FlagError(ValueError):
 
 
 def parse_flags(config_class: type, argv: list[str], prog: str, config_path: str | Path | None = None):
-    """draccus.parse with `prog` as the usage name and FlagError instead of a usage dump and SystemExit; `--help`
-    prints hfpolicy's own help (`format_help`) and exits 0."""
-    if wants_help(argv):
-        print_help(config_class, argv, prog)
+    """draccus.parse with FlagError instead of a usage dump and SystemExit; `--help` prints `format_help` and exits."""
+    if any(arg in HELP_FLAGS for arg in argv):
+        sys.stdout.write(format_help(config_class, argv, prog))
+        sys.stdout.flush()
+        raise SystemExit(0)
     argv = without_accepted_lerobot_flags(config_class, argv)
     try:
         return draccus.parse(config_class, config_path=config_path, args=argv, prog=prog, exit_on_error=False)
@@ -49,8 +42,7 @@ def parse_flags(config_class: type, argv: list[str], prog: str, config_path: str
 
 
 def without_accepted_lerobot_flags(config_class: type, argv: list[str]) -> list[str]:
-    """`argv` without the LeRobot flags `config_class` does not take whose value changes nothing here
-    (`--policy.push_to_hub=false`)."""
+    """`argv` without the LeRobot flags it does not take whose value changes nothing (`--policy.push_to_hub=false`)."""
     accepted = [arg for arg in argv if arg.startswith("--") and is_accepted_lerobot_flag(arg)]
     if not accepted:
         return argv
@@ -61,10 +53,8 @@ def without_accepted_lerobot_flags(config_class: type, argv: list[str]) -> list[
 def describe_flag_error(
     error: BaseException, prog: str, config_class: type | None = None, argv: list[str] | None = None
 ) -> str:
-    """draccus's error in the command line's words, from the fields it names: a config's own check (a
-    ConfigFieldError from its __post_init__) alone, in flags (`--policy.n_action_steps=20 does not fit ...`); a value
-    that does not parse as `--steps: couldn't parse 'abc' ...`; an unknown flag with the closest known ones, or
-    with hfpolicy's equivalent when it is LeRobot's."""
+    """draccus's error in the command line's words: a config's own check in flags, a value that does not parse as
+    `--steps: couldn't parse 'abc' ...`, an unknown flag with the closest known ones (or LeRobot's equivalent)."""
     cause = error.__cause__
     if isinstance(cause, ConfigFieldError) and config_class is not None:
         prefix = config_prefix(config_class, type(cause.config))
@@ -89,35 +79,27 @@ def describe_flag_error(
 
 
 def optional_value_words(message: str) -> str:
-    """draccus's "Could not decode the value into any of the given types: float: Couldn't parse 'x' into a float"
-    (over several lines) for an optional flag (`float | None`) as "Couldn't parse 'x' into a float, or null"."""
+    """draccus's several-line error for an optional flag as "Couldn't parse 'x' into a float, or null"."""
     if not message.startswith("Could not decode the value into any of the given types"):
         return message
     found = re.search(r"Couldn't parse .*", message)
     return f"{found.group(0).strip()}, or null" if found else message
 
 
-def config_prefix(config_class: type, target: type) -> str | None:
+def config_prefix(config_class: type, target: type, prefix: str = "") -> str | None:
     """The flag prefix ("policy.") of the config class `target` inside `config_class` ("" for itself), if any."""
-    found = _find_config(config_class, lambda candidate: candidate is target)
-    return None if found is None else found[1]
-
-
-def _find_config(config_class: type, matches: Callable[[type], bool], prefix: str = "") -> tuple[type, str] | None:
-    """(the first config class inside `config_class`, itself included, that `matches`, its flag prefix), if any."""
-    if matches(config_class):
-        return config_class, prefix
+    if config_class is target:
+        return prefix
     for name, candidates in _nested_configs(config_class):
         for candidate in candidates:
-            found = _find_config(candidate, matches, f"{prefix}{name}.")
+            found = config_prefix(candidate, target, f"{prefix}{name}.")
             if found is not None:
                 return found
     return None
 
 
 def _nested_configs(config_class: type) -> list[tuple[str, list[type]]]:
-    """[(field name, the config classes it can hold)] for the dataclass fields of `config_class` (every choice of a
-    `--x.type` field)."""
+    """[(field name, the config classes it can hold)] for the dataclass fields of `config_class`."""
     if not dataclasses.is_dataclass(config_class):
         return []
     hints = typing.get_type_hints(config_class)
@@ -133,7 +115,7 @@ def _nested_configs(config_class: type) -> list[tuple[str, list[type]]]:
 
 
 def known_flags(config_class: type, argv: list[str]) -> list[str]:
-    """Every flag `config_class` takes (for a `--x.type` field: the chosen type's), as `--help` lists them."""
+    """Every flag `config_class` takes, as `--help` lists them."""
     flags = ["--config_path"]
     for _, rows in help_sections(config_class, argv, ""):
         flags += [flag for flag, _, _ in rows]
@@ -141,7 +123,7 @@ def known_flags(config_class: type, argv: list[str]) -> list[str]:
 
 
 def unknown_flags(config_class: type, argv: list[str]) -> list[str]:
-    """The arguments of `argv` that are `--name[=value]` with a name `config_class` does not take."""
+    """The `--name[=value]` arguments of `argv` that `config_class` does not take."""
     known = set(known_flags(config_class, argv))
     return [arg for arg in argv if arg.startswith("--") and arg.split("=", 1)[0] not in known]
 
@@ -156,23 +138,15 @@ def did_you_mean(config_class: type, unknown: list[str], argv: list[str]) -> str
 
 
 def error_in_flags(error: Exception, config_class: type, prefix: str = "") -> str:
-    """A config's error in the command line's words: a ConfigFieldError from its fields (those of `config_class`
-    become `--<prefix>field=value`); any other error (one that names no field, e.g. a feature the dataset lacks) as
-    its message."""
+    """A config's error in the command line's words (a ConfigFieldError's fields of `config_class` as flags)."""
     if isinstance(error, ConfigFieldError):
         return error.flags(prefix, only={f.name for f in dataclasses.fields(config_class)})
     return str(error)
 
 
-# --- help -----------------------------------------------------------------------------------------------------------
-# hfpolicy writes its own --help from the config dataclasses: each flag once, with its type as the command line takes
-# it, its default once, and the field's doc comment (the inline comment plus the comment lines right below it).
+# --- help: written from the config dataclasses, each flag with its type, default and doc comment -----------------
 HELP_FLAGS = ("-h", "--help")
 _DIVIDER = re.compile(r"^\s*#?\s*-{3,}")  # `# --- section ---` lines are dividers, not documentation
-
-
-def wants_help(argv: list[str]) -> bool:
-    return any(arg in HELP_FLAGS for arg in argv)
 
 
 def field_docs(config_class: type) -> dict[str, str]:
@@ -186,9 +160,8 @@ def field_docs(config_class: type) -> dict[str, str]:
 
 @functools.cache
 def _own_field_docs(cls: type) -> dict[str, str]:
-    """{field: doc} for the fields `cls` itself declares, read by draccus's docstring reader: the comment beside the
-    field, a docstring under it, and the comment lines right below it (which draccus reads as the comment above the
-    next field), up to a `# --- section ---` divider."""
+    """{field: doc} for the fields `cls` itself declares: the comment beside it, a docstring under it, and the comment
+    lines right below it, up to a `# --- section ---` divider."""
     own = [
         name for name in cls.__dict__.get("__annotations__", {}) if name in {f.name for f in dataclasses.fields(cls)}
     ]
@@ -227,15 +200,13 @@ def _type_words(annotation: Any) -> tuple[str, bool]:
 
 
 def _field_default(f: dataclasses.Field) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
-    return dataclasses.MISSING
+    return f.default
 
 
 def _chosen_type(flag: str, argv: list[str]) -> str | None:
-    """The value given to `--policy.type` (either `--policy.type=x` or `--policy.type x`), if any."""
+    """The value given to `flag` (`--policy.type=x` or `--policy.type x`), if any."""
     for i, arg in enumerate(argv):
         if arg.startswith(f"{flag}="):
             return arg.split("=", 1)[1]
@@ -245,8 +216,8 @@ def _chosen_type(flag: str, argv: list[str]) -> str | None:
 
 
 def help_sections(config_class: type, argv: list[str], prog: str) -> list[tuple[str, list[tuple[str, str, str]]]]:
-    """[(section title, [(flag, type words, help)])] for every leaf field of `config_class`, nested ones by prefix;
-    a choice field (`--policy.type`) lists the fields of the chosen type (given in argv, else the default) only."""
+    """[(section title, [(flag, type words, help)])] for every leaf field of `config_class`; a choice field
+    (`--policy.type`) lists the chosen type's fields only."""
     sections: list[tuple[str, list[tuple[str, str, str]]]] = []
 
     def visit(cls: type, prefix: str, title: str, instance: Any) -> None:
@@ -254,18 +225,28 @@ def help_sections(config_class: type, argv: list[str], prog: str) -> list[tuple[
         sections.append((title, rows))
         docs = field_docs(cls)
         hints = typing.get_type_hints(cls)
-        nested: list[tuple[str, Any, Any, str, bool]] = []  # (name, its class, default, doc, is a choice registry)
-        for f in dataclasses.fields(cls):
+        for f in dataclasses.fields(cls):  # (a nested config's section follows this one: `rows` fills in place)
             if not f.init:
                 continue
-            annotation = hints[f.name]
-            flag = f"--{prefix}{f.name}"
-            default = getattr(instance, f.name) if instance is not None else _field_default(f)
-            doc = cli_words(docs.get(f.name, ""))
+            name, annotation = f.name, hints[f.name]
+            flag = f"--{prefix}{name}"
+            default = getattr(instance, name) if instance is not None else _field_default(f)
+            doc = cli_words(docs.get(name, ""))
             if isinstance(annotation, type) and issubclass(annotation, draccus.ChoiceRegistry):
-                nested.append((f.name, annotation, default, doc, True))
+                choices = annotation.get_known_choices()
+                default_name = annotation.get_choice_name(type(default)) if default is not None else None
+                chosen = _chosen_type(f"{flag}.type", argv) or default_name
+                chosen_class = choices.get(chosen or "", type(default))
+                others = [choice for choice in choices if choice != chosen]
+                title = f"{flag}.*: {_summary(chosen_class) or doc} ({flag}.type={chosen})"
+                if others:
+                    title += f"; `{prog} {flag}.type={others[0]} --help` lists {others[0]}'s flags"
+                type_doc = f"which {name} ({', '.join(choices)}; default: {default_name})"
+                chosen_default = default if type(default) is chosen_class else chosen_class()
+                visit(chosen_class, f"{prefix}{name}.", title, chosen_default)
+                sections[-1][1].insert(0, (f"{flag}.type", "{" + ",".join(choices) + "}", type_doc))
             elif isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
-                nested.append((f.name, annotation, default, doc, False))
+                visit(annotation, f"{prefix}{name}.", f"{flag}.*: {_summary(annotation) or doc}", default)
             else:
                 words, nullable = _type_words(annotation)
                 if default is not dataclasses.MISSING and not re.search(r"\bdefault\b|\brequired\b", doc):
@@ -273,23 +254,6 @@ def help_sections(config_class: type, argv: list[str], prog: str) -> list[tuple[
                 if nullable and default is not None and "null" not in doc:
                     doc += "; null to unset"
                 rows.append((flag, words, doc))
-        for name, annotation, default, doc, is_choice in nested:
-            flag = f"--{prefix}{name}"
-            if is_choice:
-                choices = annotation.get_known_choices()
-                default_name = annotation.get_choice_name(type(default)) if default is not None else None
-                chosen = _chosen_type(f"{flag}.type", argv) or default_name
-                chosen_class = choices.get(chosen, type(default))
-                others = [choice for choice in choices if choice != chosen]
-                title = f"{flag}.*: {_summary(chosen_class) or doc} ({flag}.type={chosen})"
-                if others:
-                    title += f"; `{prog} {flag}.type={others[0]} --help` lists {others[0]}'s flags"
-                type_doc = f"which {name} ({', '.join(choices)}; default: {default_name})"
-                instance = default if type(default) is chosen_class else chosen_class()
-                visit(chosen_class, f"{prefix}{name}.", title, instance)
-                sections[-1][1].insert(0, (f"{flag}.type", "{" + ",".join(choices) + "}", type_doc))
-            else:
-                visit(annotation, f"{prefix}{name}.", f"{flag}.*: {_summary(annotation) or doc}", default)
 
     visit(config_class, "", "", None)
     return [(title, rows) for title, rows in sections if rows]
@@ -304,9 +268,8 @@ def _summary(cls: type) -> str:
 
 def cli_words(text: str) -> str:
     """Python's None/True/False as the command line writes them (null/true/false)."""
-    return re.sub(
-        r"\b(None|True|False)\b", lambda m: {"None": "null", "True": "true", "False": "false"}[m.group(1)], text
-    )
+    words = {"None": "null", "True": "true", "False": "false"}
+    return re.sub(r"\b(None|True|False)\b", lambda m: words[m.group(1)], text)
 
 
 def format_help(config_class: type, argv: list[str], prog: str) -> str:
@@ -337,10 +300,3 @@ def _format_row(flag: str, words: str, doc: str, width: int) -> str:
     if len(left) + 2 > column:
         return left + "\n" + textwrap.fill(doc, width, initial_indent=" " * column, subsequent_indent=" " * column)
     return textwrap.fill(doc, width, initial_indent=left.ljust(column), subsequent_indent=" " * column)
-
-
-def print_help(config_class: type, argv: list[str], prog: str) -> None:
-    """Prints `format_help` and exits 0, as argparse's --help does."""
-    sys.stdout.write(format_help(config_class, argv, prog))
-    sys.stdout.flush()
-    raise SystemExit(0)

@@ -1,9 +1,4 @@
-"""`hfpolicy info` and `hfpolicy --version`: what this is and what it runs on (to paste into a bug report).
-
-hfpolicy 0.1.0 (learn robot policies from demonstrations; .../hfpolicy/__init__.py)
-Python 3.11.7, Linux-6.18-x86_64-with-glibc2.36
-torch 2.14.1+cu130 (CUDA 13.0 build; no GPU found here; 2 CPU cores), torchvision 0.29.1, accelerate 1.15.0, ...
-"""
+"""`hfpolicy info` and `hfpolicy --version`: what this is and what it runs on (to paste into a bug report)."""
 
 import os
 import platform

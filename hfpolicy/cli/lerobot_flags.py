@@ -1,10 +1,5 @@
-"""LeRobot 0.6.1's `lerobot-train` / `lerobot-eval` flags, and what hfpolicy writes for each: one table.
-
-hfpolicy.cli.flags consults it for a flag the command does not take: `--wandb.enable=true` stops `hfpolicy train`
-before anything starts with `... LeRobot's --wandb.enable=true is hfpolicy's --tracker=wandb; ...`, and a LeRobot
-flag whose value is already what hfpolicy does (`--policy.push_to_hub=false`) is accepted and dropped.
-docs/lerobot.md ("LeRobot's flags") lists the same table; tests/test_lerobot_flags.py checks that they agree.
-"""
+"""LeRobot 0.6.1's `lerobot-train` / `lerobot-eval` flags, and what hfpolicy writes for each: one table, which
+hfpolicy.cli.flags consults for a flag the command does not take (docs/lerobot.md lists the same table)."""
 
 ACCEPTED = "accepted: hfpolicy does this anyway"
 
@@ -74,7 +69,7 @@ _BY_KEY = {key.lower(): answer for key, answer in LEROBOT_FLAGS.items()}
 
 def lerobot_equivalent(arg: str) -> str | None:
     """What hfpolicy takes for the LeRobot flag `arg` (`--name=value` or `--name`), `{value}` filled in; None when
-    the table does not know it or names the same flag (a flag the command does not take: not LeRobot's habit)."""
+    the table does not know it or names the same flag."""
     flag, has_value, value = arg.partition("=")
     keys = [f"{flag}={value}".lower(), flag.lower()] if has_value else [flag.lower()]
     for key in keys:
@@ -93,15 +88,12 @@ def is_accepted_lerobot_flag(arg: str) -> bool:
 
 
 def describe_lerobot_flags(args: list[str]) -> str:
-    """ "LeRobot's --wandb.enable=true is hfpolicy's --tracker=wandb; ..." for the args of `args` that the table
-    knows (ACCEPTED ones aside), or ""."""
+    """ "LeRobot's --wandb.enable=true is hfpolicy's --tracker=wandb; ..." for the args the table knows, or ""."""
     parts = []
     for arg in args:
         answer = lerobot_equivalent(arg)
-        if answer is None or answer == ACCEPTED:
-            continue
-        if answer.startswith("--"):
+        if answer is not None and answer.startswith("--"):
             parts.append(f"LeRobot's {arg} is hfpolicy's {answer}")
-        else:
+        elif answer not in (None, ACCEPTED):
             parts.append(f"LeRobot's {arg}: {answer}")
     return "; ".join(parts)

@@ -10,8 +10,7 @@ result.aggregated["pc_success"], result.save("outputs/eval_info.json")
 
 import importlib
 
-# name -> the module that defines it; imported on first use, so that reading the configs (hfpolicy.eval.config, as
-# `hfpolicy train --help` does) does not import torch.
+# name -> the module that defines it, imported on first use (reading the configs does not import torch)
 _EXPORTS = {
     "EvalConfig": "config",
     "TrainEvalConfig": "config",
@@ -31,24 +30,7 @@ _EXPORTS = {
     "VideoRecorder": "videos",
 }
 
-__all__ = [
-    "DEFAULT_START_SEED",
-    "EpisodeRecord",
-    "EvalConfig",
-    "EvalPipelineConfig",
-    "EvalResult",
-    "InvalidActionError",
-    "PolicyLoadConfig",
-    "TrainEvalConfig",
-    "VideoRecorder",
-    "evaluate",
-    "main",
-    "policy_device",
-    "rollout",
-    "run_eval",
-    "summarize_episodes",
-    "wilson_interval",
-]
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str):

@@ -1,18 +1,10 @@
 """`hfpolicy eval`: evaluate a saved policy (local directory or Hub repo id) in batched simulation.
 
-    hfpolicy eval --policy.path=user/pusht-diffusion --env.type=pusht --eval.n_episodes=50 --eval.batch_size=50 \\
-        [--eval.parallel=true] [--eval.n_videos=4] --output_dir=outputs/eval/pusht [--policy.device=cpu]
+    hfpolicy eval --policy.path=user/pusht-diffusion --env.type=pusht --eval.n_episodes=50 --output_dir=outputs/eval/x
 
-Checks first that `--output_dir` can be written, then writes each episode's record to `<output_dir>/episodes.jsonl`
-as the episode ends (so an interrupted evaluation keeps what it ran), and at the end `<output_dir>/eval_info.json`
-(aggregates and per-episode records, written atomically) and `<output_dir>/videos/*.mp4`. The evaluation holds
-`--output_dir` (the run lock) while it runs: a second evaluation into it is refused, and so is a folder holding a
-finished evaluation, unless `--overwrite=true`, which removes that one whole first (never a mix of two runs).
-
-Threads: torch runs the policy with `--num_threads` intra-op threads, set explicitly rather than left to whatever the
-environment says. The default is the cores the machine's load leaves idle (at least 1; all of them on an idle
-machine): threads that must share a core with other jobs wait for each other at every small op, and on a loaded
-2-core machine 2 threads made an evaluation ~10x slower than 1.
+Writes each episode's record to `<output_dir>/episodes.jsonl` as it ends, then eval_info.json (atomically) and
+videos/*.mp4, holding `--output_dir` (the run lock) meanwhile; a folder holding another evaluation is refused unless
+`--overwrite=true`, which removes that one whole first (docs/evaluation.md).
 """
 
 import json
@@ -66,12 +58,9 @@ class EvalPipelineConfig:
     output_dir: Path | None = None  # eval_info.json and videos/ go here; default outputs/eval/<date>_<time>_<env>
     overwrite: bool = False  # replace the evaluation already in output_dir (eval_info.json, episodes.jsonl, videos)
     progress: bool = True  # show a progress bar
-    num_threads: int | None = None
-    """torch threads for the policy; default: the cores the machine's load leaves idle (at least 1; all cores on an
-    idle machine)"""
+    num_threads: int | None = None  # torch threads for the policy; default: the cores the machine's load leaves idle
     dataset_dir: Path | None = None
-    """also write the episodes as a LeRobot v3.0 dataset here (what the policy read, the actions it took, rewards,
-    success), an episode at a time; the folder must not exist"""
+    """also write the episodes (what the policy read and did, rewards, success) as a new LeRobot v3.0 dataset here"""
 
 
 def run_eval(config: EvalPipelineConfig) -> EvalResult:
@@ -81,8 +70,7 @@ def run_eval(config: EvalPipelineConfig) -> EvalResult:
 
 
 def evaluate_and_save(config: EvalPipelineConfig, policy: Policy, env_config: EnvConfig) -> EvalResult:
-    """Holds `output_dir` for the whole evaluation (RunLockedError while another one runs there), refuses a folder
-    holding another evaluation unless `config.overwrite` (then that one is removed whole first), and evaluates."""
+    """Evaluates into `output_dir`, holding its run lock throughout."""
     output_dir = Path(config.output_dir or default_output_dir(env_config))
     check_writable(output_dir)
     lock = RunLock(output_dir).acquire()
@@ -96,9 +84,7 @@ def evaluate_and_save(config: EvalPipelineConfig, policy: Policy, env_config: En
 
 
 def claim_eval_folder(output_dir: Path, overwrite: bool) -> None:
-    """Refuses a folder holding another evaluation's results unless `overwrite`, which removes them (all of them:
-    no mix of two runs' summary, records and videos). Called with the folder held, so temporary files found in it
-    are those of a dead evaluation and are removed."""
+    """Refuses a folder holding another evaluation unless `overwrite`, which removes it whole (the folder is held)."""
     for stale in output_dir.glob(".*"):
         if stale.is_file() and is_temporary(stale.name):
             stale.unlink(missing_ok=True)
@@ -114,10 +100,8 @@ def claim_eval_folder(output_dir: Path, overwrite: bool) -> None:
             f"--output_dir={output_dir} holds another evaluation ({', '.join(found)}): choose another --output_dir, "
             "or add --overwrite=true to replace it"
         )
-    for name in (EVAL_INFO_FILE, EPISODES_FILE):
-        (output_dir / name).unlink(missing_ok=True)
-    for video in old_videos:
-        video.unlink()
+    for path in [output_dir / EVAL_INFO_FILE, output_dir / EPISODES_FILE, *old_videos]:
+        path.unlink(missing_ok=True)
 
 
 def _evaluate_into(config: EvalPipelineConfig, policy: Policy, env_config: EnvConfig, output_dir: Path) -> EvalResult:
@@ -161,7 +145,7 @@ def _evaluate_into(config: EvalPipelineConfig, policy: Policy, env_config: EnvCo
 
 
 def open_episodes_dataset(config: EvalPipelineConfig, policy: Policy, env) -> tuple[Any, Any]:
-    """(DatasetWriter, EpisodeCollector) for --dataset_dir, or (None, None): episodes are written as they end."""
+    """(DatasetWriter, EpisodeCollector) for --dataset_dir, or (None, None)."""
     if config.dataset_dir is None:
         return None, None
     features = rollout_features(policy.config.input_features, env.single_action_space.shape)
@@ -185,8 +169,7 @@ class OutputDirError(ValueError):
 
 
 def check_eval_folders(config: EvalPipelineConfig) -> None:
-    """Before anything is read or created: --output_dir and --dataset_dir lie apart from a local --policy.path (the
-    policy's folder is never written into), and --output_dir is neither --dataset_dir nor inside it."""
+    """--output_dir and --dataset_dir lie apart from a local --policy.path, and from each other."""
     policy_dir = Path(config.policy.path).expanduser() if config.policy.path else None
     source = f"--policy.path={config.policy.path}"
     for flag, folder in (("--output_dir", config.output_dir), ("--dataset_dir", config.dataset_dir)):
@@ -200,8 +183,7 @@ def check_eval_folders(config: EvalPipelineConfig) -> None:
 
 
 def check_writable(output_dir: Path, flag: str | None = None) -> None:
-    """Creates `output_dir` and writes a probe file in it, so an unwritable folder fails before any episode runs.
-    `flag` names the folder in the error (default: --output_dir=<output_dir>)."""
+    """Creates `output_dir` and writes a probe file in it, so an unwritable folder fails before any episode runs."""
     probe = output_dir / f".write_probe.{os.getpid()}"
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -225,9 +207,7 @@ def set_torch_threads(num_threads: int | None) -> int:
 
 
 def default_eval_threads(cores: int, load: float) -> int:
-    """The cores that the machine's 1-minute load average leaves idle, at least 1 and at most `cores`. A thread that
-    has to share its core makes every small op of the others wait for it: on a 2-core machine at load 11, 2 threads
-    took a 4-episode evaluation 637 s where 1 thread took 40-68 s."""
+    """The cores the 1-minute load average leaves idle, in [1, cores] (docs/evaluation.md: shared cores are slow)."""
     return max(1, min(cores, round(cores - load)))
 
 
@@ -272,13 +252,10 @@ def run(config: EvalPipelineConfig) -> str:
     set_torch_threads(config.num_threads)
     policy, env_config = load_policy_and_env_config(config)
     config.output_dir = config.output_dir or default_output_dir(env_config)
-    check_writable(config.output_dir)
     if config.dataset_dir is not None and Path(config.dataset_dir).exists():
         raise ValueError(f"--dataset_dir={config.dataset_dir} exists: choose a new folder for the episodes' dataset")
     try:
-        result = evaluate_and_save(
-            config, policy, env_config
-        )  # a stop (hfpolicy.io.termination) leaves nothing half-written
+        result = evaluate_and_save(config, policy, env_config)
     except (FileExistsError, FileNotFoundError):  # bad input, said as it is
         raise
     except OSError as e:  # video errors name the file already

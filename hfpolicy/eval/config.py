@@ -1,6 +1,4 @@
-"""The evaluation's settings, one definition and one check: `hfpolicy eval --eval.*` (EvalConfig) and a training
-run's periodic evaluation (TrainEvalConfig: the same settings, plus when to evaluate). Imports nothing heavy, so
-`hfpolicy train --help` stays fast."""
+"""The evaluation's settings: `hfpolicy eval --eval.*` and a training run's periodic evaluation (no heavy imports)."""
 
 from dataclasses import dataclass
 

@@ -1,10 +1,5 @@
 """Evaluation inside a multi-process (accelerate / DDP) training run: the episodes are split across processes and
-their records gathered, so an evaluation of N episodes takes about N / world_size episodes' time.
-
-    result = evaluate_on_all_processes(accelerator, policy, ema, env_cfg, eval_cfg, eval_dir, n_episodes=50)
-
-Episode i is seeded start_seed + i whichever process runs it, so the result does not depend on the world size.
-"""
+their records gathered (episode i is seeded start_seed + i wherever it runs: the result ignores the world size)."""
 
 import contextlib
 from pathlib import Path
@@ -37,10 +32,8 @@ def evaluate_on_all_processes(
     run_dir: Path | None = None,
     step: int | None = None,
 ) -> EvalResult:
-    """Each process runs episodes rank, rank + world, ... of episodes 0..n_episodes-1, with the EMA weights when `ema`
-    is given (an object with an `applied_to(model)` context); the records are gathered, and the main process writes
-    eval_info.json (with the rank that ran each episode, and as provenance the training run `run_dir` at `step`) and,
-    with `progress`, shows its bar. Every process must call this."""
+    """Each process runs episodes rank, rank + world, ... (with the EMA weights when `ema` is given); the main process
+    writes eval_info.json with the records of all (and the rank that ran each). Every process must call this."""
     rank, world = accelerator.process_index, accelerator.num_processes
     indices = list(range(rank, n_episodes, world))
     model = accelerator.unwrap_model(policy)

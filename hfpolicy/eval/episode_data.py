@@ -1,16 +1,7 @@
-"""Rollout episodes as dataset frames: what a policy (or an expert beside it) saw and did, frame by frame, written
-as a LeRobot v3.0 dataset.
-
-    collector = EpisodeCollector(features, labeller=PushTExpert)          # expert labels (DAgger), or None
-    rollout(policy, env, seeds, step_hook=collector)
-    write_episodes_dataset(root, "local/online", fps, features, collector.episodes(), task)
-
-Frame t holds the observation before step t, the action of step t, and the reward, success and done flag that
-step produced, as hfpolicy's recordings and lerobot/pusht do. The action stored is the one applied, or, with a
-`labeller` (an expert with `reset(env)` and `label(env, last_target)`), the expert's label for that state (DAgger:
-the policy drives, the expert says what it would have done; with `expert_drive_prob` the expert's action drives
-that fraction of the steps, drawn per episode from a generator seeded with the episode's seed). Labels need the
-sub-envs' simulator state, so they need a serial vector env (the envs live in this process).
+"""Rollout episodes as dataset frames (frame t: the observation before step t, its action, and the reward, success and
+done it produced), written as a LeRobot v3.0 dataset. With a `labeller` (an expert with `reset(env)` and
+`label(env, last_target)`: DAgger) the stored action is the expert's label, and the expert drives a seeded
+`expert_drive_prob` of the steps; labels read the simulator, so they need a serial vector env.
 """
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -54,11 +45,7 @@ class RolloutEpisode:
 
 
 class EpisodeCollector:
-    """A rollout `StepHook` that keeps every running slot's frames (see the module docstring).
-
-    `features`: the dataset features to fill (info.json style); observation features come from the env's
-    observation keys (`agent_pos` -> observation.state, `environment_state`, `pixels` -> observation.image).
-    """
+    """A rollout `StepHook` that collects each episode's frames of `features` (info.json style)."""
 
     def __init__(
         self,
@@ -76,12 +63,12 @@ class EpisodeCollector:
         if missing:
             raise ValueError(f"the env's observations give no {missing}: collected frames cannot hold them")
         self.labeller, self.expert_drive_prob = labeller, expert_drive_prob
-        self.on_episode_end = on_episode_end  # given: each episode goes there as it ends, and is not kept
+        self.on_episode_end = on_episode_end
         self._done: list[RolloutEpisode] = []
         self._slots: list[RolloutEpisode | None] = []
 
     def episodes(self) -> list[RolloutEpisode]:
-        """The episodes collected and kept so far, in the order they ended."""
+        """The episodes kept so far, in the order they ended."""
         return list(self._done)
 
     def flush(self) -> None:
@@ -100,13 +87,12 @@ class EpisodeCollector:
     # --- StepHook --------------------------------------------------------------------------------------------------
     def after_reset(self, env: VectorEnv, observation: Any, seeds: Sequence[int]) -> None:
         self.flush()
-        episodes = [RolloutEpisode(seed=int(seed)) for seed in seeds]
-        self._slots = [*episodes]
-        self._experts, self._last_target, self._rngs = [], [], []
-        for slot, episode in enumerate(episodes):
-            self._rngs.append(np.random.default_rng([episode.seed, 1]))
-            if self.labeller is None:
-                continue
+        self._slots = [RolloutEpisode(seed=int(seed)) for seed in seeds]
+        self._rngs = [np.random.default_rng([int(seed), 1]) for seed in seeds]
+        self._experts, self._last_target = [], []
+        if self.labeller is None:
+            return
+        for slot in range(len(seeds)):
             sub_env = self._sub_env(env, slot)
             expert = self.labeller()
             expert.reset(sub_env)
@@ -159,8 +145,7 @@ class EpisodeCollector:
 
 
 def rollout_features(policy_inputs: Mapping[str, Any], action_shape: Sequence[int]) -> dict[str, dict[str, Any]]:
-    """Dataset features (info.json style) for episodes of a policy with these input features (PolicyFeature) in an
-    env with this action shape: cameras as videos (H, W, 3), vectors as float32, plus action and next.*."""
+    """Dataset features (info.json style) for a policy's input features and an action shape, plus next.*."""
     features: dict[str, dict[str, Any]] = {}
     for key, feature in policy_inputs.items():
         shape = [int(n) for n in feature.shape]
@@ -177,24 +162,16 @@ def rollout_features(policy_inputs: Mapping[str, Any], action_shape: Sequence[in
 
 
 def write_episode(writer: DatasetWriter, episode: RolloutEpisode, task: str) -> None:
-    """Adds one collected episode to an open DatasetWriter (e.g. as `EpisodeCollector(on_episode_end=...)`)."""
-    for frame in episode_frames(episode, {key: writer.features[key] for key in writer.user_keys}):
-        writer.add_frame(frame, task=task)
-    writer.save_episode()
-
-
-def episode_frames(episode: RolloutEpisode, features: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The episode's frames as `DatasetWriter.add_frame` dicts (the last frame marked done)."""
-    frames = []
+    """Adds one collected episode to an open DatasetWriter (its last frame marked done)."""
     for t in range(episode.length):
-        frame = {key: episode.frames[key][t] for key in features}
+        frame = {key: episode.frames[key][t] for key in writer.user_keys}
         for key in (REWARD, SUCCESS, DONE):
             if key in frame:
                 frame[key] = np.asarray(frame[key]).reshape(1)
-        frames.append(frame)
-    if frames and DONE in features:
-        frames[-1][DONE] = np.array([True])  # an episode cut at max_steps ends there too
-    return frames
+        if t == episode.length - 1 and DONE in frame:
+            frame[DONE] = np.array([True])  # an episode cut at max_steps ends there too
+        writer.add_frame(frame, task=task)
+    writer.save_episode()
 
 
 def write_episodes_dataset(
@@ -209,10 +186,8 @@ def write_episodes_dataset(
     append: bool = False,
     extra_meta: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Writes the episodes as a LeRobot v3.0 dataset at `root`, atomically (a new dataset replaces the old one only
-    when complete), or with `append` adds them to the dataset at `root` if there is one (`DatasetWriter.open`: its
-    files stay as they are, meta/ is rewritten once they are in). `extra_meta` is written as
-    meta/hfpolicy_online.json inside it, with the episodes."""
+    """Writes the episodes as a LeRobot v3.0 dataset at `root`, atomically, or with `append` adds them to the dataset
+    there, if any. `extra_meta` goes to meta/hfpolicy_online.json."""
     if append and (Path(root) / INFO_PATH).is_file():
         writer = DatasetWriter.open(root, repo_id)
     else:

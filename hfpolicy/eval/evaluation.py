@@ -14,7 +14,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from hfpolicy.constants import DEFAULT_EVAL_START_SEED
-from hfpolicy.envs import LockstepVectorEnv, episode_step_limit
+from hfpolicy.envs import LockstepVectorEnv
 from hfpolicy.eval.rollouts import EpisodeRecord, StepHook, action_bounds, rollout
 from hfpolicy.eval.videos import VideoRecorder
 from hfpolicy.io.atomic import write_atomically
@@ -29,8 +29,7 @@ WILSON_Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
 @dataclass
 class EvalResult:
-    """Per-episode records (sorted by index), the wall time, the videos written, the env's action space, and what
-    was evaluated (`provenance`, set by whoever knows it: `hfpolicy eval`, a training run's evaluation)."""
+    """An evaluation's records, wall time, videos, the env's action space, and what it evaluated (`provenance`)."""
 
     episodes: list[EpisodeRecord]  # one record per episode, sorted by index
     eval_s: float  # wall-clock seconds of the whole evaluation
@@ -54,13 +53,12 @@ class EvalResult:
         return info
 
     def save(self, path: str | Path) -> Path:
-        """Writes `to_dict()` as JSON to `path` (eval_info.json), atomically (see `write_eval_info`)."""
+        """Writes `to_dict()` to `path` (eval_info.json), atomically."""
         return write_eval_info(path, self.to_dict())
 
 
 def write_eval_info(path: str | Path, info: dict[str, Any]) -> Path:
-    """eval_info.json, atomically: its summaries (provenance, aggregated, ...) indented for reading, and each episode
-    record on one line (a record's per-step series, indented, would take a line per number)."""
+    """eval_info.json, atomically: the summaries indented for reading, each episode record on one line."""
     entries = []
     for key, value in info.items():
         if key == "per_episode" and value:
@@ -87,20 +85,15 @@ def evaluate(
     on_episode_end: Callable[[EpisodeRecord], None] | None = None,
     step_hook: StepHook | None = None,
 ) -> EvalResult:
-    """Runs episodes 0..n_episodes-1 (or exactly `episode_indices`), episode i seeded `start_seed + i`.
-
-    Episodes go through the vector env in batches of `env.num_envs` consecutive indices (a last smaller batch parks
-    its unused envs), so each episode's result depends only on its seed, not on the batch size or on which process
-    runs it: distributed evaluation gives each rank a share of the indices (e.g. `range(rank, n, world_size)`) and
-    joins the records with `EvalResult(sorted(all_records, key=lambda e: e.index), eval_s)`.
-
-    The policy acts in eval mode under `torch.inference_mode` on its own device, and is reset at every batch start.
-    Episodes with index < n_videos are rendered to `videos_dir/eval_episode_{index}.mp4` (frame rate `fps`, default
-    the env's render_fps), encoded in a background thread. `max_steps` defaults to the env's time limit.
-    `on_episode_end(record)` is called as each episode ends (e.g. to save records as they come). `step_hook` sees
-    every batch's reset and steps (hfpolicy.eval.episode_data.EpisodeCollector writes the episodes as a dataset).
-    """
-    indices, max_steps, fps = _episode_plan(env, n_episodes, episode_indices, max_steps, n_videos, videos_dir, fps)
+    """Runs episodes 0..n_episodes-1 (or exactly `episode_indices`), episode i seeded `start_seed + i`, in batches of
+    `env.num_envs` (each result depends on its seed alone), the policy in eval mode. Episodes below `n_videos` are
+    filmed to `videos_dir/eval_episode_<i>.mp4` at `fps` (default: the env's render_fps). `on_episode_end(record)` is
+    called as episodes end; `step_hook` sees every step (see `rollout`)."""
+    indices = _episode_indices(n_episodes, episode_indices)
+    if n_videos > 0 and videos_dir is None:
+        raise ValueError("n_videos > 0 needs a videos_dir to write the mp4 files to")
+    if fps is None:
+        fps = env.metadata.get("render_fps") or 10
     records: list[EpisodeRecord] = []
     recorder = VideoRecorder(fps) if any(i < n_videos for i in indices) else None
     bar = _SuccessBar(len(indices), progress, on_episode_end)
@@ -127,14 +120,14 @@ def evaluate(
                 )
         eval_s = time.perf_counter() - start  # includes waiting for the last videos to be encoded
     finally:
-        bar.close()
+        bar.bar.close()
         policy.train(was_training)
     video_paths = [video_of_episode[i] for i in sorted(video_of_episode)]
     return EvalResult(sorted(records, key=lambda e: e.index), eval_s, video_paths, action_space_of(env))
 
 
 def action_space_of(env: LockstepVectorEnv) -> dict[str, list[float | None]] | None:
-    """The bounds of a sub-env's Box action space, per dimension (an unbounded side as None); None if unbounded."""
+    """A sub-env's Box bounds per dimension (an unbounded side as None); None if unbounded."""
     low, high = action_bounds(env)
     if low is None or high is None:
         return None
@@ -143,7 +136,7 @@ def action_space_of(env: LockstepVectorEnv) -> dict[str, list[float | None]] | N
 
 
 def _videos_of(batch: list[int], n_videos: int, videos_dir: str | Path | None) -> dict[int, Path]:
-    """Slot -> the video it films: the episodes below n_videos (n_videos > 0 comes with a videos_dir: _episode_plan)."""
+    """Slot -> the video it films."""
     if videos_dir is None:
         return {}
     return {slot: episode_video_path(videos_dir, i) for slot, i in enumerate(batch) if i < n_videos}
@@ -153,16 +146,7 @@ def _add_frame(recorder: VideoRecorder, videos: dict[int, Path], slot: int, fram
     recorder.add_frame(videos[slot], frame)
 
 
-def _episode_plan(
-    env: LockstepVectorEnv,
-    n_episodes: int | None,
-    episode_indices: Sequence[int] | None,
-    max_steps: int | None,
-    n_videos: int,
-    videos_dir: str | Path | None,
-    fps: float | None,
-) -> tuple[list[int], int, float]:
-    """`evaluate`'s arguments checked: (the episode indices, the step limit, the video frame rate)."""
+def _episode_indices(n_episodes: int | None, episode_indices: Sequence[int] | None) -> list[int]:
     if (n_episodes is None) == (episode_indices is None):
         raise ValueError("pass either n_episodes or episode_indices")
     indices = [int(i) for i in episode_indices] if episode_indices is not None else list(range(n_episodes or 0))
@@ -170,15 +154,7 @@ def _episode_plan(
         raise ValueError("nothing to evaluate: n_episodes must be >= 1 (or episode_indices non-empty)")
     if len(set(indices)) != len(indices) or min(indices) < 0:
         raise ValueError("episode_indices must be distinct non-negative integers")
-    if n_videos > 0 and videos_dir is None:
-        raise ValueError("n_videos > 0 needs a videos_dir to write the mp4 files to")
-    if max_steps is None:
-        max_steps = episode_step_limit(env)
-        if max_steps is None:
-            raise ValueError("the env has no time limit (spec.max_episode_steps): pass max_steps")
-    if fps is None:
-        fps = env.metadata.get("render_fps") or 10
-    return indices, max_steps, fps
+    return indices
 
 
 class _SuccessBar:
@@ -190,7 +166,6 @@ class _SuccessBar:
         self.n_ended = self.n_successes = 0
 
     def episode_ended(self, recorder: VideoRecorder | None, videos: dict[int, Path], slot: int, record: EpisodeRecord):
-        """Episode `record` ended in env `slot`: its video (if filmed, in `videos`) is finished, the bar moves on."""
         raise_if_terminated()
         if recorder is not None and slot in videos:
             recorder.finish(videos[slot])
@@ -201,12 +176,9 @@ class _SuccessBar:
         self.bar.set_postfix_str(f"success {100 * self.n_successes / self.n_ended:.1f}%", refresh=False)
         self.bar.update(1)
 
-    def close(self) -> None:
-        self.bar.close()
-
 
 def summarize_episodes(episodes: Sequence[EpisodeRecord], eval_s: float) -> dict[str, Any]:
-    """Aggregate metrics: averages, success rate in % with its 95% Wilson score interval, and throughput."""
+    """Averages, success rate in % with its 95% Wilson score interval, and throughput."""
     n = len(episodes)
     if n == 0:
         raise ValueError("no episodes to summarize")

@@ -1,7 +1,4 @@
-"""What an evaluation evaluated, kept in its eval_info.json ("provenance") and shown on its page: the policy (a
-folder, a training run, or a Hub repo id with the revision asked for and the commit it resolved to), the training
-step of its weights and whether they are the EMA weights (model.safetensors' metadata: `Policy.weights_origin`), the
-command that ran the evaluation and the hfpolicy version."""
+"""What an evaluation evaluated, kept in its eval_info.json ("provenance"; docs/evaluation.md)."""
 
 from pathlib import Path
 from typing import Any
@@ -23,10 +20,8 @@ def eval_provenance(
     ema: bool | None = None,
     folder: Path | None = None,
 ) -> dict[str, Any]:
-    """The provenance of an evaluation of `policy`, loaded from `source` (a local folder or a Hub repo id at
-    `revision`). `training_step`, `ema` and `folder` (its checkpoint's policy folder, if saved) say it for weights
-    in memory (a training run's evaluation); by default they are what the loaded weights recorded (None where they
-    recorded nothing) and the folder they were loaded from."""
+    """The provenance of `policy`, loaded from `source` (a local folder or a Hub repo id at `revision`);
+    `training_step`, `ema` and `folder` describe weights in memory (default: what the loaded weights recorded)."""
     origin = policy.weights_origin
     local = Path(source).expanduser()
     provenance: dict[str, Any] = {"policy": source, "policy_type": policy.config.type}

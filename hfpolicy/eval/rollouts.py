@@ -1,17 +1,12 @@
-"""One batch of episodes stepped in lockstep: the rollout loop and the per-episode record it produces (its outcome,
-and step by step the reward, the action, the state it acted on and the steps that began a new predicted chunk).
+"""One batch of episodes stepped in lockstep: the rollout loop and the per-episode record it produces.
 
-Actions reach the env exactly as the policy gave them, as in LeRobot's evaluation:
-- a non-finite action (NaN or inf) stops the evaluation with `InvalidActionError` naming the episode and the step;
-- an action outside the env's declared action space (a Box) is applied unchanged, and counted: each episode's record
-  carries `n_actions_outside_space`, the number of its steps whose action lay outside the space (0 for a policy that
-  stays inside it), and `outside_steps`, which steps they were. Limits are the env's to apply, where it knows what they are: ALOHA's MuJoCo model clamps each
-  actuator's control to its ctrlrange (the declared Box), gym-pusht's PD controller takes any target (its walls
-  bound the agent). Clipping here would change what the policy does: a PushT target beyond the window pulls the agent
-  harder than the clipped one, and ALOHA's float32 bounds sit up to 5e-8 rad inside some actuators' ranges.
+The env gets each action exactly as the policy gave it, as in LeRobot's evaluation: a non-finite action raises
+`InvalidActionError`, and one outside the env's declared Box is applied unchanged and counted (the env applies its
+own limits: docs/robustness.md#evaluation-acts-as-lerobots).
 """
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
@@ -57,15 +52,13 @@ class InvalidActionError(RuntimeError):
 
 
 class StepHook(Protocol):
-    """Sees every step of a rollout (online data collection, episodes written as a dataset). `running` is the mask
-    of the slots whose episode takes this step; slots outside it (parked, unused) are to be ignored."""
+    """Sees every step of a rollout; `running` masks the slots whose episode takes the step (ignore the others)."""
 
     def after_reset(self, env: VectorEnv, observation: Any, seeds: Sequence[int]) -> None:
-        """The envs were just reset, slot i with `seeds[i]` (slots past them are parked); `observation` is the first
-        batch."""
+        """The envs were just reset, slot i with `seeds[i]` (slots past them are parked)."""
 
     def before_step(self, env: VectorEnv, observation: Any, action: np.ndarray, running: np.ndarray) -> np.ndarray:
-        """The (finite) action the policy gave in `observation`, about to be applied; returns the action to apply."""
+        """The policy's (finite) action, about to be applied; returns the action to apply."""
 
     def after_step(
         self,
@@ -80,19 +73,13 @@ class StepHook(Protocol):
 
 
 class RandomActions:
-    """Acts without a policy: actions drawn uniformly from a Box action space, env slot i's from a generator seeded
-    with its episode's seed by `reset(seeds=...)` (TD-MPC's seed steps: a pure-online run's first round). Reads no
-    observation."""
+    """Uniform actions in a bounded Box (TD-MPC's seed steps), slot i's drawn with its episode's seed."""
 
     def __init__(self, space: gym.spaces.Space):
-        if not isinstance(space, gym.spaces.Box) or not (
-            np.isfinite(space.low).all() and np.isfinite(space.high).all()
-        ):
+        if not isinstance(space, gym.spaces.Box) or not np.isfinite([space.low, space.high]).all():
             raise ValueError(f"random actions need a bounded Box action space, got {space}")
-        self.low, self.high = (
-            torch.as_tensor(space.low, dtype=torch.float32),
-            torch.as_tensor(space.high, dtype=torch.float32),
-        )
+        self.low = torch.as_tensor(space.low, dtype=torch.float32)
+        self.high = torch.as_tensor(space.high, dtype=torch.float32)
         self._generators: list[torch.Generator] = []
 
     def reset(self, seeds: Sequence[int] | None = None) -> None:
@@ -118,19 +105,13 @@ def rollout(
     on_episode_end: Callable[[int, EpisodeRecord], None] | None = None,
     step_hook: StepHook | None = None,
 ) -> list[EpisodeRecord]:
-    """Runs one episode per seed, the envs in lockstep, with one batched `policy.select_action` per step.
+    """Runs one episode per seed (slot i plays `seeds[i]`; extra envs are parked), the envs in lockstep, with one
+    batched `policy.select_action` per step, until every episode has ended or after `max_steps` (default: the env's
+    time limit). An episode ends at its first terminated or truncated step, and its env is parked there. The policy is
+    reset with the seeds, so every record is a function of its seed alone.
 
-    Sub-env `slot` plays the episode with `seeds[slot]`; when there are fewer seeds than envs the extra envs are reset
-    and parked at once (they cost one reset, never a step). An episode ends at its first terminated or truncated step:
-    its reward sum, max reward, success and length are frozen there, and the env is parked (see `hfpolicy.envs.vector`)
-    so nothing after that step is simulated or counted. The policy is reset with the episodes' seeds, so a sampling
-    policy draws each episode's noise from its own generator: every record is a function of its seed alone. The loop stops when every episode has ended or after
-    `max_steps` steps (default: the env's time limit); episodes still running then are recorded with length max_steps.
-
-    Rendering: `env.render()` is called only if `render_slots` is given, right after the reset (the first frame) and
-    after every step, and `on_frame(slot, frame)` receives the frames of the listed slots whose episode was running
-    at that step, so a video has exactly `length + 1` frames. `on_episode_end(slot, record)` is called as episodes end.
-    `step_hook` (see `StepHook`) sees the reset and every step, and may replace the applied action (an expert driving).
+    `on_frame(slot, frame)` gets the `render_slots`' frames (the reset's, then each step's while running: a video has
+    `length + 1` frames); `on_episode_end(slot, record)` is called as episodes end; `step_hook` sees every step.
     """
     n_envs, n_episodes = env.num_envs, len(seeds)
     if not 1 <= n_episodes <= n_envs:
@@ -159,30 +140,20 @@ def rollout(
     max_reward = np.full(n_envs, -np.inf)
     success = np.zeros(n_envs, dtype=bool)
     length = np.zeros(n_envs, dtype=np.int64)
-    n_outside = np.zeros(n_envs, dtype=np.int64)
-    step_rewards: list[list[float]] = [[] for _ in range(n_envs)]
-    step_actions: list[list[list[float]]] = [[] for _ in range(n_envs)]
-    step_states: list[list[list[float]]] = [[] for _ in range(n_envs)]
-    outside_steps: list[list[int]] = [[] for _ in range(n_envs)]
-    chunk_steps: list[list[int]] = [[] for _ in range(n_envs)]
     low, high = action_bounds(env)
-    records: dict[int, EpisodeRecord] = {}  # slot -> its episode's record, as episodes end
+    # slot -> its episode's record: the step lists grow as it runs, the totals are set when it ends
+    records = [
+        EpisodeRecord(index=i, seed=int(seed), sum_reward=0.0, max_reward=-math.inf, success=False, length=0)
+        for i, seed in zip(indices, seeds, strict=True)
+    ]
 
     def end_episode(slot: int) -> None:
-        records[slot] = record = EpisodeRecord(
-            index=indices[slot],
-            seed=int(seeds[slot]),
-            sum_reward=float(sum_reward[slot]),
-            max_reward=float(max_reward[slot]),
-            success=bool(success[slot]),
-            length=int(length[slot]),
-            n_actions_outside_space=int(n_outside[slot]),
-            rewards=step_rewards[slot],
-            actions=step_actions[slot],
-            states=step_states[slot],
-            outside_steps=outside_steps[slot],
-            chunk_steps=chunk_steps[slot],
-        )
+        record = records[slot]
+        record.sum_reward = float(sum_reward[slot])
+        record.max_reward = float(max_reward[slot])
+        record.success = bool(success[slot])
+        record.length = int(length[slot])
+        record.n_actions_outside_space = len(record.outside_steps)
         if on_episode_end is not None:
             on_episode_end(slot, record)
 
@@ -222,7 +193,6 @@ def rollout(
             outside: np.ndarray = np.zeros(n_envs, dtype=bool)
             if low is not None:
                 outside = np.asarray(((action < low) | (action > high)).reshape(n_envs, -1).any(axis=1))
-                n_outside[running & outside] += 1
             commanded = np.round(action.reshape(n_envs, -1).astype(np.float64), STEP_DECIMALS).tolist()
             if step_hook is not None:
                 action = step_hook.before_step(env, observation, action, running.copy())
@@ -234,14 +204,15 @@ def rollout(
             np.maximum(max_reward, reward, out=max_reward, where=running)
             length[running] += 1
             for slot in np.flatnonzero(running):
-                step_rewards[slot].append(round(float(reward[slot]), REWARD_DECIMALS))
-                step_actions[slot].append(commanded[slot])
+                record = records[slot]
+                record.rewards.append(round(float(reward[slot]), REWARD_DECIMALS))
+                record.actions.append(commanded[slot])
                 if states is not None:
-                    step_states[slot].append(states[slot])
+                    record.states.append(states[slot])
                 if outside[slot]:
-                    outside_steps[slot].append(int(length[slot]))
+                    record.outside_steps.append(int(length[slot]))
                 if new_chunk:
-                    chunk_steps[slot].append(int(length[slot]))
+                    record.chunk_steps.append(int(length[slot]))
             if SUCCESS_INFO_KEY in info:
                 success |= running & info[SUCCESS_INFO_KEY].astype(bool)
             if render_slots:
@@ -260,7 +231,7 @@ def rollout(
 
     for slot in np.flatnonzero(running):  # reached max_steps without ending
         end_episode(int(slot))
-    return [records[slot] for slot in range(n_episodes)]
+    return records
 
 
 def chunks_predicted(actor: Policy | RandomActions) -> int:

@@ -12,13 +12,9 @@ _STOP = object()
 
 
 class VideoRecorder:
-    """Streams frames into mp4 files (H.264, hfpolicy.io.video.Mp4Writer) from a background thread.
-
-    `add_frame(path, frame)` queues a frame for the video at `path` (opened at its first frame); `finish(path)` closes
-    that video (written atomically). `close()` waits for the encoder and raises its error, if any; videos never
-    finished are discarded. At most `max_queued_frames` frames wait in the queue (bounding memory); past that,
-    `add_frame` blocks until the encoder catches up.
-    """
+    """Streams frames into mp4 files (Mp4Writer) from a background thread: `add_frame(path, frame)`, `finish(path)`;
+    `close()` waits for the encoder and raises its error; unfinished videos are discarded. At most
+    `max_queued_frames` frames wait (then `add_frame` blocks)."""
 
     def __init__(self, fps: float, max_queued_frames: int = 512):
         self.fps = fps

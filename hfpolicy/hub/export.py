@@ -1,16 +1,7 @@
-"""`hfpolicy export`: write a saved policy in another library's checkpoint layout.
+"""`hfpolicy export`: write a saved policy in another library's checkpoint layout (`--format=lerobot`: what LeRobot
+0.6's `save_pretrained` writes for a policy and its processors, plus a model card), staged and renamed into place;
+an existing directory is never overwritten (docs/lerobot.md)."""
 
-    hfpolicy export --policy.path=user/pusht-diffusion --format=lerobot --output_dir=outputs/pusht-diffusion-lerobot
-
-`--format=lerobot` writes what LeRobot 0.6's `save_pretrained` writes for a policy and its processors (config.json,
-model.safetensors, policy_preprocessor.json / policy_postprocessor.json with their normalizer stats) plus a README.md
-model card that says where the policy came from. LeRobot then loads it with `DiffusionPolicy.from_pretrained(DIR)` and
-`PolicyProcessorPipeline.from_pretrained(DIR, config_filename="policy_preprocessor.json")`; hfpolicy loads it back
-with `Policy.from_pretrained(DIR)`. The directory is staged beside its destination and renamed into place at the end,
-so it exists complete or not at all; an existing one is never overwritten.
-"""
-
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +14,6 @@ from hfpolicy.policies.card import make_model_card
 from hfpolicy.policies.lerobot_format import LEROBOT_VERSION, write_lerobot_checkpoint
 
 STAGING_TAG = "partial"  # an export is staged in .<output_dir name>.partial-<pid>-<random>/
-
 FORMATS = ("lerobot",)
 
 
@@ -47,18 +37,14 @@ class ExportConfig:
 def export_policy(
     policy: Policy, output_dir: str | Path, *, format: str = "lerobot", source: str | None = None
 ) -> Path:
-    """Writes `policy` in `format`'s layout into the new directory `output_dir` (with a model card naming `source`,
-    the policy's directory or repo id, as its origin); returns the directory.
-
-    Raises FileExistsError if `output_dir` exists, ValueError for an unknown format, and the format's conversion error
-    (a `PolicyLoadError`) when the policy cannot be expressed in it, leaving nothing behind."""
+    """Writes `policy` in `format`'s layout into the new directory `output_dir`, with a model card naming `source` as
+    its origin; leaves nothing behind on an error (a `PolicyLoadError` when the format cannot express the policy)."""
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r}; formats: {', '.join(FORMATS)}")
     output_dir = Path(output_dir)
     if output_dir.exists():
         raise FileExistsError(f"{output_dir} already exists; choose a new --output_dir (export never overwrites)")
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging_folder = Staging.create(output_dir, STAGING_TAG)  # locked while this export lives; dead ones' removed
+    staging_folder = Staging.create(output_dir, STAGING_TAG)
     staging = staging_folder.path
     try:
         write_lerobot_checkpoint(policy, staging)
@@ -111,7 +97,6 @@ def export_command(config: ExportConfig) -> str:
         raise ValueError(f"--output_dir={config.output_dir} cannot be made ({problem}): choose another --output_dir")
     policy = Policy.from_pretrained(config.policy.path, revision=config.policy.revision)
     try:
-        # a stopped export (Ctrl-C, SIGTERM: hfpolicy.io.termination) removes its staging folder
         output_dir = export_policy(policy, config.output_dir, format=config.format, source=config.policy.path)
     except OSError as e:
         if e.errno is None:
@@ -125,7 +110,3 @@ def export_command(config: ExportConfig) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     return run_command("export", argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

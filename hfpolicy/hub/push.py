@@ -1,15 +1,6 @@
-"""Publishing a training run to the Hub: what `--hub.repo_id` does at the end of training, and `hfpolicy push` for a
-run that has already stopped (a push that failed, or a run trained without `--hub.repo_id`); and a dataset folder:
-
-    hfpolicy push --run=outputs/train/pusht                          # to the run's --hub.repo_id
-    hfpolicy push --run=outputs/train/pusht --repo_id=user/pusht-dp  # or to another repo
-    hfpolicy push --dataset=data/pusht_scripted --repo_id=user/pusht-scripted  # a LeRobot v3.0 or v2.1 dataset
-
-The pushed repo (see hfpolicy.hub) holds the policy of the run's last checkpoint (EMA weights), its latest
-evaluation (eval_info.json, videos and its `hfpolicy view` page), the training curve drawn from metrics.jsonl, train_config.json and a card.
-`check_push_access` runs before a training's first step, so a missing or read-only token is found in seconds, not
-after hours of training.
-"""
+"""Publishing a training run to the Hub (at the end of training with `--hub.repo_id`, or `hfpolicy push --run=DIR`):
+the last checkpoint's policy, its latest evaluation with videos and page, the training curve, train_config.json and a
+card; and a dataset folder (`hfpolicy push --dataset=DIR --repo_id=user/name`)."""
 
 import json
 import re
@@ -43,8 +34,8 @@ class PushError(RuntimeError):
 
 
 def check_push_access(repo_id: str, token: str | None = None, flag: str = "--hub.repo_id") -> None:
-    """Raises PushError unless a Hub token is available, valid, allowed to write, and its user (or one of its
-    organizations) owns the namespace of `repo_id`. Asks the Hub once (whoami). `flag` names the repo in errors."""
+    """PushError unless a Hub token is set, valid, can write, and its user (or an organization of it) owns `repo_id`'s
+    namespace; run before training, so a bad token is found in seconds. `flag` names the repo in errors."""
     flag = f"{flag}={repo_id}"
     try:
         validate_repo_id(repo_id)
@@ -87,19 +78,16 @@ def push_run(
     check_access: bool = True,
     online_data_repo_id: str | None = None,
 ) -> str:
-    """Pushes a run folder (see the module docstring); returns the commit URL. `policy` (default: loaded from the
-    last checkpoint's pretrained_model) lets a live training push its in-memory EMA weights; `up_to_step` ignores
-    evaluations after that step; `check_access=False` skips `check_push_access` (a training checked it before step 1).
-    `online_data_repo_id` also publishes the run's online data (online_data/, a LeRobot v3.0 dataset) as a dataset
-    repo, linked from the model card.
-    Hub and network failures raise PushError naming the cause and the way to retry."""
+    """Pushes a run folder; returns the commit URL. `policy` (default: the last checkpoint's) lets a live training push
+    its EMA weights; `up_to_step` ignores later evaluations; `online_data_repo_id` also publishes online_data/ as a
+    dataset repo. Hub and network failures raise PushError naming the cause and the way to retry."""
     run_dir = Path(run_dir)
     run = RunFolder(run_dir)
-    config_path = run.config_file
-    if not config_path.is_file():
+    if not run.config_file.is_file():
         raise PushError(f"{run_dir} is not a training run folder (it has no {TRAIN_CONFIG_FILE})")
-    train_config = json.loads(config_path.read_text())
-    repo_id = repo_id or (train_config.get("hub") or {}).get("repo_id")
+    train_config = json.loads(run.config_file.read_text())
+    hub = train_config.get("hub") or {}
+    repo_id = repo_id or hub.get("repo_id")
     if not repo_id:
         raise PushError(f"the run in {run_dir} was trained without --hub.repo_id: pass --repo_id=user/name")
     if check_access:
@@ -112,19 +100,12 @@ def push_run(
     artifacts = run_artifacts(run, train_config, up_to_step, train_command)
     artifacts.online_episodes = online_episode_count(run.root)
     artifacts.online_data_repo_id = online_data_repo_id
-    hub = train_config.get("hub") or {}
+    private = hub.get("private") if private is None else private
+    branch = hub.get("branch") if branch is None else branch
     try:
         if online_data_repo_id:
-            push_online_data(
-                run_dir, online_data_repo_id, private=bool(hub.get("private")) if private is None else private
-            )
-        return policy.push_to_hub(
-            repo_id,
-            artifacts=artifacts,
-            private=hub.get("private") if private is None else private,
-            branch=hub.get("branch") if branch is None else branch,
-            token=token,
-        )
+            push_online_data(run_dir, online_data_repo_id, private=bool(private))
+        return policy.push_to_hub(repo_id, artifacts=artifacts, private=private, branch=branch, token=token)
     except Exception as e:
         cause = describe_push_error(e, repo_id)
         if cause is None:
@@ -133,8 +114,8 @@ def push_run(
 
 
 def run_artifacts(run: RunFolder, train_config: dict, up_to_step: int | None, train_command: str | None):
-    """What goes with the policy: the latest evaluation (at or before `up_to_step`) and its videos, the training
-    curve drawn now, train_config.json, and the command that reproduces the run."""
+    """What goes with the policy: the latest evaluation (at or before `up_to_step`) with its videos, the training
+    curve, train_config.json, and the command that reproduces the run."""
     eval_dir = run.latest_eval_dir(up_to_step)
     videos: list[Path] = []
     if eval_dir is not None:  # what is uploaded is checked to lie inside the run folder (no link to elsewhere)
@@ -162,8 +143,7 @@ def eval_page_for_hub(eval_dir: Path) -> Path:
 
 
 def hold_finished_run(run_dir: Path) -> RunLock | None:
-    """Takes the run folder's lock for the push, so that a run still training (whose checkpoints rotate under the
-    push) is refused, naming it, instead of a mid-run checkpoint being pushed without a word. None if no folder."""
+    """Takes the run folder's lock for the push: a run still training is refused, naming it. None if no folder."""
     if not run_dir.is_dir():
         return None  # push_run says what is wrong with it
     try:
@@ -201,9 +181,8 @@ def push_online_data(run_dir: Path, repo_id: str, private: bool = False) -> str:
 
 
 def push_dataset_folder(root: Path, repo_id: str, private: bool = False, branch: str | None = None) -> str:
-    """Pushes the dataset folder `root` (LeRobot v3.0 or v2.1) with its card, tagged with its version (see
-    `push_dataset_to_hub`); returns the line to print. A folder that is not a complete dataset, a missing token and
-    Hub failures are PushErrors, each one line; all but the last are found before anything is created."""
+    """Pushes the dataset folder `root` (LeRobot v3.0 or v2.1) with its card; returns the line to print. Problems are
+    one-line PushErrors, found before anything is created but for Hub failures."""
     if not (root / INFO_PATH).is_file():
         what = "does not exist" if not root.exists() else "is not a folder" if not root.is_dir() else None
         raise PushError(
@@ -232,8 +211,7 @@ def push_dataset_folder(root: Path, repo_id: str, private: bool = False, branch:
 
 
 def push_command(cfg: PushConfig) -> str:
-    """`hfpolicy push --run=DIR [--repo_id=user/name]` or `--dataset=DIR --repo_id=user/name`; bad input and Hub
-    failures are PushErrors."""
+    """`hfpolicy push --run=DIR [--repo_id=user/name]` or `--dataset=DIR --repo_id=user/name`."""
     if cfg.run is not None and cfg.dataset is not None:
         raise PushError("--run and --dataset both given: push a training run or a dataset folder, one at a time")
     if cfg.dataset is not None:
@@ -246,7 +224,7 @@ def push_command(cfg: PushConfig) -> str:
         raise PushError(
             "--run=DIR or --dataset=DIR is needed: the folder of the training run, or of the dataset, to push"
         )
-    lock = hold_finished_run(Path(cfg.run))  # a run still training is refused, naming it
+    lock = hold_finished_run(Path(cfg.run))
     try:
         url = push_run(
             cfg.run, cfg.repo_id, private=cfg.private, branch=cfg.branch, online_data_repo_id=cfg.online_data_repo_id

@@ -1,5 +1,4 @@
-"""The flags of `hfpolicy push` (hfpolicy.hub.push runs it): apart, so that `hfpolicy push --help` reads them without
-importing the push's dependencies (torch, the policy, the viewer)."""
+"""The flags of `hfpolicy push`, apart from hfpolicy.hub.push so that `--help` imports nothing heavy."""
 
 from dataclasses import dataclass
 

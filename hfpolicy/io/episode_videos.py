@@ -1,14 +1,12 @@
-"""The names of evaluation's episode videos: episode i is filmed as videos/eval_episode_<i>.mp4 (no video library
-needed to name or sort them; hfpolicy.io.video writes and reads them)."""
+"""The names of evaluation's episode videos: episode i is filmed as videos/eval_episode_<i>.mp4."""
 
 from collections.abc import Iterable
 from pathlib import Path
 
-EPISODE_VIDEO_PREFIX = "eval_episode_"  # evaluation films episode i as eval_episode_<i>.mp4
+EPISODE_VIDEO_PREFIX = "eval_episode_"
 
 
 def episode_video_path(videos_dir: str | Path, index: int) -> Path:
-    """Where evaluation writes the video of episode `index`: videos_dir/eval_episode_<index>.mp4."""
     return Path(videos_dir) / f"{EPISODE_VIDEO_PREFIX}{index}.mp4"
 
 
@@ -20,6 +18,6 @@ def episode_index_of(video: str | Path) -> int | None:
 
 
 def episode_videos(videos: Iterable[str | Path]) -> list[Path]:
-    """The eval videos among `videos` (eval_episode_<i>.mp4) by episode index; other files are left out."""
+    """The eval videos among `videos`, by episode index."""
     indexed = [(index, Path(video)) for video in videos if (index := episode_index_of(video)) is not None]
     return [video for _, video in sorted(indexed)]

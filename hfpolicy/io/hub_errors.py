@@ -1,9 +1,4 @@
-"""Why a Hub download failed, in one line: offline mode, no network, a server error, a missing repo, revision or file.
-
-huggingface_hub reports most of these as `LocalEntryNotFoundError` ("cannot find the requested files in the local
-cache"), with the real cause in its exception chain; `describe_hub_error` walks that chain and says which it was, and
-what to do about it.
-"""
+"""Why a Hub transfer failed, in one line with the fix (huggingface_hub hides most causes in the exception chain)."""
 
 from huggingface_hub import constants
 from huggingface_hub.errors import (
@@ -51,8 +46,6 @@ def describe_hub_error(error: BaseException, repo_id: str, filename: str, revisi
                 return f"the Hub refused access to {repo_id!r} ({status}): log in (`hf auth login`) or pass a token"
         if isinstance(e, EntryNotFoundError) and isinstance(e, HfHubHTTPError):
             return f"the Hub repo {repo_id!r}{at} has no {filename}"
-        if isinstance(e, HFValidationError):
-            return f"{repo_id!r} is neither an existing local directory nor a valid Hub repo id ({e})"
     network = next((e for e in chain if _is_network_error(e)), None)
     if network is not None:
         return (

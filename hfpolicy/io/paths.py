@@ -1,16 +1,6 @@
-"""Two fences for paths, each in one place:
-
-    contained_path(root, "videos/x.mp4", what="meta/info.json video_path")   # root / that, or OutsideFolderError
-    check_apart(output, source, output_words="--output_dir=out", source_words="the v2.1 dataset src")
-
-`contained_path` is how every reader opens a file that a file names (a dataset's info.json path templates, an
-evaluation's eval_info.json video list, a run's evaluation folders): the path, resolved through `..` and symbolic
-links, must stay inside the folder it belongs to, so a crafted folder cannot make hfpolicy read (and a page embed, or
-a push publish) a file from elsewhere on the machine. The one link that may leave its folder is a huggingface_hub
-cache snapshot's link into its own repo's blobs/ folder (the way the Hub cache stores every file).
-
-`check_apart` is how every writer given a source refuses an output that would write into, or replace, that source:
-the output may be neither the source nor inside it, and the source may not be inside an output the writer replaces.
+"""Two fences for paths: `contained_path(root, relative, what)`, how every reader opens a file that a file names (it
+must resolve inside `root`, so a crafted folder cannot make hfpolicy read, embed or publish a file from elsewhere), and
+`check_apart(output, source, ...)`, how every writer refuses an output that would write into, or replace, its source.
 """
 
 import os
@@ -18,25 +8,16 @@ from pathlib import Path, PurePath
 
 
 class OutsideFolderError(ValueError):
-    """A path named by a file of a folder (a dataset, an evaluation, a run) leads outside that folder."""
+    """A path named by a file of a folder leads outside that folder."""
 
 
 class OutputOverlapsSourceError(ValueError):
-    """A writer's output is its own source, lies inside it, or (when the output is replaced) holds it."""
-
-
-def _hub_cache_blobs(real_root: Path) -> Path | None:
-    """The blobs/ folder that a huggingface_hub cache snapshot (<repo>/snapshots/<commit>/) links its files into."""
-    if real_root.parent.name == "snapshots":
-        return real_root.parent.parent / "blobs"
-    return None
+    """A writer's output is its source, lies inside it, or (when replaced) holds it."""
 
 
 def contained_path(root: str | Path, relative: str | PurePath, what: str) -> Path:
-    """`root / relative`, once checked to stay inside `root`: `relative` does not climb out with `..`,
-    and what it resolves to (symbolic links followed) lies inside `root` (or, for a Hub cache snapshot, is one of its
-    repo's blobs). An absolute `relative` passes only when it lies inside `root` too. OutsideFolderError, one line
-    naming `what` (e.g. "meta/info.json video_path"), otherwise."""
+    """`root / relative`, once checked to resolve (links followed) inside `root`, or to one of its repo's blobs for a
+    Hub cache snapshot; else OutsideFolderError naming `what` (e.g. "meta/info.json video_path")."""
     root = Path(root)
     text = os.fspath(relative)
     lexical = os.path.normpath(text)
@@ -47,8 +28,9 @@ def contained_path(root: str | Path, relative: str | PurePath, what: str) -> Pat
             "(a crafted or damaged file?)"
         )
     real_root, real = root.resolve(), path.resolve()
-    blobs = _hub_cache_blobs(real_root)
-    if not (real.is_relative_to(real_root) or (blobs is not None and real.parent == blobs)):
+    # a huggingface_hub cache snapshot (<repo>/snapshots/<commit>/) links its files into <repo>/blobs/
+    in_hub_blobs = real_root.parent.name == "snapshots" and real.parent == real_root.parent.parent / "blobs"
+    if not (real.is_relative_to(real_root) or in_hub_blobs):
         raise OutsideFolderError(
             f"{what} names {text!r}, which resolves to {real}, outside {root}: hfpolicy reads only files inside the folder it "
             "is given (copy the file into the folder instead of linking it)"
@@ -59,9 +41,8 @@ def contained_path(root: str | Path, relative: str | PurePath, what: str) -> Pat
 def check_apart(
     output: str | Path, source: str | Path, *, output_words: str, source_words: str, replaces_output: bool = True
 ) -> None:
-    """Raises OutputOverlapsSourceError (one line) when the folder `output` is `source`, lies inside it, or, for a
-    writer that replaces or clears its output (`replaces_output`), holds it. Both are compared resolved (links and
-    `..` followed), before anything is read or written."""
+    """OutputOverlapsSourceError when the folder `output` (resolved) is `source`, lies inside it, or, when the writer
+    replaces its output, holds it."""
     out, src = Path(output).resolve(), Path(source).resolve()
     if out == src:
         problem = f"{output_words} is {source_words} itself"

@@ -1,12 +1,7 @@
 """An exclusive lock on a run folder for the lifetime of a run, so two runs never write into one folder.
 
-    with RunLock(output_dir):          # raises RunLockedError naming the holder if another live process has it
-        train ...
-
-The lock is the `filelock` package's lock on `<output_dir>/.hfpolicy.lock` (flock on POSIX, msvcrt on Windows): the
-operating system releases it when the holding process exits, however it exits (a crash, kill -9, a power cut), so a
-stale lock never blocks a resume. Who holds it (pid, host, time) is written beside it, in `.hfpolicy.lock.holder`,
-for the error message; that file only records the last holder and is never what locks.
+The lock is `filelock`'s OS lock on `<folder>/.hfpolicy.lock`: the OS releases it when its process exits, however it
+exits, so a stale lock never blocks a resume. `.hfpolicy.lock.holder` records the holder for the error message only.
 """
 
 import json
@@ -25,8 +20,7 @@ LOCK_FILES = (LOCK_FILE, HOLDER_FILE)  # what holding a folder leaves in it (the
 
 
 def is_lock_file(name: str) -> bool:
-    """Whether a file name in a folder belongs to the run lock (the lock, its holder record, or that record's
-    temporary file while it is written)."""
+    """Whether a file name belongs to the run lock (its holder record's temporary file included)."""
     return name in LOCK_FILES or (name.startswith(f"{HOLDER_FILE}.") and is_temporary(name))
 
 

@@ -1,10 +1,6 @@
-"""Nested training state (optimizer and scheduler state dicts, RNG states, EMA) as safetensors + JSON, never pickle.
-
-`save_tree(obj, folder, name)` writes `<name>.safetensors` (every tensor and numpy array) and `<name>.json` (the
-structure, with references to the tensors); `load_tree(folder, name)` rebuilds the same object. Supported: dicts
-(with str or int keys), lists, tuples, tensors, numpy arrays, int, float (NaN/inf too), bool, str and None; anything
-else is refused when saving, so nothing is ever written that only pickle could read back.
-"""
+"""Nested training state (optimizer, scheduler and RNG states, EMA) as safetensors + JSON, never pickle:
+`save_tree(obj, folder, name)` writes `<name>.safetensors` and `<name>.json`, `load_tree(folder, name)` reads them.
+Anything but dicts (str or int keys), lists, tuples, tensors, numpy arrays and JSON scalars is refused when saving."""
 
 import json
 import math
@@ -21,7 +17,6 @@ _TENSOR, _ARRAY, _TUPLE, _DICT, _FLOAT = "__tensor__", "__ndarray__", "__tuple__
 
 
 def save_tree(obj: Any, folder: str | Path, name: str) -> None:
-    """Writes `obj` as `<folder>/<name>.safetensors` + `<folder>/<name>.json`, each through a temporary file."""
     folder = Path(folder)
     tensors: dict[str, torch.Tensor] = {}
     structure = _encode(obj, tensors, name)
@@ -30,7 +25,7 @@ def save_tree(obj: Any, folder: str | Path, name: str) -> None:
 
 
 def load_tree(folder: str | Path, name: str, device: str | torch.device = "cpu") -> Any:
-    """The object `save_tree` wrote (tensors on `device`). Reads only safetensors and JSON."""
+    """The object `save_tree` wrote, tensors on `device`."""
     folder = Path(folder)
     tensors = safetensors.torch.load_file(str(folder / f"{name}.safetensors"), device=str(device))
     structure = json.loads((folder / f"{name}.json").read_text())

@@ -1,9 +1,5 @@
-"""MP4 video files with PyAV: encoding (eval videos, dataset videos), and the one decoder (`decode_frames`: dataset
-frames, the viewer, tests) with its probe.
-
-One pixel format everywhere: H.264 (libx264) in yuv420p with the moov atom up front (`+faststart`), which every browser
-plays and the Hub previews. yuv420p needs even width and height.
-"""
+"""MP4 video files with PyAV: encoding (H.264 yuv420p with `+faststart`, which browsers and the Hub play; even sizes
+only), and the one decoder (`decode_frames`) with its probe."""
 
 import contextlib
 import os
@@ -36,17 +32,12 @@ def _write_error(path: Path, error: BaseException) -> VideoWriteError:
 
 
 class Mp4Writer:
-    """Streams HxWx3 uint8 RGB frames into an H.264 mp4, frame i at time i / fps.
+    """Streams HxWx3 uint8 RGB frames into an H.264 mp4 (frame i at i / fps), written atomically on `close()`."""
 
-    The file is written under a temporary name and renamed on `close()`, so an interrupted write never leaves a
-    truncated mp4 at `path`. Use as a context manager; on an exception the temporary file is removed.
-    """
-
-    def __init__(self, path: str | Path, fps: float, crf: int = 23, gop: int | None = None, preset: str = "medium"):
+    def __init__(self, path: str | Path, fps: float, crf: int = 23, preset: str = "medium"):
         self.path = Path(path)
         self.fps = fps
         self.crf = crf
-        self.gop = gop
         self.preset = preset  # x264 speed/size trade-off: "fast" is ~2x faster than "medium" at small sizes
         self.n_frames = 0
         self._tmp_path = temporary_path(self.path, ".mp4")  # PyAV picks the container by the extension
@@ -63,16 +54,11 @@ class Mp4Writer:
             self._container = av.open(str(self._tmp_path), mode="w", options={"movflags": "+faststart"})
         except (OSError, av.error.FFmpegError) as e:
             raise _write_error(self.path, e) from e
-        # Stream time base = 1/fps (as a fraction) so that frame i sits exactly at pts i.
         rate = Fraction(self.fps).limit_denominator(1001)
         stream = self._container.add_stream(VIDEO_CODEC, rate=rate)
         stream.width, stream.height, stream.pix_fmt = width, height, VIDEO_PIX_FMT
         stream.time_base = 1 / rate
-        options: dict[str, object] = {"crf": str(self.crf), "preset": self.preset}
-        if self.gop is not None:
-            options["g"] = str(self.gop)
-            options["keyint_min"] = str(self.gop)
-        stream.options = options
+        stream.options = {"crf": str(self.crf), "preset": self.preset}
         self._stream = stream
 
     def add_frame(self, frame: np.ndarray) -> None:
@@ -127,7 +113,7 @@ class Mp4Writer:
 
 
 def encode_video(frames: Iterable[np.ndarray], path: str | Path, fps: float, crf: int = 23) -> Path:
-    """Writes frames (HxWx3 uint8 RGB) to an H.264 mp4 at `path`, atomically. Returns the path."""
+    """Writes frames (HxWx3 uint8 RGB) to an H.264 mp4 at `path`, atomically."""
     with Mp4Writer(path, fps, crf=crf) as writer:
         for frame in frames:
             writer.add_frame(frame)
@@ -139,7 +125,7 @@ AV_IO_BUFFER_BYTES = 32 * 1024  # PyAV's read buffer for a file object (its own 
 
 
 class VideoFile(Protocol):
-    """A binary file object PyAV reads a video from (e.g. a remote file read by byte ranges)."""
+    """A binary file object PyAV reads a video from (a remote file read by byte ranges)."""
 
     def read(self, size: int = -1, /) -> bytes: ...
 
@@ -162,17 +148,13 @@ def video_name(path: str | Path | VideoFile) -> str:
 
 
 def rgb_threads(width: int, height: int) -> int:
-    """Threads for a frame's conversion to RGB (swscale): 1 below THREADED_DECODE_MIN_PIXELS, else 0 (swscale's
-    choice): on small frames swscale's threads cost more than the work, and the pixels are identical
-    (docs/streaming.md#the-readers-small-costs)."""
+    """swscale threads for a frame's RGB conversion: 1 for small frames (threads cost more there), else 0 (auto)."""
     return 0 if width * height >= THREADED_DECODE_MIN_PIXELS else 1
 
 
 def frame_into_chw(frame, out: np.ndarray, reformatter: VideoReformatter, threads: int) -> None:
-    """`frame` (an av.VideoFrame) converted to RGB (swscale's rgb24) into `out` (3, H, W) uint8, its channels
-    split apart by OpenCV, several times faster than numpy's (H, W, 3) -> (3, H, W) copy
-    (docs/streaming.md#the-readers-small-costs). (swscale's planar "gbrp" output would need no split, but it leaves
-    the last columns black at some widths, 70 or 100 among them: not used.)"""
+    """`frame` (an av.VideoFrame) as RGB into `out` (3, H, W) uint8, split by OpenCV (several times faster than numpy;
+    docs/streaming.md#the-readers-small-costs)."""
     import cv2  # opencv-python, as gym-pusht requires it
 
     rgb = reformatter.reformat(frame, format="rgb24", threads=threads).to_ndarray()
@@ -198,13 +180,10 @@ _INHERITED_CONTAINERS: list = []  # containers a forked process got from its par
 
 @contextlib.contextmanager
 def _container(source: str | VideoFile):
-    """An open container of `source`. A path's stays open for this thread's next segment of the same file (same
-    inode, size and mtime): opening an mp4 parses its whole index, which can cost more than seeking and decoding an
-    episode (docs/streaming.md#the-readers-small-costs). A file replaced or deleted since is opened anew (a
-    deleted one stays open, its disk space held, until this thread's next decode); a file object is opened each time.
-    Only decoders without FFmpeg threads stay open (decode_frames): a forked DataLoader worker that inherits one
-    with threads deadlocks when it frees it (FFmpeg joins threads the fork did not copy), so the worker never frees
-    the one it inherits (_INHERITED_CONTAINERS) and large frames, decoded with threads, are opened each time."""
+    """(an open container of `source`, whether it was just opened). A path's stays open for this thread's next read
+    of the same file (same inode, size, mtime): opening parses the whole index. Only decoders without FFmpeg threads
+    stay open, and a forked worker never frees the one it inherits: freeing joins threads the fork did not copy
+    (docs/streaming.md#the-readers-small-costs)."""
     if not isinstance(source, str):
         with av.open(source, mode="r", buffer_size=AV_IO_BUFFER_BYTES) as read_once:
             yield read_once, True
@@ -212,7 +191,6 @@ def _container(source: str | VideoFile):
     cached = _open_video
     if cached.pid != os.getpid():  # a forked worker: the parent's container shares its file offset, leave it
         if cached.container is not None:
-            # never freed here: freeing joins FFmpeg's decoder threads, which a fork did not copy (a deadlock)
             _INHERITED_CONTAINERS.append(cached.container)
         cached.key, cached.container, cached.pid = None, None, os.getpid()
     info = os.stat(source)
@@ -237,14 +215,14 @@ def _container(source: str | VideoFile):
 
 
 def forget_open_video(source) -> None:
-    """Stops keeping `source`'s container for the next call (it is closed when the caller's `with` ends)."""
+    """Stops keeping `source`'s container (closed when the caller's `with` ends)."""
     cached = _open_video
     if isinstance(source, str) and cached.key is not None and cached.key[0] == source and cached.pid == os.getpid():
-        cached.key = None  # the next call opens anew; this one's container is closed by _container's exit
+        cached.key = None
 
 
 def close_open_videos() -> None:
-    """Closes the video file this thread keeps open (decode_frames reopens it when needed)."""
+    """Closes the video file this thread keeps open."""
     cached = _open_video
     container, cached.key, cached.container = cached.container, None, None
     if container is not None and cached.pid == os.getpid():
@@ -253,12 +231,8 @@ def close_open_videos() -> None:
 
 
 def decode_frames(path: str | Path | VideoFile, start_s: float = 0.0, end_s: float | None = None) -> Iterator[tuple]:
-    """The one PyAV decoder: yields (time in s, av.VideoFrame) for the frames from the keyframe at or before `start_s` up
-    to the first past `end_s` (that one included, so a caller can tell the range ended), in order; frames without
-    a time are skipped. Only that segment is decoded (a seek). Frame threads are used for large frames only (they
-    cost more than they save on small ones). Raises NoVideoStreamError, or av's FFmpegError for a file that is no
-    decodable video. `path` may also be a binary file object with read/seek/tell (a file read by byte ranges): PyAV
-    reads it through an I/O buffer of AV_IO_BUFFER_BYTES."""
+    """The one PyAV decoder: yields (time in s, av.VideoFrame) from the keyframe at or before `start_s` up to the first
+    frame past `end_s` (included), seeking there; frame threads for large frames only. `path` may be a file object."""
     source = str(path) if isinstance(path, str | Path) else path
     with _container(source) as (container, fresh):
         if not container.streams.video:
@@ -288,11 +262,7 @@ def decode_frames(path: str | Path | VideoFile, start_s: float = 0.0, end_s: flo
 
 
 def read_video_frames(path: str | Path, start_s: float = 0.0, end_s: float | None = None) -> np.ndarray:
-    """Decodes the frames whose timestamps lie in [start_s, end_s) (all frames by default) as (N, H, W, 3) uint8 RGB.
-
-    Seeks to the keyframe before `start_s`, so reading one episode out of a long file does not decode the whole file.
-    Timestamps are compared with a tolerance of a quarter frame.
-    """
+    """The frames in [start_s, end_s) (all by default; a quarter frame's tolerance) as (N, H, W, 3) uint8 RGB."""
     tolerance = 0.25 / probe_video(path).fps
     frames, reformatter = [], VideoReformatter()  # one for all frames (a new one per frame costs more)
     # seek to the keyframe at or before start_s + tolerance (before start_s - tolerance would be one keyframe early)
@@ -321,8 +291,7 @@ class VideoProbe:
 
 
 def probe_video(path: str | Path) -> VideoProbe:
-    """The frame rate, size, codec and pixel format of the file's video stream (and whether it has audio).
-    UnreadableVideoError naming the file when FFmpeg cannot open it."""
+    """What the file's video stream says about itself; UnreadableVideoError when FFmpeg cannot open it."""
     try:
         container = av.open(str(path))
     except av.error.FFmpegError as e:

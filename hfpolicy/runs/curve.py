@@ -1,5 +1,4 @@
-"""The training curve of a run: loss over steps (log scale) and, when evaluated, eval success over steps, drawn from
-its metrics.jsonl into a PNG: redrawn into the run folder after every evaluation, and shown by the model card."""
+"""The training curve PNG of a run (loss, and eval success when evaluated, over steps), drawn from metrics.jsonl."""
 
 import io
 from pathlib import Path

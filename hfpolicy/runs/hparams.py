@@ -1,5 +1,4 @@
-"""A run's configuration (train_config.json's dict) flattened, as trackers (TensorBoard's hparams) and the run's page
-(hfpolicy view) show it."""
+"""train_config.json flattened, as trackers and the run's page show it."""
 
 import math
 from typing import Any

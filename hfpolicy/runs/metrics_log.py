@@ -1,10 +1,5 @@
-"""A run's metrics.jsonl: one JSON object per line, `{"step": N, "loss": ..., ...}` for log entries and
-`{"step": N, "eval/pc_success": ..., ...}` for evaluations. The training curve is drawn from it, and `--resume` cuts
-it back to the checkpoint it resumes from.
-
-A run killed while appending can leave a half-written last line: reading skips it (and the cut on resume drops it),
-so a torn line never stops a resume. Values are strict JSON: a NaN or inf is written as null, never as a bare NaN.
-"""
+"""A run's metrics.jsonl: one JSON object per line, `{"step": N, "loss": ...}` or `{"step": N, "eval/pc_success": ...}`.
+A torn last line (a run killed while appending) is skipped; NaN and inf are written as null."""
 
 import json
 import math
@@ -51,7 +46,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         try:
             entry = json.loads(line)
         except ValueError as e:
-            if number == len(lines):  # the last line, cut short by a kill mid-write: the entry is lost, nothing else
+            if number == len(lines):  # cut short by a kill mid-write
                 break
             raise MetricsFileError(f"{path} line {number} is not a metrics entry ({e}); {FIX}") from None
         problem = entry_problem(entry)
@@ -62,8 +57,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def truncate_metrics(path: Path, after_step: int) -> None:
-    """Drops the entries logged after the checkpoint a run resumes from (they will be logged again), and a torn
-    last line."""
+    """Drops the entries logged after `after_step` (a resume logs them again), and a torn last line."""
     path = Path(path)
     if path.exists():
         kept = [entry for entry in read_metrics(path) if entry["step"] <= after_step]

@@ -29,8 +29,7 @@ _PREFIX = "step_"
 
 
 class RunFolderError(ValueError):
-    """The run folder cannot hold this run as asked (unwritable, another run's, nothing to resume): the message names
-    --output_dir and the fix."""
+    """The run folder cannot hold this run as asked (unwritable, another run's, nothing to resume)."""
 
 
 def checkpoint_name(step: int) -> str:
@@ -51,35 +50,19 @@ def _steps_in(folder: Path) -> list[tuple[int, Path]]:
 
 
 class RunFolder:
-    """A training run's folder (see the module docstring). The main process holds its lock between `lock()` and
-    `unlock()`; the other processes of a launch only read and write in it."""
+    """A training run's folder; the main process holds its lock between `lock()` and `unlock()`."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
+        self.config_file = self.root / TRAIN_CONFIG_FILE
+        self.resume_history_file = self.root / RESUME_HISTORY_FILE
+        self.metrics_file = self.root / METRICS_FILE
+        self.curve_file = self.root / TRAINING_CURVE_FILE
+        self.checkpoints_dir = self.root / CHECKPOINTS_DIR
         self._lock: RunLock | None = None
         self._found: list[str] | None = None  # what the folder held before `lock()` (None: it did not exist)
 
     # --- layout -------------------------------------------------------------------------------------------------
-    @property
-    def config_file(self) -> Path:
-        return self.root / TRAIN_CONFIG_FILE
-
-    @property
-    def resume_history_file(self) -> Path:
-        return self.root / RESUME_HISTORY_FILE
-
-    @property
-    def metrics_file(self) -> Path:
-        return self.root / METRICS_FILE
-
-    @property
-    def curve_file(self) -> Path:
-        return self.root / TRAINING_CURVE_FILE
-
-    @property
-    def checkpoints_dir(self) -> Path:
-        return self.root / CHECKPOINTS_DIR
-
     def checkpoint_dir(self, step: int) -> Path:
         return self.checkpoints_dir / checkpoint_name(step)
 
@@ -104,7 +87,7 @@ class RunFolder:
         return found[-1] if found else None
 
     def point_last_link(self, checkpoint: Path) -> None:
-        """Repoints checkpoints/last at `checkpoint` atomically (a new link renamed over the old one)."""
+        """Repoints checkpoints/last at `checkpoint` atomically."""
         with replacing(self.checkpoints_dir / LAST_LINK) as tmp_link:
             tmp_link.unlink(missing_ok=True)  # a dead process's with this pid
             tmp_link.symlink_to(checkpoint.name)
@@ -130,8 +113,7 @@ class RunFolder:
             self._lock = None
 
     def undo_start(self) -> None:
-        """After a failed or stopped start (before the first step; the lock held): removes the folder if `lock()`
-        created it, else the lock's files it added, so that nothing is left behind."""
+        """After a failed or stopped start (the lock held): removes what `lock()` created (folder or lock files)."""
         if self._lock is None:
             return
         if self._found is None:
@@ -157,8 +139,7 @@ class RunFolder:
         )
 
     def check_for(self, resume: bool) -> None:
-        """A new run needs a folder without checkpoints: a fresh one, or one whose run stopped before its first
-        checkpoint (that run is started again in place). A resumed run needs a folder holding a checkpoint."""
+        """A new run needs a folder without checkpoints, a resumed run one with a checkpoint (else RunFolderError)."""
         if resume:
             self.checkpoint_to_resume()
             return
@@ -170,16 +151,14 @@ class RunFolder:
             )
 
     def how_to_continue(self) -> str:
-        """What continues this run after a failure (a full disk): a resume from its last checkpoint when it has one,
-        else the same command again (a run without a checkpoint starts again in place)."""
+        """What continues this run after a failure (a full disk), in words."""
         checkpoint = self.latest_checkpoint()
         if checkpoint is not None:
             return f"resume with --resume=true (it continues from {checkpoint.name}, which is intact)"
         return "run the same command again (no checkpoint was kept yet: the run starts again in place)"
 
     def forget_after(self, step: int) -> None:
-        """Drops what a stopped run logged and evaluated after `step`, the checkpoint the run continues from (0: a
-        run started again in place): those steps are trained, logged and evaluated again."""
+        """Drops what a stopped run logged and evaluated after `step`, the checkpoint it continues from."""
         truncate_metrics(self.metrics_file, after_step=step)
         for evaluated_step, folder in _steps_in(self.root / EVAL_DIR):
             if evaluated_step > step:

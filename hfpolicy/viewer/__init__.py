@@ -1,13 +1,6 @@
-"""The viewer: one self-contained HTML page (scripts, styles and plots inline; videos linked or embedded) for a
-dataset, an evaluation or a training run, written by `hfpolicy view PATH` and opened in any browser, offline.
-
-    hfpolicy view data/pusht_scripted                 # episode list, camera videos, state/action plots, stats
-    hfpolicy view outputs/eval/pusht                  # success with its Wilson interval, per-episode table, videos
-    hfpolicy view outputs/train/pusht --output=r.html # loss, learning rate and success curves, each evaluation's page
-
-Each page kind has a module that computes what the page holds (`*_page_data`, plain JSON-ready dicts, tested without a
-browser), and `page.write_page` puts that data, the vendored uPlot library and the page script into one file.
-"""
+"""The viewer: one self-contained HTML page (`hfpolicy view PATH`) for a dataset, an evaluation or a training run,
+opened in any browser, offline. Each page kind's module computes the page's data (`*_page_data`, JSON-ready dicts);
+`page.write_page` puts it, the vendored uPlot library and the page script into one file."""
 
 from hfpolicy.viewer.dataset_page import dataset_page_data
 from hfpolicy.viewer.eval_page import eval_page_data

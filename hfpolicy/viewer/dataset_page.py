@@ -1,7 +1,5 @@
-"""What a dataset's page holds, read through hfpolicy's own readers (DatasetMeta for meta/, PolicyDataset for the
-frames): the episode list (length, task, success and max reward where the dataset records them), each episode's
-camera videos (the file and the episode's time span in it) and its state / action / reward series, the features,
-fps and stats."""
+"""What a dataset's page holds: the episode list, each episode's camera videos and state / action / reward series,
+the features, fps and stats."""
 
 from collections.abc import Callable
 from pathlib import Path
@@ -53,16 +51,13 @@ def feature_table(meta: DatasetMeta) -> list[dict[str, Any]]:
 
 
 def episode_series(batch: dict[str, Any], keys: list[str]) -> dict[str, list[list[float | None]]]:
-    """Per feature: one list per dimension (frames in order), floats with 4 significant digits (bools as 0/1)."""
-    series = {}
-    for key in keys:
-        values = batch[key].numpy().reshape(len(batch[key]), -1).astype(np.float64)
-        series[key] = [rounded_list(values[:, d]) for d in range(values.shape[1])]
-    return series
+    """Per feature: one list per dimension (frames in order), with 4 significant digits."""
+    values = {key: batch[key].numpy().reshape(len(batch[key]), -1).astype(np.float64) for key in keys}
+    return {key: [rounded_list(column) for column in table.T] for key, table in values.items()}
 
 
 def camera_spans(meta: DatasetMeta, episode: int, file_ids: dict[str, int]) -> dict[str, dict[str, Any]]:
-    """Per camera: the number of the episode's video file in the page's list, and its [from, to) seconds there."""
+    """Per camera: the episode's video file (its number in the page's list) and its [from, to) seconds there."""
     row, spans = meta.episode_row(episode), {}
     for key in meta.video_keys:
         spans[key] = {
@@ -98,8 +93,8 @@ def dataset_page_data(
     episodes: list[int] | None = None,
     source: str | None = None,
 ) -> dict[str, Any]:
-    """The page data of the LeRobot dataset at `root` (of its `episodes`, default all); `link_video(mp4 path)` gives
-    the page's video URL; `source` says where the dataset is (default: `root`)."""
+    """The page data of the dataset at `root` (of its `episodes`, default all); `link_video(mp4 path)` gives the
+    page's video URL; `source` says where the dataset is (default: `root`)."""
     root = Path(root)
     dataset = PolicyDataset(repo_id or root.resolve().name, root=root, episodes=episodes, download_videos=False)
     meta = dataset.meta

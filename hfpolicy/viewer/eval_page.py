@@ -1,14 +1,6 @@
-"""What an evaluation's page holds, from the folder `hfpolicy eval` (or a training run's periodic evaluation) writes:
-eval_info.json (aggregates and per-episode records; episodes.jsonl when an interrupted evaluation left only that) and
-videos/eval_episode_<i>.mp4.
-
-The page shows what was evaluated (the policy, its checkpoint step, EMA or not, the command, the hfpolicy version:
-eval_info.json's provenance), the aggregates with the success rate's 95% Wilson interval, one table row per episode
-(failures first, worst max reward first, by default), and for the chosen episode its video, its reward curve and,
-per action dimension, the commanded action beside the state it acted on over the steps, with the steps whose action
-lay outside the env's action space and those that began a new predicted chunk marked; then the histogram of the
-episodes' max rewards split by success. The step series of the episodes fill the page up to MAX_SERIES_VALUES
-numbers, in the table's default order (failures first); later episodes are listed without them.
+"""What an evaluation's page holds, from the folder `hfpolicy eval` writes (eval_info.json, or episodes.jsonl alone
+after an interruption, and videos/): what was evaluated, the aggregates, one row per episode (failures first) with
+its video, reward curve and per-dimension actions and states, and the histogram of max rewards (docs/evaluation.md).
 """
 
 import json
@@ -65,8 +57,7 @@ def checked_record(record: Any, where: str) -> dict[str, Any]:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """The records of an episodes.jsonl. A torn last line (an evaluation killed while writing it) is skipped with a
-    one-line warning on stderr; damage elsewhere is an EvalRecordsError naming the line."""
+    """The records of an episodes.jsonl; a torn last line is skipped with a warning, damage elsewhere raises."""
     lines = path.read_text().splitlines()
     records: list[dict[str, Any]] = []
     for number, line in enumerate(lines, start=1):
@@ -87,7 +78,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 
 
 def load_eval_info(eval_dir: Path) -> dict[str, Any]:
-    """eval_info.json, or the records of episodes.jsonl with their aggregates computed here (eval time unknown)."""
+    """eval_info.json, or the records of episodes.jsonl with their aggregates computed here."""
     info_path = contained_path(eval_dir, EVAL_INFO_FILE, what=f"the evaluation's {EVAL_INFO_FILE}")
     if info_path.is_file():
         try:
@@ -117,9 +108,7 @@ def load_eval_info(eval_dir: Path) -> dict[str, Any]:
 
 
 def find_eval_videos(eval_dir: Path, info: dict[str, Any]) -> dict[int, Path]:
-    """Episode index -> mp4, from eval_dir/videos/ (where the eval wrote them), else from eval_info's video_paths
-    (relative to eval_dir, or absolute) for the episodes filmed elsewhere; an entry naming no file is passed over (a
-    copied or moved evaluation's old paths). Every video is checked by `contained_path` to lie inside eval_dir."""
+    """Episode index -> mp4 inside eval_dir: from videos/, else from eval_info's video_paths (missing ones skipped)."""
     videos = {}
     for path in sorted((eval_dir / VIDEOS_DIR).glob("*.mp4")):
         index = episode_index_of(path)
@@ -132,10 +121,6 @@ def find_eval_videos(eval_dir: Path, info: dict[str, Any]) -> dict[int, Path]:
     return videos
 
 
-def video_fps(path: Path) -> float:
-    return probe_video(path).fps
-
-
 def failures_first(episodes: list[dict[str, Any]]) -> list[int]:
     """Episode indices in the table's default order: failures before successes, then lowest max reward first."""
     ordered = sorted(episodes, key=lambda e: (bool(e["success"]), e["max_reward"], e["index"]))
@@ -143,8 +128,8 @@ def failures_first(episodes: list[dict[str, Any]]) -> list[int]:
 
 
 def max_reward_histogram(episodes: list[dict[str, Any]], n_bins: int = HISTOGRAM_BINS) -> dict[str, list]:
-    """Counts of max rewards in equal bins over [0, 1] (or over the rewards' range when they leave it), successes and
-    failures apart. A value on a bin's upper edge counts in the next bin; the maximum counts in the last."""
+    """Counts of max rewards in equal bins over [0, 1] (or the rewards' wider range), successes and failures apart;
+    a value on a bin's upper edge counts in the next bin."""
     values = [float(e["max_reward"]) for e in episodes]
     low, high = min(0.0, *values), max(1.0, *values)
     if high <= low:
@@ -159,8 +144,7 @@ def max_reward_histogram(episodes: list[dict[str, Any]], n_bins: int = HISTOGRAM
 
 
 def step_series(record: dict[str, Any], key: str) -> list[list[float | None]]:
-    """A record's per-step vectors (`actions`, `states`) as one list per dimension (steps in order); [] when the
-    record has none or they do not form a (steps, dims) table."""
+    """A record's per-step vectors (`actions`, `states`) as one list per dimension; [] unless a (steps, dims) table."""
     rows = record.get(key) or []
     if not isinstance(rows, list) or not all(isinstance(row, list) and len(row) == len(rows[0]) for row in rows):
         return []
@@ -171,8 +155,7 @@ def step_series(record: dict[str, Any], key: str) -> list[list[float | None]]:
 
 
 def add_step_series(episodes: list[dict[str, Any]], records: dict[int, dict[str, Any]], order: list[int]) -> None:
-    """Each episode's actions and states per dimension, in `order`, while the page holds at most MAX_SERIES_VALUES
-    of them; an episode past that gets None (the page says why)."""
+    """Each episode's actions and states per dimension, in `order`, up to MAX_SERIES_VALUES (then None)."""
     budget = MAX_SERIES_VALUES
     by_index = {episode["index"]: episode for episode in episodes}
     for index in order:
@@ -209,6 +192,6 @@ def eval_page_data(eval_dir: str | Path, link_video: Callable[[Path], str], titl
         "episodes": episodes,
         "default_order": order,
         "histogram": max_reward_histogram(episodes),
-        "fps": video_fps(next(iter(videos.values()))) if videos else None,
+        "fps": probe_video(next(iter(videos.values()))).fps if videos else None,
         "n_videos": len(videos),
     }

@@ -1,5 +1,5 @@
-"""One HTML file from a page's data: the page script, its styles and the vendored uPlot library inline, the data as
-a JSON script element, videos linked by a path relative to the page or embedded as data URIs."""
+"""One HTML file from a page's data: the page script, styles and the vendored uPlot library inline, the data as a JSON
+script element, videos linked relative to the page or embedded as data URIs."""
 
 import base64
 import json
@@ -56,22 +56,19 @@ def render_page(data: dict[str, Any]) -> str:
 
 
 def script_json(data: Any) -> str:
-    """`data` as JSON that stays inert inside an HTML script element: every "<" is written \\u003c (so that no
-    "</script" ends the element early and no "<!--" turns the parser into its escaped states, which leaves the page
-    blank), and U+2028 / U+2029 as escapes too. JSON.parse reads the same strings back."""
+    """`data` as JSON that stays inert inside an HTML script element: "<" (no "</script", no "<!--"), U+2028 and
+    U+2029 escaped; JSON.parse reads the same strings back."""
     text = json.dumps(data, separators=(",", ":"), allow_nan=False)
     return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
 def write_page(path: str | Path, data: dict[str, Any]) -> Path:
-    """Writes the page atomically (temp file, then rename); returns its path."""
+    """Writes the page atomically; returns its path."""
     return write_atomically(path, render_page(data))
 
 
 class VideoLinker:
-    """How a page refers to a video: a path relative to the page (the default: the page stays small and works as
-    long as it sits where it was written, relative to its videos), or the whole mp4 as a data URI (`embed=True`:
-    one file that works anywhere, as the copy pushed to the Hub is)."""
+    """How a page refers to a video: a path relative to the page, or (`embed`) the whole mp4 as a data URI."""
 
     def __init__(self, page_path: str | Path, embed: bool = False):
         self.page_dir = Path(page_path).resolve().parent

@@ -1,6 +1,5 @@
-"""What a training run's page holds, from its folder as `hfpolicy train` writes it: the loss, learning-rate and
-gradient-norm curves of metrics.jsonl, the success curve over steps (with each evaluation's Wilson interval from its
-eval_info.json), a link to each periodic evaluation's own page (eval/step_N/view.html), and the run's config."""
+"""What a training run's page holds: its metrics.jsonl curves, the success curve with each evaluation's Wilson
+interval and a link to its own page (eval/step_N/view.html), and the run's config."""
 
 import json
 from pathlib import Path
@@ -19,8 +18,7 @@ TRAIN_CURVES = ("loss", "lr", "grad_norm")  # metrics.jsonl entries drawn over s
 
 
 def run_evaluations(run_dir: Path) -> list[tuple[int, Path]]:
-    """(step, folder) of the run's evaluations that wrote records, by step; each checked by `contained_path` to lie
-    inside the run folder."""
+    """(step, folder) of the run's evaluations that wrote records, by step, each inside the run folder."""
     found = []
     for folder in (run_dir / EVAL_DIR).glob("step_*"):
         step = folder.name.removeprefix("step_")
@@ -44,12 +42,11 @@ def run_page_data(run_dir: str | Path, eval_pages: dict[int, str] | None = None)
     evaluations = []
     for step, folder in run_evaluations(run_dir):
         aggregated = load_eval_info(folder)["aggregated"]
-        low, high = aggregated["pc_success_ci95"]
         evaluations.append(
             {
                 "step": step,
                 "pc_success": aggregated["pc_success"],
-                "ci95": [low, high],
+                "ci95": list(aggregated["pc_success_ci95"]),
                 "avg_max_reward": rounded(aggregated["avg_max_reward"]),
                 "avg_length": rounded(aggregated["avg_length"]),
                 "n_episodes": aggregated["n_episodes"],
@@ -70,8 +67,7 @@ def run_page_data(run_dir: str | Path, eval_pages: dict[int, str] | None = None)
 
 
 def write_run_pages(run_dir: str | Path, page_path: str | Path, embed_videos: bool | None = False) -> Path:
-    """Writes each evaluation's page (eval/step_N/view.html) and the run's page at `page_path`, linked to them.
-    `embed_videos=None` embeds an evaluation's videos when they total under 10 MB."""
+    """Writes each evaluation's page (eval/step_N/view.html), then the run's page at `page_path` linking them."""
     run_dir, page_path = Path(run_dir), Path(page_path)
     evaluations = run_evaluations(run_dir)
     for step, folder in evaluations:  # before any page is written: the run's page replaces none of the others

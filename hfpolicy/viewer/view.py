@@ -1,17 +1,6 @@
-"""`hfpolicy view PATH [--output=report.html]`: the page of a dataset, an evaluation or a training run, chosen by
-what the folder holds, written as one HTML file; prints its path.
-
-    hfpolicy view data/pusht_scripted          # a LeRobot v3.0 (or v2.1) dataset (meta/info.json)
-    hfpolicy view lerobot/pusht                # a Hub dataset: meta/ and the shown episodes' files are downloaded
-    hfpolicy view outputs/eval/pusht           # an evaluation (eval_info.json or episodes.jsonl)
-    hfpolicy view outputs/train/pusht          # a training run (metrics.jsonl / train_config.json)
-
-The page goes to PATH/view.html (for a Hub dataset: outputs/view/<user>/<name>.html) unless --output names another
-file. A dataset's page shows all its episodes (a Hub dataset's first HUB_EPISODES_SHOWN), or those --episodes names;
-only their files are downloaded, into the Hub cache. Videos go inside the page when they are small
-(--embed_videos=auto: under 10 MB together; one file to send around), else they are linked by their path relative
-to the page (a dataset's videos, usually); --embed_videos=true / false decides it.
-"""
+"""`hfpolicy view PATH [--output=report.html]`: the page of a dataset (local or a Hub repo id), an evaluation or a
+training run, chosen by what the folder holds, written as one HTML file (default PATH/view.html); prints its path.
+Videos go inside the page when small (--embed_videos=auto: under 10 MB), else are linked (docs/evaluation.md)."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +8,6 @@ from pathlib import Path
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
 from huggingface_hub.utils import validate_repo_id
 
-from hfpolicy.cli.commands import run_command
 from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, TRAIN_CONFIG_FILE
 from hfpolicy.datasets.format import INFO_PATH
 from hfpolicy.datasets.hub import DatasetDownloadError, download_dataset, download_meta
@@ -79,9 +67,8 @@ def view(
     episodes: list[int] | None = None,
     revision: str | None = None,
 ) -> Path:
-    """Writes the page of the dataset, evaluation or run at `path` (or of the Hub dataset whose repo id `path` is,
-    when no such folder exists); returns the page's path. `embed_videos`: put the videos inside the page (True), link
-    them (False), or decide by their size (None: under 10 MB, inside). `episodes`: the dataset episodes shown."""
+    """Writes the page of the dataset, evaluation or run at `path` (or of the Hub dataset `path` names, when no such
+    folder exists); returns its path. `embed_videos`: True, False, or None (decide by size)."""
     if not Path(path).exists() and is_repo_id(str(path)) and not Path(Path(path).parts[0]).is_dir():
         return view_hub_dataset(str(path), output, embed_videos, episodes, revision)
     path = Path(path)
@@ -131,8 +118,7 @@ def view_hub_dataset(
     episodes: list[int] | None,
     revision: str | None,
 ) -> Path:
-    """The page of a Hub dataset: its meta/ and the shown episodes' data and video files are downloaded into the Hub
-    cache (only those), and the page is written as for a local dataset."""
+    """The page of a Hub dataset, from its meta/ and the shown episodes' files (downloaded into the Hub cache)."""
     page = checked_page(Path(output) if output is not None else HUB_PAGES_DIR / f"{repo_id}.html")
     try:
         meta_root = download_meta(repo_id, revision)  # named by the commit it resolved: the files come from it too
@@ -152,7 +138,6 @@ def view_hub_dataset(
         raise FileNotFoundError(f"{repo_id} is not a folder here, and as a Hub dataset: {cause}") from None
     if embed_videos is None:
         embed_videos = small_enough_to_embed(root)
-    page.parent.mkdir(parents=True, exist_ok=True)
     link = VideoLinker(page, embed_videos)
     source = f"{repo_id} (Hub dataset, commit {meta_root.name[:12]})"
     data = dataset_page_data(root, link, repo_id=repo_id, episodes=shown, source=source)
@@ -167,7 +152,3 @@ def view_command(cfg: ViewConfig) -> str:
         )
     embed = embed_choice(cfg.embed_videos)
     return str(view(cfg.path, cfg.output, embed, episodes=cfg.episodes, revision=cfg.revision))
-
-
-def main(argv: list[str] | None = None) -> int:
-    return run_command("view", argv)
