@@ -163,6 +163,8 @@ def test_an_invalid_policy_repo_id_offline_is_called_invalid(tmp_path, monkeypat
     with pytest.raises(PolicyLoadError, match="nor a valid Hub repo id") as e:
         Policy.from_pretrained("user/bad name")
     assert "local Hub cache" not in str(e.value)
+    with pytest.raises(PolicyLoadError, match=r"there is no directory '\./nope' \(a path, not a Hub repo id"):
+        Policy.from_pretrained("./nope")  # one slash: a valid-looking id, but written as a path
 
 
 def test_push_to_hub_with_the_hub_down_names_the_endpoint(tmp_path, monkeypatch):

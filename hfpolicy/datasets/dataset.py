@@ -19,7 +19,14 @@ from tqdm.auto import tqdm
 from hfpolicy.constants import EPISODE_INDEX, FRAME_INDEX, INDEX, TASK, TASK_INDEX, TIMESTAMP, pad_key
 from hfpolicy.datasets.batch_images import uint8_to_float
 from hfpolicy.datasets.features import IMAGE, STRING, VIDEO, column_to_numpy, image_chw, is_visual
-from hfpolicy.datasets.format import EP_LENGTH, INFO_PATH, DatasetFormatError, TimestampError, ep_video_column
+from hfpolicy.datasets.format import (
+    EP_LENGTH,
+    INFO_PATH,
+    DatasetFormatError,
+    TimestampError,
+    ep_video_column,
+    reading_parquet,
+)
 from hfpolicy.datasets.frame_cache import FRAME_CACHE_RAM_CAP_GB, FrameCache, decode_video_segment
 from hfpolicy.datasets.hub import download_dataset
 from hfpolicy.datasets.loader_transfer import batch_for_loader, shared_empty
@@ -126,12 +133,14 @@ class PolicyDataset(torch.utils.data.Dataset):
                 f"{self.root} lacks the data files {missing} that meta/episodes points to (an incomplete download or "
                 "copy?)"
             )
-        stored = set(pq.read_schema(self.root / files[0]).names)
-        absent = [k for k in keys if k not in stored]
-        if absent:
-            raise DatasetFormatError(
-                f"info.json of {self.repo_id} lists the features {absent} but {files[0]} has no such columns"
-            )
+        for file in files:  # a footer read per file: a damaged one is named here, not deep inside 🤗 datasets
+            with reading_parquet(self.root / file):
+                stored = set(pq.read_schema(self.root / file).names)
+            absent = [k for k in keys if k not in stored]
+            if absent:
+                raise DatasetFormatError(
+                    f"info.json of {self.repo_id} lists the features {absent} but {file} has no such columns"
+                )
         filters = None
         if len(self.episodes) < self.meta.total_episodes:
             filters = [(EPISODE_INDEX, "in", self.episodes)]

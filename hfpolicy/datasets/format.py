@@ -3,8 +3,12 @@ templates, and the errors for bad datasets."""
 
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from hfpolicy.constants import EPISODE_INDEX, FRAME_INDEX, INDEX, TASK_INDEX, TIMESTAMP
 from hfpolicy.io.paths import contained_path
@@ -66,6 +70,19 @@ class UnsupportedVersionError(DatasetFormatError):
 
 class TimestampError(DatasetFormatError):
     """Frame timestamps do not advance by 1/fps inside an episode, or a video lacks a frame the data refers to."""
+
+
+@contextmanager
+def reading_parquet(path: str | Path) -> Iterator[None]:
+    """Turns pyarrow's error for a damaged parquet file (truncated, not parquet at all) into a DatasetFormatError
+    that names the file."""
+    try:
+        yield
+    except pa.ArrowInvalid as e:
+        raise DatasetFormatError(
+            f"{path} is not a readable parquet file ({str(e).splitlines()[0]}): an incomplete download or copy? "
+            "Download the dataset again (or write it again)"
+        ) from None
 
 
 def next_chunk_file(chunk_index: int, file_index: int, chunks_size: int) -> tuple[int, int]:

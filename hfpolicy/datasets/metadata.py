@@ -26,6 +26,7 @@ from hfpolicy.datasets.format import (
     DatasetFormatError,
     ep_video_column,
     load_info,
+    reading_parquet,
 )
 from hfpolicy.datasets.stats import aggregate_stats, load_stats_json
 from hfpolicy.io.paths import contained_path
@@ -141,9 +142,9 @@ def load_episode_table(root: Path, total_episodes: int | None = None) -> pd.Data
         )
     frames = []
     for path in paths:
-        names = pq.read_schema(path).names
-        columns = [name for name in names if not name.startswith(EP_STATS_PREFIX)]
-        frames.append(pq.read_table(path, columns=columns).to_pandas())
+        with reading_parquet(path):
+            columns = [name for name in pq.read_schema(path).names if not name.startswith(EP_STATS_PREFIX)]
+            frames.append(pq.read_table(path, columns=columns).to_pandas())
     table = pd.concat(frames, ignore_index=True)
     required = [EPISODE_INDEX, EP_LENGTH, EP_DATA_CHUNK, EP_DATA_FILE, EP_FROM_INDEX, EP_TO_INDEX]
     missing = [name for name in required if name not in table.columns]
@@ -163,7 +164,8 @@ def load_tasks(root: Path) -> dict[int, str]:
     path = root / TASKS_PATH
     if not path.is_file():
         raise DatasetFormatError(f"{root} has no {TASKS_PATH} (every v3.0 dataset lists its tasks there)")
-    table = pd.read_parquet(path)
+    with reading_parquet(path):
+        table = pd.read_parquet(path)
     if TASK_INDEX not in table.columns:
         raise DatasetFormatError(f"{path} has no {TASK_INDEX!r} column; columns: {list(table.columns)}")
     names = table[TASK] if TASK in table.columns else table.index
@@ -174,10 +176,11 @@ def stats_from_episode_table(root: Path) -> dict[str, dict[str, np.ndarray]] | N
     """Dataset stats from the per-episode stats/ columns, for datasets without meta/stats.json."""
     per_episode: list[dict[str, dict[str, np.ndarray]]] = []
     for path in sorted((root / EPISODES_DIR).glob("*/*.parquet")):
-        columns = [name for name in pq.read_schema(path).names if name.startswith(EP_STATS_PREFIX)]
-        if not columns:
-            return None
-        per_episode += [row_stats(row) for row in pq.read_table(path, columns=columns).to_pylist()]
+        with reading_parquet(path):
+            columns = [name for name in pq.read_schema(path).names if name.startswith(EP_STATS_PREFIX)]
+            if not columns:
+                return None
+            per_episode += [row_stats(row) for row in pq.read_table(path, columns=columns).to_pylist()]
     return aggregate_stats(per_episode) if per_episode else None
 
 

@@ -20,7 +20,7 @@ import torch
 from hfpolicy.constants import EPISODE_INDEX, FRAME_INDEX
 from hfpolicy.datasets.dataset import PolicyDataset
 from hfpolicy.datasets.features import IMAGE, VIDEO, image_chw
-from hfpolicy.datasets.format import DatasetFormatError, ep_video_column
+from hfpolicy.datasets.format import DatasetFormatError, ep_video_column, reading_parquet
 from hfpolicy.datasets.frame_cache import decode_video_segment
 from hfpolicy.datasets.frame_lru import FrameLRU
 from hfpolicy.datasets.hub import download_meta
@@ -266,7 +266,8 @@ class StreamingPolicyDataset(PolicyDataset):
 
 def _episode_rows(local: Path, path: str, columns: list[str], episodes: list[int], repo_id: str) -> pa.Table:
     """The `columns` of the rows of `episodes` in one data file (`path` in the repo), read row group by row group."""
-    parquet = pq.ParquetFile(local)
+    with reading_parquet(local):
+        parquet = pq.ParquetFile(local)
     stored = set(parquet.schema_arrow.names)
     absent = [key for key in [*columns, EPISODE_INDEX] if key not in stored]
     if absent:

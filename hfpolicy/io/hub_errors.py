@@ -19,6 +19,8 @@ def describe_hub_error(error: BaseException, repo_id: str, filename: str, revisi
     endpoint = constants.ENDPOINT
     invalid = next((e for e in chain if isinstance(e, HFValidationError)), None)
     if invalid is not None:  # before offline mode: an invalid id is never in any cache
+        if repo_id.startswith(("/", ".", "~")) or repo_id.count("/") > 1:
+            return f"there is no directory {repo_id!r} (a path, not a Hub repo id like user/name): check the path"
         return f"{repo_id!r} is neither an existing local directory nor a valid Hub repo id ({invalid})"
     if any(isinstance(e, OfflineModeIsEnabled) for e in chain) or constants.HF_HUB_OFFLINE:
         return (

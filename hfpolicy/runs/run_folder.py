@@ -61,6 +61,7 @@ class RunFolder:
         self.checkpoints_dir = self.root / CHECKPOINTS_DIR
         self._lock: RunLock | None = None
         self._found: list[str] | None = None  # what the folder held before `lock()` (None: it did not exist)
+        self._created: list[Path] = []  # the folder and the parents `lock()` created, innermost first
 
     # --- layout -------------------------------------------------------------------------------------------------
     def checkpoint_dir(self, step: int) -> Path:
@@ -102,6 +103,7 @@ class RunFolder:
     def lock(self) -> None:
         """Takes the folder's exclusive lock (creating the folder); RunLockedError names the run holding it."""
         self._found = sorted(os.listdir(self.root)) if self.root.is_dir() else None
+        self._created = [path for path in [self.root, *self.root.absolute().parents] if not path.exists()]
         try:
             self._lock = RunLock(self.root).acquire()
         except OSError as e:  # RunLockedError is not an OSError: it passes through, naming the other run
@@ -118,6 +120,11 @@ class RunFolder:
             return
         if self._found is None:
             shutil.rmtree(self.root, ignore_errors=True)
+            for parent in self._created[1:]:  # e.g. outputs/ of the default outputs/train/<date>: gone if still empty
+                try:
+                    parent.rmdir()
+                except OSError:
+                    break
             return
         for name in LOCK_FILES:
             if name not in self._found:

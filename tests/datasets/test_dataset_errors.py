@@ -164,3 +164,15 @@ def test_bad_info_json_values_are_one_clear_error(tmp_path, tiny_dataset, field,
     (root / "meta/info.json").write_text(json.dumps(info))
     with pytest.raises(DatasetFormatError, match=message):
         PolicyDataset("user/badinfo", root=root)
+
+
+@pytest.mark.parametrize("damaged", ["data/chunk-000/file-000.parquet", "meta/episodes/chunk-000/file-000.parquet"])
+def test_a_truncated_parquet_file_is_named(tmp_path, tiny_dataset, damaged):
+    root = tmp_path / "cut"
+    shutil.copytree(tiny_dataset.root, root)
+    path = root / damaged
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(
+        DatasetFormatError, match=rf"{damaged} is not a readable parquet file.*Download the dataset again"
+    ):
+        PolicyDataset("user/cut", root=root)

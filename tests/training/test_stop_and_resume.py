@@ -97,6 +97,7 @@ def test_a_failed_start_leaves_nothing_behind(pusht_state_dataset, tmp_path, cap
     new = tmp_path / "new" / "run"
     assert main(flags(pusht_state_dataset, new, "--steps=2", "--dataset.input_features=[observation.velocity]")) == 2
     assert not new.exists()  # before: a folder holding only .hfpolicy.lock(.holder)
+    assert not new.parent.exists()  # nor an empty parent it made (outputs/ of the default outputs/train/<date>)
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main(flags(pusht_state_dataset, empty, "--steps=2", "--batch_size=100000")) == 2
