@@ -36,38 +36,39 @@ def open_episodes_per_worker(buffer_episodes: int, shards: int = 1, num_workers:
 
 
 class _Shard:
-    """The open episodes of one shard: their frames in drawing order and how many of each were drawn."""
+    """The open episodes of one shard: their frames in drawing order and how many of each are left to draw."""
 
     def __init__(self, capacity: int):
         self.capacity = capacity
         self.frames: list[np.ndarray] = []
-        self.used: list[int] = []
+        self.left: list[int] = []
 
     def refill(self, queue: list[np.ndarray]) -> None:
         while queue and len(self.frames) < self.capacity:
             self.frames.append(queue.pop())
-            self.used.append(0)
+            self.left.append(len(self.frames[-1]))
 
     def take_over(self, shards: list["_Shard"]) -> None:
         """Moves in an episode of another shard: one not drawn from yet if any, else the one with most frames left."""
         left = [(o, i) for o in shards if o is not self for i in range(len(o.frames))]
         if not left:
             raise AssertionError("drew more frames than are open")  # buffer_order starts a new pass first
-        other, slot = max(left, key=lambda c: (c[0].used[c[1]] == 0, len(c[0].frames[c[1]]) - c[0].used[c[1]]))
+        other, slot = max(left, key=lambda c: (c[0].left[c[1]] == len(c[0].frames[c[1]]), c[0].left[c[1]]))
         self.frames.append(other.frames.pop(slot))
-        self.used.append(other.used.pop(slot))
-
-    def frames_left(self) -> int:
-        return sum(len(frames) - n for frames, n in zip(self.frames, self.used, strict=True))
+        self.left.append(other.left.pop(slot))
 
     def draw(self, u: float) -> int:
-        """The frame that `u` in [0, 1) picks among the frames not drawn yet; an episode leaves once all are drawn."""
-        left = np.array([len(frames) - n for frames, n in zip(self.frames, self.used, strict=True)])
-        slot = int(np.searchsorted(np.cumsum(left), u * left.sum(), side="right"))
-        frame = int(self.frames[slot][self.used[slot]])
-        self.used[slot] += 1
-        if self.used[slot] == len(self.frames[slot]):
-            del self.frames[slot], self.used[slot]
+        """The frame that `u` in [0, 1) picks among the frames not drawn yet; an episode leaves once all are drawn.
+        A Python scan: over a few open episodes numpy's cumsum and searchsorted cost more (docs/streaming.md)."""
+        target, slot, total = u * sum(self.left), 0, self.left[0]
+        while total <= target:
+            slot += 1
+            total += self.left[slot]
+        frames = self.frames[slot]
+        frame = int(frames[len(frames) - self.left[slot]])
+        self.left[slot] -= 1
+        if not self.left[slot]:
+            del self.frames[slot], self.left[slot]
         return frame
 
 
@@ -90,12 +91,12 @@ def buffer_order(
     shards = [_Shard(capacity) for capacity in capacities]
     total = len(shard_of)
     out = np.empty(total, dtype=np.int64)
-    draws = rng.random(total)
+    draws = rng.random(total).tolist()
     for n, s in enumerate(shard_of.tolist()):
         shard = shards[s]
         shard.refill(queue)
         if not shard.frames:  # the queue is empty too
-            if total - n > sum(o.frames_left() for o in shards):
+            if total - n > sum(sum(o.left) for o in shards):
                 queue = _shuffled_pass(episodes, rng)
                 shard.refill(queue)
             else:

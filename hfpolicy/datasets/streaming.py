@@ -1,11 +1,6 @@
-"""`StreamingPolicyDataset`: a Hub dataset read without downloading it whole, with the items `PolicyDataset` gives.
-
-A PolicyDataset subclass that changes only where files and frames come from: data files are fetched one at a time
-into a bounded disk cache (remote_files.py) and their columns kept in memory; an episode's frames are decoded when
-first drawn and kept in a bounded LRU (frame_lru.py); videos are fetched whole or read by byte ranges (range_reads.py,
-`stream_video`). Pair it with EpisodeAwareSampler's shuffle buffer so each episode is decoded about once per epoch
-(docs/streaming.md).
-"""
+"""`StreamingPolicyDataset`: a Hub dataset read without downloading it whole, with the items `PolicyDataset` gives:
+data files fetched one at a time into a bounded disk cache, episodes decoded when first drawn and kept in a bounded
+LRU, videos fetched whole or read by byte ranges (docs/streaming.md)."""
 
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -147,11 +142,15 @@ class StreamingPolicyDataset(PolicyDataset):
     def open_bytes(self, buffer_episodes: int, num_workers: int = 0, shards: int = 1) -> int:
         """The most memory one process (of `num_workers` DataLoader workers) holds for the open episodes of a buffer
         of `buffer_episodes` split into `shards`: the largest episodes' frames and the read buffers of a range read."""
+        return sum(self._open_parts(buffer_episodes, num_workers, shards)[1:])
+
+    def _open_parts(self, buffer_episodes: int, num_workers: int, shards: int) -> tuple[int, int, int]:
+        """(episodes open in one process, their largest frames' bytes, the read buffers' bytes)."""
         if not self.camera_keys:
-            return 0
+            return 0, 0, 0
         held = open_episodes_per_worker(buffer_episodes, shards, num_workers)
         sizes = sorted((self.episode_nbytes(pos) for pos in range(self.num_episodes)), reverse=True)
-        return sum(sizes[:held]) + max(self._read_reserve(key, max(1, num_workers)) for key in self.camera_keys)
+        return held, sum(sizes[:held]), max(self._read_reserve(key, max(1, num_workers)) for key in self.camera_keys)
 
     def disk_bytes(self) -> int:
         """What downloading the chosen episodes' files takes at once: their videos and the largest data file."""
@@ -168,11 +167,8 @@ class StreamingPolicyDataset(PolicyDataset):
     def check_buffer_fits(self, buffer_episodes: int, num_workers: int = 0, shards: int = 1) -> None:
         """ValueError naming the settings when `open_bytes` do not fit the memory budget (each worker's share of it):
         the open episodes would be decoded again and again."""
-        if not self.camera_keys:
-            return
-        held = open_episodes_per_worker(buffer_episodes, shards, num_workers)
-        reserve = max(self._read_reserve(key, max(1, num_workers)) for key in self.camera_keys)
-        need = self.open_bytes(buffer_episodes, num_workers, shards)
+        held, frames, reserve = self._open_parts(buffer_episodes, num_workers, shards)
+        need = frames + reserve
         budget = self.frames.max_bytes // max(1, num_workers)
         if need > budget:
             shared = f" per DataLoader worker ({num_workers} workers share it)" if num_workers > 1 else ""
