@@ -44,14 +44,8 @@ class Policy(
     tags=["robotics", "hfpolicy"],
     repo_url="https://github.com/hfpolicy/hfpolicy",
 ):
-    """Base class of every hfpolicy policy (docs/design.md#the-policy-base-class).
-
-    A subclass sets `config_class` (a registered `PolicyConfig`) and implements, on normalized data,
-    `compute_loss(batch) -> {"loss": ...}` and `generate_actions(observation) -> (B, >= n_action_steps, action_dim)`.
-    `select_action` keeps the last `n_obs_steps` observations and an action buffer (`make_action_buffer`), predicting
-    a chunk when the buffer needs one; `reset(seeds=...)` starts every episode, each env slot drawing its sampling noise
-    from a generator seeded with its episode's seed (else from `noise_generator`, else torch's global RNG).
-    """
+    """Base class of every hfpolicy policy (docs/design.md#the-policy-base-class): a subclass sets `config_class` (a
+    registered `PolicyConfig`) and implements `compute_loss` and `generate_actions` on normalized data."""
 
     config_class: ClassVar[type[PolicyConfig]] = PolicyConfig
     # Per-episode acting pads a batch to a multiple of this many rows; 1: generate_actions computes each row alone.
@@ -158,18 +152,14 @@ class Policy(
             if len(generator) != batch_size:
                 raise ValueError(f"{len(generator)} noise generators for a batch of {batch_size}: pass one per row")
             generator = list(generator)
-        takes = noise_parameters(
-            getattr(self.generate_actions, "__func__", self.generate_actions)
-        )  # cached per function
+        takes = noise_parameters(type(self).generate_actions)  # cached per function
         if noise is not None and "noise" not in takes:
             raise TypeError(
                 f"{type(self).__name__}.generate_actions(observation) takes no `noise`: add a `noise: Tensor | None = "
                 "None` parameter to it to act from a given initial noise"
             )
-        sources: dict[str, Any] = {
-            name: value for name, value in (("generator", generator), ("noise", noise)) if name in takes
-        }
-        chunk = self.generate_actions(self.normalizer.normalize(observation), **sources)
+        sources: dict[str, Any] = {"generator": generator, "noise": noise}
+        chunk = self.generate_actions(self.normalizer.normalize(observation), **{k: sources[k] for k in takes})
         if chunk.ndim != 3 or chunk.shape[1] < n_steps:
             raise RuntimeError(
                 f"{type(self).__name__}.generate_actions returned shape {tuple(chunk.shape)}; "
@@ -196,10 +186,8 @@ class Policy(
                 f"policy.reset got {len(self._episode_generators)} seeds but the batch has {batch_size} envs: "
                 "pass one seed per env"
             )
-        if not self._obs_history:
-            self._obs_history.extend([current] * self.config.n_obs_steps)
-        else:
-            self._obs_history.append(current)
+        # an episode's first observation fills the whole history
+        self._obs_history.extend([current] * (1 if self._obs_history else self.config.n_obs_steps))
         if self._actions.needs_chunk():
             self.chunks_predicted += 1
             stacked = {key: torch.stack([obs[key] for obs in self._obs_history], dim=1) for key in current}
@@ -208,8 +196,7 @@ class Policy(
                 self._actions.push(self.predict_action_chunk(stacked, n_steps=steps))
             else:
                 generators, block = self._episode_generators, self.per_episode_row_block
-                chunk = predict_per_episode(self.predict_action_chunk, stacked, generators, steps, block)
-                self._actions.push(chunk)
+                self._actions.push(predict_per_episode(self.predict_action_chunk, stacked, generators, steps, block))
         return self._actions.pop()
 
     def save_pretrained(self, save_directory: str | Path, *, model_card_kwargs: dict | None = None, **kwargs) -> Any:

@@ -69,11 +69,7 @@ class ACTConfig(PolicyConfig):
         "kl_weight",
     }
 
-    def __post_init__(self):
-        self.validate_settings()
-
     def validate_settings(self) -> None:
-        """Checks the fields that do not depend on the features; raises ConfigFieldError naming the field and the fix."""
         if self.n_obs_steps != 1:
             raise ConfigFieldError(self, "ACT conditions on the current observation only: {n_obs_steps} must be 1")
         if self.chunk_size < 1:
@@ -113,7 +109,6 @@ class ACTConfig(PolicyConfig):
 
     def validate_features(self) -> None:
         super().validate_features()
-        self.validate_settings()
         if not self.image_features and OBS_ENV_STATE not in self.input_features:
             raise ValueError(
                 "ACT needs at least one image input feature (observation.image or observation.images.*) or "

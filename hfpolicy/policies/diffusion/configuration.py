@@ -75,11 +75,7 @@ class DiffusionConfig(PolicyConfig):
         "num_inference_steps",
     }
 
-    def __post_init__(self):
-        self.validate_settings()
-
     def validate_settings(self) -> None:
-        """Checks the fields that do not depend on the features; raises ConfigFieldError naming the field and the fix."""
         for name, known in (
             ("noise_scheduler_type", NOISE_SCHEDULER_TYPES),
             ("prediction_type", PREDICTION_TYPES),
@@ -153,7 +149,6 @@ class DiffusionConfig(PolicyConfig):
 
     def validate_features(self) -> None:
         super().validate_features()
-        self.validate_settings()
         if not self.image_features and OBS_ENV_STATE not in self.input_features:
             raise ConfigFieldError(
                 self,
