@@ -28,6 +28,14 @@ NoiseSource = torch.Generator | list[torch.Generator] | None  # one generator fo
 NOISE_PARAMETERS = ("generator", "noise")  # what `predict_action_chunk` passes to a generate_actions that takes it
 
 
+def masked_mean(loss: Tensor, is_pad: Tensor | None) -> Tensor:
+    """The mean of a per-action loss (B, T, A) over the steps that are not padding (is_pad (B, T); None: all)."""
+    if is_pad is None:
+        return loss.mean()
+    valid = (~is_pad.bool()).unsqueeze(-1).to(loss.dtype)
+    return (loss * valid).sum() / (valid.sum() * loss.shape[-1]).clamp(min=1)
+
+
 @functools.cache
 def noise_parameters(generate_actions: Any) -> frozenset[str]:
     """Which of `generator` / `noise` a generate_actions takes: a deterministic policy's takes neither."""

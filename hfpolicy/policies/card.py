@@ -83,9 +83,7 @@ def make_model_card(
     env_type = artifacts.env_type or "pusht"
     if provenance is None and config.converted_from:
         provenance = f"converted by hfpolicy from {config.converted_from}, with the same weights and normalization."
-    lerobot_module, lerobot_class = LEROBOT_CLASSES.get(config.type, (None, None))
-    if library_name != "lerobot":
-        lerobot_module, lerobot_class = None, None
+    lerobot_module, lerobot_class = LEROBOT_CLASSES[config.type] if library_name == "lerobot" else (None, None)
     return ModelCard.from_template(
         card_metadata(repo_id, config, artifacts, eval_summary, library_name=library_name),
         template_str=CARD_TEMPLATE,

@@ -141,7 +141,10 @@ def load_lerobot_policy(
     else:
         modes, stats = _processor_normalization(lerobot_types, resolve, source)
 
-    config = module.config_from_lerobot(dict(config_data), input_features, output_features)
+    try:
+        config = module.config_from_lerobot(dict(config_data), input_features, output_features)
+    except ValueError as e:  # hfpolicy's config refuses the settings
+        raise LeRobotConversionError(f"this LeRobot {lerobot_type} config cannot be reproduced by hfpolicy: {e}") from e
     normalization_mapping = normalization_mapping_from_lerobot(
         config_data, {**input_features, **output_features}, modes
     )

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from torchvision.transforms import InterpolationMode
 
 from hfpolicy.constants import ACTION, pad_key
-from hfpolicy.policies.base import NoiseSource, Policy
+from hfpolicy.policies.base import NoiseSource, Policy, masked_mean
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
 from hfpolicy.policies.diffusion.cpu_kernels import set_acting_dtype, set_cpu_kernels, use_cpu_matmul_convolutions
 
@@ -118,19 +118,13 @@ class DiffusionPolicy(Policy):
         if noise is None:
             noise = torch.randn_like(actions)
         if timesteps is None:
-            timesteps = torch.randint(
-                0, self.config.num_train_timesteps, (actions.shape[0],), device=actions.device, dtype=torch.long
-            )
+            timesteps = torch.randint(self.config.num_train_timesteps, (actions.shape[0],), device=actions.device)
         # diffusers annotates timesteps as the legacy torch.IntTensor; it takes any integer tensor (these are long)
         noisy_actions = self.noise_scheduler.add_noise(actions, noise, timesteps)  # type: ignore[arg-type]
         prediction = self.unet(noisy_actions, timesteps, global_cond)
         target = noise if self.config.prediction_type == "epsilon" else actions
-        loss = F.mse_loss(prediction, target, reduction="none")
-        is_pad = batch.get(pad_key(ACTION))
-        if self.config.mask_loss_for_padding and is_pad is not None:
-            valid = (~is_pad.bool()).unsqueeze(-1).to(loss.dtype)  # (B, horizon, 1)
-            return {"loss": (loss * valid).sum() / (valid.sum() * loss.shape[-1]).clamp(min=1)}
-        return {"loss": loss.mean()}
+        is_pad = batch.get(pad_key(ACTION)) if self.config.mask_loss_for_padding else None
+        return {"loss": masked_mean(F.mse_loss(prediction, target, reduction="none"), is_pad)}
 
     def generate_actions(
         self, observation: dict[str, Tensor], generator: NoiseSource = None, noise: Tensor | None = None
@@ -222,10 +216,7 @@ def crop_images(images: Tensor, crop_shape: tuple[int, int], random: bool) -> Te
     tops = torch.randint(0, height - crop_h + 1, (images.shape[0],)).tolist()
     lefts = torch.randint(0, width - crop_w + 1, (images.shape[0],)).tolist()
     return torch.stack(
-        [
-            image[:, top : top + crop_h, left : left + crop_w]
-            for image, top, left in zip(images, tops, lefts, strict=True)
-        ]
+        [image[:, y : y + crop_h, x : x + crop_w] for image, y, x in zip(images, tops, lefts, strict=True)]
     )
 
 

@@ -42,11 +42,10 @@ class TDMPCPolicy(Policy):
 
     def after_optimizer_step(self) -> None:
         """The target network's EMA step: target <- momentum * target + (1 - momentum) * weights."""
-        weight = 1.0 - self.config.target_model_momentum
         with torch.no_grad():
             targets: list[Tensor] = list(self.target_model.parameters())
             params: list[Tensor] = list(self.model.parameters())
-            torch._foreach_lerp_(targets, params, weight)
+            torch._foreach_lerp_(targets, params, 1.0 - self.config.target_model_momentum)
 
     @contextlib.contextmanager
     def exploring(self, std: float) -> Iterator[None]:
