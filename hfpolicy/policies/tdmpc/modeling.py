@@ -285,9 +285,8 @@ class ObservationEncoder(nn.Module):
         for key, name in ((OBS_STATE, "state"), (OBS_ENV_STATE, "env_state")):
             if key in config.input_features:
                 dim, hidden = config.input_features[key].shape[0], config.state_encoder_hidden_dim
-                setattr(
-                    self, name, nn.Sequential(nn.Linear(dim, hidden), nn.ELU(), *to_latent(hidden, config.latent_dim))
-                )
+                layers = [nn.Linear(dim, hidden), nn.ELU(), *to_latent(hidden, config.latent_dim)]
+                setattr(self, name, nn.Sequential(*layers))
 
     def forward(self, observation: dict[str, Tensor]) -> Tensor:
         features = []  # in LeRobot's order, which the mean's rounding follows
