@@ -228,9 +228,8 @@ class Policy(
         map_location: str | torch.device = "cpu",
         config_overrides: dict[str, Any] | None = None,
     ) -> "Policy":
-        """Loads a policy (strictly: PolicyLoadError names what does not fit) from a local directory, a training run's
-        folder or a Hub repo id, hfpolicy's or LeRobot's. On a subclass the saved type must match. `config_overrides`
-        replaces config fields that do not change the weights (e.g. {"n_action_steps": 4})."""
+        """Loads a policy of this class, strictly, from a local directory, a training run's folder or a Hub repo id,
+        hfpolicy's or LeRobot's; `config_overrides` replaces fields that do not change the weights."""
         return load_policy(
             cls,
             pretrained_name_or_path,
@@ -257,8 +256,7 @@ class Policy(
         **artifact_fields: Any,
     ) -> str:
         """Uploads the policy, its model card and the `artifacts` (card.PolicyArtifacts, or its fields as keywords) in
-        one commit, staged locally first; returns the commit URL. `config` and `model_card_kwargs` are ignored (they
-        are PyTorchModelHubMixin's)."""
+        one commit; returns the commit URL. PyTorchModelHubMixin's `config` and `model_card_kwargs` are ignored."""
         del config, model_card_kwargs
         if artifacts is not None and artifact_fields:
             raise TypeError(f"pass either artifacts= or its fields ({', '.join(artifact_fields)}), not both")

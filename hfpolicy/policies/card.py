@@ -73,9 +73,8 @@ def make_model_card(
     provenance: str | None = None,
     library_name: str = "hfpolicy",
 ) -> ModelCard:
-    """The model card: YAML metadata (with eval results) and a body with the metrics, the replay video, usage, what the
-    run trained on and the training command. `provenance` defaults to `config.converted_from`; `library_name`
-    "lerobot" (an export in LeRobot's layout) also shows LeRobot's way to load it."""
+    """The model card (YAML metadata with eval results, metrics, replay video, usage, data, training command);
+    `library_name` "lerobot" (an export in LeRobot's layout) also shows LeRobot's way to load it."""
     artifacts = artifacts or PolicyArtifacts()
     info = artifacts.eval_info_dict()
     eval_summary = info["aggregated"] if info is not None else None

@@ -119,12 +119,11 @@ def load_lerobot_policy(
     resolve: Callable[[str], Path],
     source: str,
     *,
-    expected_class: type[PolicyModule] | None = None,
+    expected_class: type[PolicyModule],
     config_overrides: Mapping[str, Any] | None = None,
 ) -> Any:
-    """hfpolicy's policy (in eval mode, on the CPU) from a LeRobot checkpoint: `config_data` is its config.json,
-    `resolve(filename)` the local path of one of its files, `source` what `config.converted_from` records;
-    `expected_class` the Policy class asked for (None: any)."""
+    """hfpolicy's policy (of `expected_class`, in eval mode, on the CPU) from a LeRobot checkpoint: `config_data` is
+    its config.json, `resolve(filename)` the local path of one of its files, `source` what `converted_from` records."""
     lerobot_type = config_data.get("type")
     if not isinstance(lerobot_type, str):
         raise LeRobotConversionError(f"{source}: LeRobot's config.json has no policy 'type'")
@@ -158,7 +157,7 @@ def load_lerobot_policy(
             raise PolicyLoadError(f"{source}: config_overrides {dict(config_overrides)}: {e}") from e
 
     policy_class = get_policy_class(config.type)
-    if expected_class is not None and not issubclass(policy_class, expected_class):
+    if not issubclass(policy_class, expected_class):
         raise PolicyLoadError(f"{source} holds a {config.type!r} policy, not a {expected_class.__name__}")
     try:
         policy = policy_class(config, dataset_stats=stats)
@@ -394,9 +393,8 @@ def lerobot_config(config: PolicyConfig) -> dict[str, Any]:
 
 
 def write_lerobot_checkpoint(policy: PolicyModule, folder: str | Path) -> list[Path]:
-    """Writes `policy` (a Policy) into the existing `folder` as LeRobot's save_pretrained would (config.json,
-    model.safetensors, the two processor pipelines and their stats); returns the files written. Raises
-    `LeRobotConversionError` before writing anything when LeRobot cannot express the policy."""
+    """Writes `policy` into the existing `folder` as LeRobot's save_pretrained would and returns the files written;
+    LeRobotConversionError before writing anything when LeRobot cannot express the policy."""
     folder = Path(folder)
     config = policy.config
     module = policy_module(config.type)

@@ -121,8 +121,7 @@ class ACTPolicy(Policy):
         return torch.cat(tokens, dim=1), torch.cat(positions, dim=1)
 
     def compute_loss(self, batch: dict[str, Tensor], noise: Tensor | None = None) -> dict[str, Tensor]:
-        """L1 over the unpadded actions, plus kl_weight * KL(posterior || N(0, I)) with the CVAE; `noise` (B,
-        latent_dim) is the reparametrization noise (default: random)."""
+        """L1 over the unpadded actions (+ kl_weight * KL with the CVAE); `noise`: the reparametrization's."""
         observation = self.current_observation(batch)
         actions = batch[ACTION]
         expected = (self.config.chunk_size, self.config.action_feature.shape[0])

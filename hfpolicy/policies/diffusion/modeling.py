@@ -70,8 +70,7 @@ class DiffusionPolicy(Policy):
         self.acting_dtype = dtype
 
     def set_sampler(self, noise_scheduler_type: str, num_inference_steps: int | None = None) -> None:
-        """Acts with another sampler from now on, e.g. `set_sampler("DDIM", 10)`; the config (and save_pretrained)
-        records it."""
+        """Acts with another sampler from now on, e.g. `set_sampler("DDIM", 10)`; the config records it."""
         self.config = dataclasses.replace(
             self.config, noise_scheduler_type=noise_scheduler_type, num_inference_steps=num_inference_steps
         )
@@ -172,8 +171,7 @@ def make_noise_scheduler(kind: str, config: DiffusionConfig) -> DDPMScheduler | 
 
 
 class RgbEncoder(nn.Module):
-    """Image (N, 3, H, W) -> feature (N, 2 * keypoints): resize (optional), crop, ResNet conv stages, spatial softmax,
-    linear + ReLU."""
+    """Image (N, 3, H, W) -> feature (N, 2 * keypoints): resize, crop, ResNet, spatial softmax, linear + ReLU."""
 
     def __init__(self, config: DiffusionConfig, image_shape: tuple[int, ...]):
         super().__init__()
@@ -296,8 +294,7 @@ class FiLMResidualBlock(nn.Module):
 
 class ConditionalUnet1d(nn.Module):
     """(noisy actions (B, horizon, A), diffusion steps (B,), conditioning (B, G)) -> (B, horizon, A): down levels of
-    two FiLM blocks (all but the last halve the length), two middle blocks, and up levels taking the skip connections
-    (as in the paper, not the first level's)."""
+    two FiLM blocks (all but the last halve the length), two middle blocks, up levels taking skips (not the first's)."""
 
     def __init__(self, config: DiffusionConfig, action_dim: int, global_cond_dim: int):
         super().__init__()
