@@ -100,9 +100,7 @@ class ACTPolicy(Policy):
             tokens = torch.cat([tokens, image_tokens], dim=1)
             positions = torch.cat([positions, image_positions], dim=1)
         memory = self.encoder(tokens, positions)
-        queries = torch.zeros(
-            memory.shape[0], self.config.chunk_size, self.config.dim_model, dtype=memory.dtype, device=memory.device
-        )
+        queries = memory.new_zeros(memory.shape[0], self.config.chunk_size, self.config.dim_model)
         decoded = self.decoder(queries, memory, self.query_positions.weight.unsqueeze(0), positions)
         return self.action_head(decoded)
 
@@ -221,8 +219,7 @@ class EncoderLayer(nn.Module):
 
     def attend(self, x: Tensor, positions: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         query = x + positions
-        out = self.self_attn(query, query, x, key_padding_mask=key_padding_mask, need_weights=False)[0]
-        return self.dropout(out)
+        return self.dropout(self.self_attn(query, query, x, key_padding_mask=key_padding_mask, need_weights=False)[0])
 
     def feedforward(self, x: Tensor) -> Tensor:
         return self.dropout(self.ff_out(self.dropout(self.activation(self.ff_in(x)))))

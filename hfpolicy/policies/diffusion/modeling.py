@@ -35,15 +35,12 @@ class DiffusionPolicy(Policy):
         self.state_keys = list(config.state_features)
         self.action_dim = config.action_feature.shape[0]
 
-        feature_dim = 0
-        if self.image_keys:
-            if config.use_separate_rgb_encoder_per_camera:
-                encoders = [RgbEncoder(config, config.image_features[key].shape) for key in self.image_keys]
-                self.rgb_encoders = nn.ModuleList(encoders)
-                feature_dim = sum(encoder.feature_dim for encoder in encoders)
-            else:
-                self.rgb_encoder = RgbEncoder(config, config.image_features[self.image_keys[0]].shape)
-                feature_dim = self.rgb_encoder.feature_dim * len(self.image_keys)
+        shapes = [config.image_features[key].shape for key in self.image_keys]
+        if shapes and config.use_separate_rgb_encoder_per_camera:
+            self.rgb_encoders = nn.ModuleList(RgbEncoder(config, shape) for shape in shapes)
+        elif shapes:  # one encoder for every camera (of one shape)
+            self.rgb_encoder = RgbEncoder(config, shapes[0])
+        feature_dim = 2 * config.spatial_softmax_num_keypoints * len(shapes)  # each camera's keypoints
         feature_dim += sum(config.state_features[key].shape[0] for key in self.state_keys)
         self.global_cond_dim = feature_dim * config.n_obs_steps
         self.unet = use_cpu_matmul_convolutions(ConditionalUnet1d(config, self.action_dim, self.global_cond_dim))
