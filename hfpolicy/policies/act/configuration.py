@@ -87,14 +87,9 @@ class ACTConfig(PolicyConfig):
                 "action of the ensemble: set {n_action_steps=1} (got {got})",
                 got=self.n_action_steps,
             )
-        if self.vision_backbone not in VISION_BACKBONES:
-            raise ConfigFieldError(
-                self, "{vision_backbone} is not supported; use one of {known}", known=VISION_BACKBONES
-            )
-        if self.feedforward_activation not in FEEDFORWARD_ACTIVATIONS:
-            raise ConfigFieldError(
-                self, "{feedforward_activation} is not supported; use one of {known}", known=FEEDFORWARD_ACTIVATIONS
-            )
+        for name, known in (("vision_backbone", VISION_BACKBONES), ("feedforward_activation", FEEDFORWARD_ACTIVATIONS)):
+            if getattr(self, name) not in known:
+                raise ConfigFieldError(self, f"{{{name}}} is not supported; use one of {{known}}", known=known)
         if self.dim_model < 2 or self.dim_model % 2:
             raise ConfigFieldError(self, "{dim_model} must be even (2D positions use half of it per axis)")
         if self.n_heads < 1 or self.dim_model % self.n_heads:

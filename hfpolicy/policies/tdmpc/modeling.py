@@ -155,7 +155,8 @@ class TDMPCPolicy(Policy):
         observations = {key: batch[key].transpose(0, 1) for key in keys}  # time first: (horizon + 1, B, ...)
         steps = {ACTION: batch[ACTION].transpose(0, 1), REWARD: reward.transpose(0, 1)}
         valid = {}  # the observations' (all windowed alike), the actions' and the rewards' masks, time first
-        for key, is_pad in ((keys[0], batch.get(pad_key(keys[0]))), *((k, batch.get(pad_key(k))) for k in steps)):
+        for key in (keys[0], *steps):
+            is_pad = batch.get(pad_key(key))
             valid[key] = torch.ones(expected[key][::-1], device=reward.device) if is_pad is None else ~is_pad.T
         image_key = next(iter(cfg.image_features), None)
         if image_key is not None and self.training and cfg.max_random_shift_ratio > 0:
