@@ -60,7 +60,6 @@ class ACTConfig(PolicyConfig):
     scheduler_warmup_steps: int = 0  # learning-rate warmup steps
     use_ema: bool = False  # keep an EMA of the weights (not used by the paper)
 
-    # Temporal ensembling and the training presets may change after training; see PolicyConfig.acting_fields.
     window_fields: ClassVar[tuple[str, ...]] = ("chunk_size", "n_action_steps")  # they set the training window
     acting_fields: ClassVar[frozenset[str]] = PolicyConfig.acting_fields | {
         "temporal_ensemble_coeff",
