@@ -53,7 +53,8 @@ class Policy(
     repo_url="https://github.com/hfpolicy/hfpolicy",
 ):
     """Base class of every hfpolicy policy (docs/design.md#the-policy-base-class): a subclass sets `config_class` (a
-    registered `PolicyConfig`) and implements `compute_loss` and `generate_actions` on normalized data."""
+    registered `PolicyConfig`) and implements, on normalized data, `compute_loss(batch) -> {"loss": ...}` and
+    `generate_actions(observation) -> (B, >= n_action_steps, action_dim)`."""
 
     config_class: ClassVar[type[PolicyConfig]] = PolicyConfig
     # Per-episode acting pads a batch to a multiple of this many rows; 1: generate_actions computes each row alone.

@@ -127,7 +127,6 @@ class DiffusionPolicy(Policy):
     ) -> Tensor:
         """Denoises a horizon of actions from `noise` (B, horizon, A), else from noise drawn from `generator` (as is the
         DDPM sampler's per-step noise), and returns the executed part (B, n_action_steps, A)."""
-        generator = generator if generator is not None else self.noise_generator
         global_cond = self.encode_observations(observation, random_crop=False)
         batch_size = global_cond.shape[0]
         shape = (batch_size, self.config.horizon, self.action_dim)
