@@ -382,9 +382,7 @@ def lerobot_config(config: PolicyConfig) -> dict[str, Any]:
         "input_features": features(config.input_features),
         "output_features": features(config.output_features),
         "device": "cpu",
-        "use_amp": False,
-        "use_peft": False,
-        "push_to_hub": False,
+        **dict.fromkeys(("use_amp", "use_peft", "push_to_hub"), False),
         **dict.fromkeys(("repo_id", "private", "tags", "license", "pretrained_path", "pretrained_revision")),
         "normalization_mapping": mapping,
     }
