@@ -28,6 +28,14 @@ NoiseSource = torch.Generator | list[torch.Generator] | None  # one generator fo
 NOISE_PARAMETERS = ("generator", "noise")  # what `predict_action_chunk` passes to a generate_actions that takes it
 
 
+def masked_mean(loss: Tensor, is_pad: Tensor | None) -> Tensor:
+    """The mean of a per-action loss (B, T, A) over the steps that are not padding (is_pad (B, T); None: all)."""
+    if is_pad is None:
+        return loss.mean()
+    valid = (~is_pad.bool()).unsqueeze(-1).to(loss.dtype)
+    return (loss * valid).sum() / (valid.sum() * loss.shape[-1]).clamp(min=1)
+
+
 @functools.cache
 def noise_parameters(generate_actions: Any) -> frozenset[str]:
     """Which of `generator` / `noise` a generate_actions takes: a deterministic policy's takes neither."""
@@ -44,14 +52,9 @@ class Policy(
     tags=["robotics", "hfpolicy"],
     repo_url="https://github.com/hfpolicy/hfpolicy",
 ):
-    """Base class of every hfpolicy policy (docs/design.md#the-policy-base-class).
-
-    A subclass sets `config_class` (a registered `PolicyConfig`) and implements, on normalized data,
-    `compute_loss(batch) -> {"loss": ...}` and `generate_actions(observation) -> (B, >= n_action_steps, action_dim)`.
-    `select_action` keeps the last `n_obs_steps` observations and an action buffer (`make_action_buffer`), predicting
-    a chunk when the buffer needs one; `reset(seeds=...)` starts every episode, each env slot drawing its sampling noise
-    from a generator seeded with its episode's seed (else from `noise_generator`, else torch's global RNG).
-    """
+    """Base class of every hfpolicy policy (docs/design.md#the-policy-base-class): a subclass sets `config_class` (a
+    registered `PolicyConfig`) and implements, on normalized data, `compute_loss(batch) -> {"loss": ...}` and
+    `generate_actions(observation) -> (B, >= n_action_steps, action_dim)`."""
 
     config_class: ClassVar[type[PolicyConfig]] = PolicyConfig
     # Per-episode acting pads a batch to a multiple of this many rows; 1: generate_actions computes each row alone.
@@ -158,18 +161,14 @@ class Policy(
             if len(generator) != batch_size:
                 raise ValueError(f"{len(generator)} noise generators for a batch of {batch_size}: pass one per row")
             generator = list(generator)
-        takes = noise_parameters(
-            getattr(self.generate_actions, "__func__", self.generate_actions)
-        )  # cached per function
+        takes = noise_parameters(type(self).generate_actions)  # cached per function
         if noise is not None and "noise" not in takes:
             raise TypeError(
                 f"{type(self).__name__}.generate_actions(observation) takes no `noise`: add a `noise: Tensor | None = "
                 "None` parameter to it to act from a given initial noise"
             )
-        sources: dict[str, Any] = {
-            name: value for name, value in (("generator", generator), ("noise", noise)) if name in takes
-        }
-        chunk = self.generate_actions(self.normalizer.normalize(observation), **sources)
+        sources: dict[str, Any] = {"generator": generator, "noise": noise}
+        chunk = self.generate_actions(self.normalizer.normalize(observation), **{k: sources[k] for k in takes})
         if chunk.ndim != 3 or chunk.shape[1] < n_steps:
             raise RuntimeError(
                 f"{type(self).__name__}.generate_actions returned shape {tuple(chunk.shape)}; "
@@ -196,10 +195,8 @@ class Policy(
                 f"policy.reset got {len(self._episode_generators)} seeds but the batch has {batch_size} envs: "
                 "pass one seed per env"
             )
-        if not self._obs_history:
-            self._obs_history.extend([current] * self.config.n_obs_steps)
-        else:
-            self._obs_history.append(current)
+        # an episode's first observation fills the whole history
+        self._obs_history.extend([current] * (1 if self._obs_history else self.config.n_obs_steps))
         if self._actions.needs_chunk():
             self.chunks_predicted += 1
             stacked = {key: torch.stack([obs[key] for obs in self._obs_history], dim=1) for key in current}
@@ -208,8 +205,7 @@ class Policy(
                 self._actions.push(self.predict_action_chunk(stacked, n_steps=steps))
             else:
                 generators, block = self._episode_generators, self.per_episode_row_block
-                chunk = predict_per_episode(self.predict_action_chunk, stacked, generators, steps, block)
-                self._actions.push(chunk)
+                self._actions.push(predict_per_episode(self.predict_action_chunk, stacked, generators, steps, block))
         return self._actions.pop()
 
     def save_pretrained(self, save_directory: str | Path, *, model_card_kwargs: dict | None = None, **kwargs) -> Any:
@@ -233,9 +229,8 @@ class Policy(
         map_location: str | torch.device = "cpu",
         config_overrides: dict[str, Any] | None = None,
     ) -> "Policy":
-        """Loads a policy (strictly: PolicyLoadError names what does not fit) from a local directory, a training run's
-        folder or a Hub repo id, hfpolicy's or LeRobot's. On a subclass the saved type must match. `config_overrides`
-        replaces config fields that do not change the weights (e.g. {"n_action_steps": 4})."""
+        """Loads a policy of this class, strictly, from a local directory, a training run's folder or a Hub repo id,
+        hfpolicy's or LeRobot's; `config_overrides` replaces fields that do not change the weights."""
         return load_policy(
             cls,
             pretrained_name_or_path,
@@ -262,8 +257,7 @@ class Policy(
         **artifact_fields: Any,
     ) -> str:
         """Uploads the policy, its model card and the `artifacts` (card.PolicyArtifacts, or its fields as keywords) in
-        one commit, staged locally first; returns the commit URL. `config` and `model_card_kwargs` are ignored (they
-        are PyTorchModelHubMixin's)."""
+        one commit; returns the commit URL. PyTorchModelHubMixin's `config` and `model_card_kwargs` are ignored."""
         del config, model_card_kwargs
         if artifacts is not None and artifact_fields:
             raise TypeError(f"pass either artifacts= or its fields ({', '.join(artifact_fields)}), not both")

@@ -73,9 +73,8 @@ def make_model_card(
     provenance: str | None = None,
     library_name: str = "hfpolicy",
 ) -> ModelCard:
-    """The model card: YAML metadata (with eval results) and a body with the metrics, the replay video, usage, what the
-    run trained on and the training command. `provenance` defaults to `config.converted_from`; `library_name`
-    "lerobot" (an export in LeRobot's layout) also shows LeRobot's way to load it."""
+    """The model card (YAML metadata with eval results, metrics, replay video, usage, data, training command);
+    `library_name` "lerobot" (an export in LeRobot's layout) also shows LeRobot's way to load it."""
     artifacts = artifacts or PolicyArtifacts()
     info = artifacts.eval_info_dict()
     eval_summary = info["aggregated"] if info is not None else None
@@ -83,9 +82,7 @@ def make_model_card(
     env_type = artifacts.env_type or "pusht"
     if provenance is None and config.converted_from:
         provenance = f"converted by hfpolicy from {config.converted_from}, with the same weights and normalization."
-    lerobot_module, lerobot_class = LEROBOT_CLASSES.get(config.type, (None, None))
-    if library_name != "lerobot":
-        lerobot_module, lerobot_class = None, None
+    lerobot_module, lerobot_class = LEROBOT_CLASSES[config.type] if library_name == "lerobot" else (None, None)
     return ModelCard.from_template(
         card_metadata(repo_id, config, artifacts, eval_summary, library_name=library_name),
         template_str=CARD_TEMPLATE,

@@ -24,14 +24,10 @@ WEIGHTS_EMA_METADATA = "hfpolicy_ema_weights"  # ... "true" when they are the EM
 def save_policy_files(policy: PolicyModule, folder: str | Path) -> None:
     """config.json and model.safetensors (weights and normalization stats) of `policy` into `folder`; the weights'
     metadata records the config they were trained as and the policy's `weights_origin` where known."""
-    folder = Path(folder)
-    write_json_atomically(folder / CONFIG_FILE, policy.config.to_dict())
+    folder, config = Path(folder), policy.config.to_dict()
+    write_json_atomically(folder / CONFIG_FILE, config)
     state = {k: v.detach().contiguous().cpu() for k, v in policy.state_dict().items()}
-    metadata = {
-        "format": "pt",
-        "policy_type": policy.config.type,
-        WEIGHTS_CONFIG_METADATA: json.dumps(policy.config.to_dict()),
-    }
+    metadata = {"format": "pt", "policy_type": policy.config.type, WEIGHTS_CONFIG_METADATA: json.dumps(config)}
     origin = policy.weights_origin
     if origin.training_step is not None:
         metadata[WEIGHTS_STEP_METADATA] = str(origin.training_step)

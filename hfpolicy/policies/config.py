@@ -88,6 +88,12 @@ class PolicyConfig(draccus.ChoiceRegistry):
             )
         return self.output_features[ACTION]
 
+    def __post_init__(self):
+        self.validate_settings()
+
+    def validate_settings(self) -> None:
+        """ConfigFieldError naming the field and the fix for settings that do not fit, the features aside."""
+
     def validate_features(self) -> None:
         """ConfigFieldError naming what is wrong when the features cannot drive this policy. Subclasses extend it."""
         if not self.input_features:
@@ -118,6 +124,7 @@ class PolicyConfig(draccus.ChoiceRegistry):
                 unknown=unknown,
                 types=", ".join(t.value for t in FeatureType),
             )
+        self.validate_settings()  # again: fields may have changed since __post_init__
 
     def norm_mode(self, feature: PolicyFeature, key: str | None = None) -> NormMode:
         """The feature's normalization mode: its key's entry in normalization_mapping, else its type's, else identity."""

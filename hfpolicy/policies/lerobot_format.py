@@ -1,18 +1,10 @@
 """LeRobot checkpoints as hfpolicy policies, and hfpolicy policies in LeRobot's checkpoint layout (docs/lerobot.md).
-
-Only JSON and safetensors are read: LeRobot's config.json, model.safetensors and either its processor files (LeRobot
-0.4 and later) or, before 0.4, the normalization buffers inside model.safetensors. Each policy type that converts has a
-module `hfpolicy/policies/<type>/lerobot.py` with four functions:
-
-    config_from_lerobot(lerobot_config, input_features, output_features) -> PolicyConfig  (features already converted;
-        raises LeRobotConversionError for a field that changes the actions, warns about those it ignores)
-    state_dict_from_lerobot(state_dict, config) -> hfpolicy's weights (the normalization buffers already removed)
-    config_to_lerobot(config) -> the type's own LeRobot config.json fields (LeRobotConversionError if inexpressible)
-    state_dict_to_lerobot(state_dict, config) -> every tensor LeRobot's module has, so that LeRobot loads it strictly
-"""
+Only JSON and safetensors are read. Each policy type that converts has a module `hfpolicy/policies/<type>/lerobot.py`
+with `config_from_lerobot(lerobot_config, input_features, output_features)`, `state_dict_from_lerobot(state_dict,
+config)`, `config_to_lerobot(config)` and `state_dict_to_lerobot(state_dict, config)`; each raises
+LeRobotConversionError for what the other library cannot reproduce."""
 
 import dataclasses
-import importlib
 import json
 import math
 import warnings
@@ -32,7 +24,7 @@ from hfpolicy.policies.config import FeatureType, NormMode, PolicyConfig, Policy
 from hfpolicy.policies.errors import LeRobotConversionError, PolicyLoadError
 from hfpolicy.policies.module import PolicyModule
 from hfpolicy.policies.normalization import EPS, STAT_NAMES
-from hfpolicy.policies.registry import get_policy_class
+from hfpolicy.policies.registry import get_policy_class, import_type_module
 
 PREPROCESSOR_FILE = "policy_preprocessor.json"
 POSTPROCESSOR_FILE = "policy_postprocessor.json"
@@ -44,8 +36,7 @@ LEGACY_INPUT_PREFIX = "normalize_inputs."  # LeRobot < 0.4: input stats inside m
 LEGACY_OUTPUT_PREFIX = "unnormalize_outputs."  # LeRobot < 0.4: the action stats used when acting
 LEGACY_PREFIXES = (LEGACY_INPUT_PREFIX, "normalize_targets.", LEGACY_OUTPUT_PREFIX)
 
-NORM_MODES_FROM_LEROBOT = {"MEAN_STD": NormMode.MEAN_STD, "MIN_MAX": NormMode.MIN_MAX, "IDENTITY": NormMode.IDENTITY}
-NORM_MODES_TO_LEROBOT = {mode: name for name, mode in NORM_MODES_FROM_LEROBOT.items()}
+NORM_MODES_FROM_LEROBOT = {mode.name: mode for mode in NormMode}  # MEAN_STD, MIN_MAX, IDENTITY
 HFPOLICY_TYPE_OF_LEROBOT_TYPE = {"VISUAL": "image", "STATE": "state", "ACTION": "action"}  # ENV: per feature key
 FEATURE_TYPES_FROM_LEROBOT = {
     "VISUAL": FeatureType.IMAGE,
@@ -113,17 +104,14 @@ def is_lerobot_config(config_data: Mapping[str, Any]) -> bool:
 
 def policy_module(lerobot_type: str) -> ModuleType:
     """`hfpolicy.policies.<type>.lerobot`, the conversion functions of one policy type."""
-    module_name = f"hfpolicy.policies.{lerobot_type}.lerobot"
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        if e.name is None or not module_name.startswith(e.name):
-            raise
+    module = import_type_module(lerobot_type, "lerobot")
+    if module is None:
         supported = sorted(p.parent.name for p in Path(__file__).parent.glob("*/lerobot.py"))
         raise LeRobotConversionError(
             f"this is a LeRobot {lerobot_type!r} policy; hfpolicy converts LeRobot policies of types "
             f"{', '.join(supported)} only"
-        ) from None
+        )
+    return module
 
 
 def load_lerobot_policy(
@@ -131,12 +119,11 @@ def load_lerobot_policy(
     resolve: Callable[[str], Path],
     source: str,
     *,
-    expected_class: type[PolicyModule] | None = None,
+    expected_class: type[PolicyModule],
     config_overrides: Mapping[str, Any] | None = None,
 ) -> Any:
-    """hfpolicy's policy (in eval mode, on the CPU) from a LeRobot checkpoint: `config_data` is its config.json,
-    `resolve(filename)` the local path of one of its files, `source` what `config.converted_from` records;
-    `expected_class` the Policy class asked for (None: any)."""
+    """hfpolicy's policy (of `expected_class`, in eval mode, on the CPU) from a LeRobot checkpoint: `config_data` is
+    its config.json, `resolve(filename)` the local path of one of its files, `source` what `converted_from` records."""
     lerobot_type = config_data.get("type")
     if not isinstance(lerobot_type, str):
         raise LeRobotConversionError(f"{source}: LeRobot's config.json has no policy 'type'")
@@ -153,7 +140,10 @@ def load_lerobot_policy(
     else:
         modes, stats = _processor_normalization(lerobot_types, resolve, source)
 
-    config = module.config_from_lerobot(dict(config_data), input_features, output_features)
+    try:
+        config = module.config_from_lerobot(dict(config_data), input_features, output_features)
+    except ValueError as e:  # hfpolicy's config refuses the settings
+        raise LeRobotConversionError(f"this LeRobot {lerobot_type} config cannot be reproduced by hfpolicy: {e}") from e
     normalization_mapping = normalization_mapping_from_lerobot(
         config_data, {**input_features, **output_features}, modes
     )
@@ -167,7 +157,7 @@ def load_lerobot_policy(
             raise PolicyLoadError(f"{source}: config_overrides {dict(config_overrides)}: {e}") from e
 
     policy_class = get_policy_class(config.type)
-    if expected_class is not None and not issubclass(policy_class, expected_class):
+    if not issubclass(policy_class, expected_class):
         raise PolicyLoadError(f"{source} holds a {config.type!r} policy, not a {expected_class.__name__}")
     try:
         policy = policy_class(config, dataset_stats=stats)
@@ -250,13 +240,9 @@ def _legacy_normalization(
     modes: dict[str, NormMode] = {}
     stats: dict[str, dict[str, Tensor]] = {}
     for key, kind in lerobot_types.items():
-        mode = _norm_mode_from_lerobot(mapping.get(kind, "IDENTITY"), key, source)
-        modes[key] = mode
-        if mode == NormMode.IDENTITY:
-            continue
+        mode = modes[key] = _norm_mode_from_lerobot(mapping.get(kind, "IDENTITY"), key, source)
         prefix = LEGACY_OUTPUT_PREFIX if kind == "ACTION" else LEGACY_INPUT_PREFIX
-        stats[key] = {}
-        for name in STAT_NAMES[mode]:
+        for name in STAT_NAMES.get(mode, ()):
             buffer_name = f"{prefix}buffer_{key.replace('.', '_')}.{name}"
             value = buffers.get(buffer_name)
             if value is None or not torch.isfinite(value).all():
@@ -264,7 +250,7 @@ def _legacy_normalization(
                     f"{source}: model.safetensors has no usable {buffer_name!r} ({'missing' if value is None else 'not set'}"
                     f"): this older LeRobot checkpoint lacks the {mode.value} stats of {key!r}"
                 )
-            stats[key][name] = value
+            stats.setdefault(key, {})[name] = value
     return modes, stats
 
 
@@ -300,7 +286,7 @@ def _processor_normalization(
                 missing = [s for s in STAT_NAMES[mode] if f"{key}.{s}" not in state]
                 if missing:
                     raise LeRobotConversionError(
-                        f"{source}: {step.get('state_file')} lacks {[f'{key}.{s}' for s in missing]} ({mode.value} stats)"
+                        f"{source}: {state_file} lacks {[f'{key}.{s}' for s in missing]} ({mode.value} stats)"
                     )
                 stats[key] = {s: state[f"{key}.{s}"] for s in STAT_NAMES[mode]}
                 bad = [s for s, value in stats[key].items() if not torch.isfinite(value).all()]
@@ -367,13 +353,13 @@ def lerobot_normalization(config: PolicyConfig) -> tuple[dict[str, str], dict[st
     one LeRobot type must share a mode."""
     features = {**config.input_features, **config.output_features}
     lerobot_types = {key: lerobot_feature_type(key, f) for key, f in features.items()}
-    mapping: dict[str, str] = {}
-    for lerobot_type, hf_type in HFPOLICY_TYPE_OF_LEROBOT_TYPE.items():  # types absent from the features too
-        mode = NormMode(config.normalization_mapping.get(hf_type, NormMode.IDENTITY))
-        mapping[lerobot_type] = NORM_MODES_TO_LEROBOT[mode]
+    mapping = {  # types absent from the features too
+        lerobot_type: NormMode(config.normalization_mapping.get(hf_type, NormMode.IDENTITY)).name
+        for lerobot_type, hf_type in HFPOLICY_TYPE_OF_LEROBOT_TYPE.items()
+    }
     for lerobot_type in dict.fromkeys(lerobot_types.values()):
         keys = [k for k, t in lerobot_types.items() if t == lerobot_type]
-        names = {NORM_MODES_TO_LEROBOT[config.norm_mode(features[k], k)] for k in keys}
+        names = {config.norm_mode(features[k], k).name for k in keys}
         if len(names) > 1:
             raise LeRobotConversionError(
                 f"features {keys} are all LeRobot type {lerobot_type} but use different normalizations {sorted(names)}; "
@@ -396,9 +382,7 @@ def lerobot_config(config: PolicyConfig) -> dict[str, Any]:
         "input_features": features(config.input_features),
         "output_features": features(config.output_features),
         "device": "cpu",
-        "use_amp": False,
-        "use_peft": False,
-        "push_to_hub": False,
+        **dict.fromkeys(("use_amp", "use_peft", "push_to_hub"), False),
         **dict.fromkeys(("repo_id", "private", "tags", "license", "pretrained_path", "pretrained_revision")),
         "normalization_mapping": mapping,
     }
@@ -407,9 +391,8 @@ def lerobot_config(config: PolicyConfig) -> dict[str, Any]:
 
 
 def write_lerobot_checkpoint(policy: PolicyModule, folder: str | Path) -> list[Path]:
-    """Writes `policy` (a Policy) into the existing `folder` as LeRobot's save_pretrained would (config.json,
-    model.safetensors, the two processor pipelines and their stats); returns the files written. Raises
-    `LeRobotConversionError` before writing anything when LeRobot cannot express the policy."""
+    """Writes `policy` into the existing `folder` as LeRobot's save_pretrained would and returns the files written;
+    LeRobotConversionError before writing anything when LeRobot cannot express the policy."""
     folder = Path(folder)
     config = policy.config
     module = policy_module(config.type)
@@ -437,14 +420,13 @@ def write_lerobot_checkpoint(policy: PolicyModule, folder: str | Path) -> list[P
         normalizer(NORMALIZER_STEP, features, pre_state),
     ]
     postprocessor_steps = [normalizer(UNNORMALIZER_STEP, data["output_features"], post_state), device]
-    preprocessor = {"name": "policy_preprocessor", "steps": preprocessor_steps}
-    postprocessor = {"name": "policy_postprocessor", "steps": postprocessor_steps}
-    written = [
+    return [
         write_json_atomically(folder / CONFIG_FILE, data, indent=4),
-        write_json_atomically(folder / PREPROCESSOR_FILE, preprocessor),
-        write_json_atomically(folder / POSTPROCESSOR_FILE, postprocessor),
+        write_json_atomically(folder / PREPROCESSOR_FILE, {"name": "policy_preprocessor", "steps": preprocessor_steps}),
+        write_json_atomically(
+            folder / POSTPROCESSOR_FILE, {"name": "policy_postprocessor", "steps": postprocessor_steps}
+        ),
+        save_safetensors_atomically(lerobot_weights, folder / WEIGHTS_FILE),
+        save_safetensors_atomically(stats, folder / pre_state),  # LeRobot saves every feature's stats in both files
+        save_safetensors_atomically(stats, folder / post_state),
     ]
-    written.append(save_safetensors_atomically(lerobot_weights, folder / WEIGHTS_FILE))
-    for filename in (pre_state, post_state):  # LeRobot saves every feature's stats in both files
-        written.append(save_safetensors_atomically(stats, folder / filename))
-    return written

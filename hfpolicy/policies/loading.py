@@ -85,11 +85,7 @@ def saved_policy_folder(source: str | Path, say: bool = True) -> str | Path:
     local = Path(source)
     if not local.is_dir() or (local / CONFIG_FILE).is_file():
         return source
-    candidates = [
-        local.joinpath(*RUN_CHECKPOINT_POLICY),
-        local / LAST_LINK / PRETRAINED_DIR,
-        local / PRETRAINED_DIR,
-    ]
+    candidates = [local.joinpath(*RUN_CHECKPOINT_POLICY), local / LAST_LINK / PRETRAINED_DIR, local / PRETRAINED_DIR]
     found = next((path for path in candidates if (path / CONFIG_FILE).is_file()), None)
     if found is not None:
         if say:

@@ -37,14 +37,10 @@ class PolicyModule(nn.Module):
             for k, v in expected.items()
             if k in state_dict and state_dict[k].shape != v.shape
         ]
-        if missing or unexpected or mismatched:
-            problems = []
-            if missing:
-                problems.append(f"missing keys {missing}")
-            if unexpected:
-                problems.append(f"unexpected keys {unexpected}")
-            if mismatched:
-                problems.append(f"shape mismatches [{'; '.join(mismatched)}]")
+        problems = [f"missing keys {missing}"] if missing else []
+        problems += [f"unexpected keys {unexpected}"] if unexpected else []
+        problems += [f"shape mismatches [{'; '.join(mismatched)}]"] if mismatched else []
+        if problems:
             raise PolicyLoadError(
                 f"{source} does not fit {type(self).__name__} built from its config: {', '.join(problems)}"
             )

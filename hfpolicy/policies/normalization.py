@@ -71,7 +71,6 @@ class Normalizer(nn.Module):
 
     def __init__(self, features: Mapping[str, PolicyFeature], modes: Mapping[str, NormMode]):
         super().__init__()
-        self.features = dict(features)
         stats = {}
         for key, feature in features.items():
             mode = feature_norm_mode(dict(modes), key, feature)

@@ -2,6 +2,7 @@
 type not defined yet is imported from `hfpolicy.policies.<type>.modeling` on first use."""
 
 import importlib
+from types import ModuleType
 from typing import Any
 
 from hfpolicy.policies.config import PolicyConfig, known_policy_types
@@ -16,15 +17,21 @@ def register_policy_class(policy_class: type[PolicyModule]) -> None:
     _POLICY_CLASSES[config_class.get_choice_name(config_class)] = policy_class
 
 
+def import_type_module(type_name: str, module: str) -> ModuleType | None:
+    """`hfpolicy.policies.<type_name>.<module>`, None if there is none (a missing dependency of it raises)."""
+    module_name = f"hfpolicy.policies.{type_name}.{module}"
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name is None or not module_name.startswith(e.name):
+            raise
+        return None
+
+
 def get_policy_class(type_name: str) -> type[PolicyModule]:
     """The Policy subclass registered for a config type, importing `hfpolicy.policies.<type>.modeling` if needed."""
     if type_name not in _POLICY_CLASSES:
-        module_name = f"hfpolicy.policies.{type_name}.modeling"
-        try:
-            importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if e.name is None or not module_name.startswith(e.name):
-                raise  # a dependency of an existing policy module is missing: show that error
+        import_type_module(type_name, "modeling")
     if type_name not in _POLICY_CLASSES:
         known = sorted(set(known_policy_types()) | set(_POLICY_CLASSES))
         raise PolicyLoadError(f"no policy class for type {type_name!r}; known types: {', '.join(known)}")

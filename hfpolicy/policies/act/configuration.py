@@ -60,7 +60,6 @@ class ACTConfig(PolicyConfig):
     scheduler_warmup_steps: int = 0  # learning-rate warmup steps
     use_ema: bool = False  # keep an EMA of the weights (not used by the paper)
 
-    # Temporal ensembling and the training presets may change after training; see PolicyConfig.acting_fields.
     window_fields: ClassVar[tuple[str, ...]] = ("chunk_size", "n_action_steps")  # they set the training window
     acting_fields: ClassVar[frozenset[str]] = PolicyConfig.acting_fields | {
         "temporal_ensemble_coeff",
@@ -69,11 +68,7 @@ class ACTConfig(PolicyConfig):
         "kl_weight",
     }
 
-    def __post_init__(self):
-        self.validate_settings()
-
     def validate_settings(self) -> None:
-        """Checks the fields that do not depend on the features; raises ConfigFieldError naming the field and the fix."""
         if self.n_obs_steps != 1:
             raise ConfigFieldError(self, "ACT conditions on the current observation only: {n_obs_steps} must be 1")
         if self.chunk_size < 1:
@@ -91,14 +86,9 @@ class ACTConfig(PolicyConfig):
                 "action of the ensemble: set {n_action_steps=1} (got {got})",
                 got=self.n_action_steps,
             )
-        if self.vision_backbone not in VISION_BACKBONES:
-            raise ConfigFieldError(
-                self, "{vision_backbone} is not supported; use one of {known}", known=VISION_BACKBONES
-            )
-        if self.feedforward_activation not in FEEDFORWARD_ACTIVATIONS:
-            raise ConfigFieldError(
-                self, "{feedforward_activation} is not supported; use one of {known}", known=FEEDFORWARD_ACTIVATIONS
-            )
+        for name, known in (("vision_backbone", VISION_BACKBONES), ("feedforward_activation", FEEDFORWARD_ACTIVATIONS)):
+            if getattr(self, name) not in known:
+                raise ConfigFieldError(self, f"{{{name}}} is not supported; use one of {{known}}", known=known)
         if self.dim_model < 2 or self.dim_model % 2:
             raise ConfigFieldError(self, "{dim_model} must be even (2D positions use half of it per axis)")
         if self.n_heads < 1 or self.dim_model % self.n_heads:
@@ -113,7 +103,6 @@ class ACTConfig(PolicyConfig):
 
     def validate_features(self) -> None:
         super().validate_features()
-        self.validate_settings()
         if not self.image_features and OBS_ENV_STATE not in self.input_features:
             raise ValueError(
                 "ACT needs at least one image input feature (observation.image or observation.images.*) or "

@@ -77,17 +77,13 @@ def config_from_lerobot(
     input_features: dict[str, PolicyFeature],
     output_features: dict[str, PolicyFeature],
 ) -> ACTConfig:
-    """ACTConfig from LeRobot's ACT config.json dict (features already converted). `pretrained_backbone_weights` is
-    not carried over: the checkpoint holds the backbone's weights (downloading them again fails offline)."""
+    """ACTConfig from LeRobot's ACT config.json dict (features already converted)."""
     check_lerobot_fields(lerobot_config, "ACT", SHARED_FIELDS, IGNORED_FIELDS)
     inputs = lerobot_model_inputs(input_features, "ACT")
     fields = {name: lerobot_config[name] for name in SHARED_FIELDS if name in lerobot_config}
-    fields["pretrained_backbone_weights"] = None
+    fields["pretrained_backbone_weights"] = None  # the checkpoint holds them (downloading them fails offline)
     fields["replace_final_stride_with_dilation"] = bool(fields.get("replace_final_stride_with_dilation", False))
-    try:
-        return ACTConfig(input_features=inputs, output_features=dict(output_features), **fields)
-    except ValueError as e:
-        raise LeRobotConversionError(f"this LeRobot ACT config cannot be reproduced by hfpolicy's ACT: {e}") from e
+    return ACTConfig(input_features=inputs, output_features=dict(output_features), **fields)
 
 
 def config_to_lerobot(config: ACTConfig) -> dict[str, Any]:
@@ -126,8 +122,7 @@ def _rename_to_lerobot(name: str) -> str:
 
 
 def state_dict_from_lerobot(state_dict: dict[str, Tensor], config: ACTConfig) -> dict[str, Tensor]:
-    """LeRobot ACT weights renamed to ACTPolicy's; LeRobotConversionError naming keys that are not ACT weights, or
-    when the saved CVAE positions differ from hfpolicy's."""
+    """LeRobot ACT weights renamed to ACTPolicy's; the CVAE positions LeRobot saves must be hfpolicy's."""
     renamed, unknown = {}, []
     for name, value in state_dict.items():
         if name == VAE_POSITIONS_KEY:

@@ -15,7 +15,7 @@ from torchvision.ops import FrozenBatchNorm2d
 from hfpolicy.constants import ACTION, OBS_ENV_STATE, OBS_STATE, pad_key
 from hfpolicy.policies.act.configuration import ACTConfig
 from hfpolicy.policies.action_selection import ActionBuffer, TemporalEnsembler
-from hfpolicy.policies.base import NoiseSource, Policy
+from hfpolicy.policies.base import NoiseSource, Policy, masked_mean
 
 BACKBONE_PREFIX = "backbone."  # parameters of the vision backbone (their own learning rate)
 
@@ -100,9 +100,7 @@ class ACTPolicy(Policy):
             tokens = torch.cat([tokens, image_tokens], dim=1)
             positions = torch.cat([positions, image_positions], dim=1)
         memory = self.encoder(tokens, positions)
-        queries = torch.zeros(
-            memory.shape[0], self.config.chunk_size, self.config.dim_model, dtype=memory.dtype, device=memory.device
-        )
+        queries = memory.new_zeros(memory.shape[0], self.config.chunk_size, self.config.dim_model)
         decoded = self.decoder(queries, memory, self.query_positions.weight.unsqueeze(0), positions)
         return self.action_head(decoded)
 
@@ -121,8 +119,7 @@ class ACTPolicy(Policy):
         return torch.cat(tokens, dim=1), torch.cat(positions, dim=1)
 
     def compute_loss(self, batch: dict[str, Tensor], noise: Tensor | None = None) -> dict[str, Tensor]:
-        """L1 over the unpadded actions, plus kl_weight * KL(posterior || N(0, I)) with the CVAE; `noise` (B,
-        latent_dim) is the reparametrization noise (default: random)."""
+        """L1 over the unpadded actions (+ kl_weight * KL with the CVAE); `noise`: the reparametrization's."""
         observation = self.current_observation(batch)
         actions = batch[ACTION]
         expected = (self.config.chunk_size, self.config.action_feature.shape[0])
@@ -135,20 +132,14 @@ class ACTPolicy(Policy):
         if is_pad is None:
             is_pad = torch.zeros(actions.shape[:2], dtype=torch.bool, device=actions.device)
         is_pad = is_pad.bool()
-        batch_size = actions.shape[0]
         if self.config.use_vae:
             mean, log_var = self.cvae(observation.get(OBS_STATE), actions, is_pad)
             if noise is None:
                 noise = torch.randn_like(mean)
             latent = mean + (log_var / 2).exp() * noise
         else:
-            latent = torch.zeros(batch_size, self.config.latent_dim, dtype=actions.dtype, device=actions.device)
-        predicted = self.predict(observation, latent)
-
-        valid = (~is_pad).unsqueeze(-1).to(actions.dtype)
-        l1 = (F.l1_loss(predicted, actions, reduction="none") * valid).sum() / (valid.sum() * actions.shape[-1]).clamp(
-            min=1
-        )
+            latent = actions.new_zeros(actions.shape[0], self.config.latent_dim)
+        l1 = masked_mean(F.l1_loss(self.predict(observation, latent), actions, reduction="none"), is_pad)
         if not self.config.use_vae:
             return {"loss": l1, "l1_loss": l1.detach()}
         kld = (-0.5 * (1 + log_var - mean.square() - log_var.exp())).sum(-1).mean()
@@ -161,8 +152,7 @@ class ACTPolicy(Policy):
         del generator, noise
         current = self.current_observation(observation)
         reference = next(iter(current.values()))
-        latent = torch.zeros(reference.shape[0], self.config.latent_dim, dtype=reference.dtype, device=reference.device)
-        return self.predict(current, latent)
+        return self.predict(current, reference.new_zeros(reference.shape[0], self.config.latent_dim))
 
 
 class ResNetTrunk(nn.Sequential):
@@ -229,8 +219,7 @@ class EncoderLayer(nn.Module):
 
     def attend(self, x: Tensor, positions: Tensor, key_padding_mask: Tensor | None) -> Tensor:
         query = x + positions
-        out = self.self_attn(query, query, x, key_padding_mask=key_padding_mask, need_weights=False)[0]
-        return self.dropout(out)
+        return self.dropout(self.self_attn(query, query, x, key_padding_mask=key_padding_mask, need_weights=False)[0])
 
     def feedforward(self, x: Tensor) -> Tensor:
         return self.dropout(self.ff_out(self.dropout(self.activation(self.ff_in(x)))))

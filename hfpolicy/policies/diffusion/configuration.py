@@ -75,11 +75,7 @@ class DiffusionConfig(PolicyConfig):
         "num_inference_steps",
     }
 
-    def __post_init__(self):
-        self.validate_settings()
-
     def validate_settings(self) -> None:
-        """Checks the fields that do not depend on the features; raises ConfigFieldError naming the field and the fix."""
         for name, known in (
             ("noise_scheduler_type", NOISE_SCHEDULER_TYPES),
             ("prediction_type", PREDICTION_TYPES),
@@ -95,8 +91,9 @@ class DiffusionConfig(PolicyConfig):
                 "untrained GroupNorm ones; set {use_group_norm=False} to use pretrained weights, or "
                 "{pretrained_backbone_weights=None} to train the backbone from scratch",
             )
-        if self.num_train_timesteps < 1:
-            raise ConfigFieldError(self, "{num_train_timesteps} must be >= 1")
+        for name in ("num_train_timesteps", "spatial_softmax_num_keypoints"):
+            if getattr(self, name) < 1:
+                raise ConfigFieldError(self, f"{{{name}}} must be >= 1")
         steps = self.num_inference_steps
         if steps is not None and not 1 <= steps <= self.num_train_timesteps:
             raise ConfigFieldError(
@@ -118,8 +115,6 @@ class DiffusionConfig(PolicyConfig):
             raise ConfigFieldError(self, "{kernel_size} must be odd and positive (same-length convolutions)")
         if self.diffusion_step_embed_dim < 2 or self.diffusion_step_embed_dim % 2:
             raise ConfigFieldError(self, "{diffusion_step_embed_dim} must be even and >= 2")
-        if self.spatial_softmax_num_keypoints < 1:
-            raise ConfigFieldError(self, "{spatial_softmax_num_keypoints} must be >= 1")
         for name in ("resize_shape", "crop_shape"):
             shape = getattr(self, name)
             if shape is not None and (len(shape) != 2 or min(shape) < 1):
@@ -153,7 +148,6 @@ class DiffusionConfig(PolicyConfig):
 
     def validate_features(self) -> None:
         super().validate_features()
-        self.validate_settings()
         if not self.image_features and OBS_ENV_STATE not in self.input_features:
             raise ConfigFieldError(
                 self,

@@ -238,17 +238,9 @@ def state_dict_to_lerobot(state_dict: dict[str, Tensor], config: DiffusionConfig
         else:
             raise LeRobotConversionError(f"DiffusionPolicy weight {key!r} has no LeRobot counterpart")
         converted[LEROBOT_PREFIX + key] = value
-    for prefix in _encoder_prefixes(config):
-        converted[f"{LEROBOT_PREFIX}{prefix}pool.pos_grid"] = _keypoint_grid(config)
+    for key in [key for key in converted if key.endswith(".pool.nets.weight")]:  # each keypoint layer's grid
+        converted[key.removesuffix("nets.weight") + "pos_grid"] = _keypoint_grid(config)
     return converted
-
-
-def _encoder_prefixes(config: DiffusionConfig) -> list[str]:
-    if not config.image_features:
-        return []
-    if config.use_separate_rgb_encoder_per_camera:
-        return [f"rgb_encoder.{i}." for i in range(len(config.image_features))]
-    return ["rgb_encoder."]
 
 
 def _keypoint_grid(config: DiffusionConfig) -> Tensor:

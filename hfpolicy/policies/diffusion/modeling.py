@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from torchvision.transforms import InterpolationMode
 
 from hfpolicy.constants import ACTION, pad_key
-from hfpolicy.policies.base import NoiseSource, Policy
+from hfpolicy.policies.base import NoiseSource, Policy, masked_mean
 from hfpolicy.policies.diffusion.configuration import DiffusionConfig
 from hfpolicy.policies.diffusion.cpu_kernels import set_acting_dtype, set_cpu_kernels, use_cpu_matmul_convolutions
 
@@ -35,15 +35,12 @@ class DiffusionPolicy(Policy):
         self.state_keys = list(config.state_features)
         self.action_dim = config.action_feature.shape[0]
 
-        feature_dim = 0
-        if self.image_keys:
-            if config.use_separate_rgb_encoder_per_camera:
-                encoders = [RgbEncoder(config, config.image_features[key].shape) for key in self.image_keys]
-                self.rgb_encoders = nn.ModuleList(encoders)
-                feature_dim = sum(encoder.feature_dim for encoder in encoders)
-            else:
-                self.rgb_encoder = RgbEncoder(config, config.image_features[self.image_keys[0]].shape)
-                feature_dim = self.rgb_encoder.feature_dim * len(self.image_keys)
+        shapes = [config.image_features[key].shape for key in self.image_keys]
+        if shapes and config.use_separate_rgb_encoder_per_camera:
+            self.rgb_encoders = nn.ModuleList(RgbEncoder(config, shape) for shape in shapes)
+        elif shapes:  # one encoder for every camera (of one shape)
+            self.rgb_encoder = RgbEncoder(config, shapes[0])
+        feature_dim = 2 * config.spatial_softmax_num_keypoints * len(shapes)  # each camera's keypoints
         feature_dim += sum(config.state_features[key].shape[0] for key in self.state_keys)
         self.global_cond_dim = feature_dim * config.n_obs_steps
         self.unet = use_cpu_matmul_convolutions(ConditionalUnet1d(config, self.action_dim, self.global_cond_dim))
@@ -70,8 +67,7 @@ class DiffusionPolicy(Policy):
         self.acting_dtype = dtype
 
     def set_sampler(self, noise_scheduler_type: str, num_inference_steps: int | None = None) -> None:
-        """Acts with another sampler from now on, e.g. `set_sampler("DDIM", 10)`; the config (and save_pretrained)
-        records it."""
+        """Acts with another sampler from now on, e.g. `set_sampler("DDIM", 10)`; the config records it."""
         self.config = dataclasses.replace(
             self.config, noise_scheduler_type=noise_scheduler_type, num_inference_steps=num_inference_steps
         )
@@ -118,26 +114,19 @@ class DiffusionPolicy(Policy):
         if noise is None:
             noise = torch.randn_like(actions)
         if timesteps is None:
-            timesteps = torch.randint(
-                0, self.config.num_train_timesteps, (actions.shape[0],), device=actions.device, dtype=torch.long
-            )
+            timesteps = torch.randint(self.config.num_train_timesteps, (actions.shape[0],), device=actions.device)
         # diffusers annotates timesteps as the legacy torch.IntTensor; it takes any integer tensor (these are long)
         noisy_actions = self.noise_scheduler.add_noise(actions, noise, timesteps)  # type: ignore[arg-type]
         prediction = self.unet(noisy_actions, timesteps, global_cond)
         target = noise if self.config.prediction_type == "epsilon" else actions
-        loss = F.mse_loss(prediction, target, reduction="none")
-        is_pad = batch.get(pad_key(ACTION))
-        if self.config.mask_loss_for_padding and is_pad is not None:
-            valid = (~is_pad.bool()).unsqueeze(-1).to(loss.dtype)  # (B, horizon, 1)
-            return {"loss": (loss * valid).sum() / (valid.sum() * loss.shape[-1]).clamp(min=1)}
-        return {"loss": loss.mean()}
+        is_pad = batch.get(pad_key(ACTION)) if self.config.mask_loss_for_padding else None
+        return {"loss": masked_mean(F.mse_loss(prediction, target, reduction="none"), is_pad)}
 
     def generate_actions(
         self, observation: dict[str, Tensor], generator: NoiseSource = None, noise: Tensor | None = None
     ) -> Tensor:
         """Denoises a horizon of actions from `noise` (B, horizon, A), else from noise drawn from `generator` (as is the
         DDPM sampler's per-step noise), and returns the executed part (B, n_action_steps, A)."""
-        generator = generator if generator is not None else self.noise_generator
         global_cond = self.encode_observations(observation, random_crop=False)
         batch_size = global_cond.shape[0]
         shape = (batch_size, self.config.horizon, self.action_dim)
@@ -178,8 +167,7 @@ def make_noise_scheduler(kind: str, config: DiffusionConfig) -> DDPMScheduler | 
 
 
 class RgbEncoder(nn.Module):
-    """Image (N, 3, H, W) -> feature (N, 2 * keypoints): resize (optional), crop, ResNet conv stages, spatial softmax,
-    linear + ReLU."""
+    """Image (N, 3, H, W) -> feature (N, 2 * keypoints): resize, crop, ResNet, spatial softmax, linear + ReLU."""
 
     def __init__(self, config: DiffusionConfig, image_shape: tuple[int, ...]):
         super().__init__()
@@ -222,10 +210,7 @@ def crop_images(images: Tensor, crop_shape: tuple[int, int], random: bool) -> Te
     tops = torch.randint(0, height - crop_h + 1, (images.shape[0],)).tolist()
     lefts = torch.randint(0, width - crop_w + 1, (images.shape[0],)).tolist()
     return torch.stack(
-        [
-            image[:, top : top + crop_h, left : left + crop_w]
-            for image, top, left in zip(images, tops, lefts, strict=True)
-        ]
+        [image[:, y : y + crop_h, x : x + crop_w] for image, y, x in zip(images, tops, lefts, strict=True)]
     )
 
 
@@ -305,8 +290,7 @@ class FiLMResidualBlock(nn.Module):
 
 class ConditionalUnet1d(nn.Module):
     """(noisy actions (B, horizon, A), diffusion steps (B,), conditioning (B, G)) -> (B, horizon, A): down levels of
-    two FiLM blocks (all but the last halve the length), two middle blocks, and up levels taking the skip connections
-    (as in the paper, not the first level's)."""
+    two FiLM blocks (all but the last halve the length), two middle blocks, up levels taking skips (not the first's)."""
 
     def __init__(self, config: DiffusionConfig, action_dim: int, global_cond_dim: int):
         super().__init__()

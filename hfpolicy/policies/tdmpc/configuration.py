@@ -97,11 +97,7 @@ class TDMPCConfig(PolicyConfig):
         "target_model_momentum",
     }
 
-    def __post_init__(self):
-        self.validate_settings()
-
     def validate_settings(self) -> None:
-        """Checks the fields that do not depend on the features; raises ConfigFieldError naming the field and the fix."""
         if self.n_obs_steps != 1:
             raise ConfigFieldError(self, "TD-MPC encodes the current observation only: {n_obs_steps} must be 1")
         for name in ("horizon", "n_action_repeats", "n_action_steps", "latent_dim", "mlp_dim", "cem_iterations"):
@@ -125,7 +121,6 @@ class TDMPCConfig(PolicyConfig):
 
     def validate_features(self) -> None:
         super().validate_features()
-        self.validate_settings()
         others = [key for key in self.state_features if key not in STATE_KEYS]
         if others:
             raise ConfigFieldError(

@@ -10,7 +10,6 @@ from hfpolicy.policies.errors import LeRobotConversionError
 from hfpolicy.policies.lerobot_format import check_lerobot_fields, lerobot_model_inputs
 from hfpolicy.policies.tdmpc.configuration import TDMPCConfig
 
-# LeRobot TDMPCConfig fields that are TDMPCConfig fields of the same name and meaning.
 SHARED_FIELDS = (  # LeRobot TDMPCConfig fields that are TDMPCConfig fields of the same name and meaning
     "n_obs_steps", "n_action_repeats", "horizon", "n_action_steps", "image_encoder_hidden_dim",
     "state_encoder_hidden_dim", "latent_dim", "q_ensemble_size", "mlp_dim", "discount", "use_mpc", "cem_iterations",
@@ -41,12 +40,7 @@ def config_from_lerobot(
     check_lerobot_fields(lerobot_config, "TD-MPC", SHARED_FIELDS, IGNORED_FIELDS)
     fields = {name: lerobot_config[name] for name in SHARED_FIELDS if name in lerobot_config}
     inputs = lerobot_model_inputs(input_features, "TD-MPC")
-    try:
-        return TDMPCConfig(input_features=inputs, output_features=dict(output_features), **fields)
-    except ValueError as e:
-        raise LeRobotConversionError(
-            f"this LeRobot TD-MPC config cannot be reproduced by hfpolicy's TD-MPC: {e}"
-        ) from e
+    return TDMPCConfig(input_features=inputs, output_features=dict(output_features), **fields)
 
 
 def config_to_lerobot(config: TDMPCConfig) -> dict[str, Any]:

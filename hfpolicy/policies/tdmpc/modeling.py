@@ -42,11 +42,10 @@ class TDMPCPolicy(Policy):
 
     def after_optimizer_step(self) -> None:
         """The target network's EMA step: target <- momentum * target + (1 - momentum) * weights."""
-        weight = 1.0 - self.config.target_model_momentum
         with torch.no_grad():
             targets: list[Tensor] = list(self.target_model.parameters())
             params: list[Tensor] = list(self.model.parameters())
-            torch._foreach_lerp_(targets, params, weight)
+            torch._foreach_lerp_(targets, params, 1.0 - self.config.target_model_momentum)
 
     @contextlib.contextmanager
     def exploring(self, std: float) -> Iterator[None]:
@@ -156,7 +155,8 @@ class TDMPCPolicy(Policy):
         observations = {key: batch[key].transpose(0, 1) for key in keys}  # time first: (horizon + 1, B, ...)
         steps = {ACTION: batch[ACTION].transpose(0, 1), REWARD: reward.transpose(0, 1)}
         valid = {}  # the observations' (all windowed alike), the actions' and the rewards' masks, time first
-        for key, is_pad in ((keys[0], batch.get(pad_key(keys[0]))), *((k, batch.get(pad_key(k))) for k in steps)):
+        for key in (keys[0], *steps):
+            is_pad = batch.get(pad_key(key))
             valid[key] = torch.ones(expected[key][::-1], device=reward.device) if is_pad is None else ~is_pad.T
         image_key = next(iter(cfg.image_features), None)
         if image_key is not None and self.training and cfg.max_random_shift_ratio > 0:
@@ -286,9 +286,8 @@ class ObservationEncoder(nn.Module):
         for key, name in ((OBS_STATE, "state"), (OBS_ENV_STATE, "env_state")):
             if key in config.input_features:
                 dim, hidden = config.input_features[key].shape[0], config.state_encoder_hidden_dim
-                setattr(
-                    self, name, nn.Sequential(nn.Linear(dim, hidden), nn.ELU(), *to_latent(hidden, config.latent_dim))
-                )
+                layers = [nn.Linear(dim, hidden), nn.ELU(), *to_latent(hidden, config.latent_dim)]
+                setattr(self, name, nn.Sequential(*layers))
 
     def forward(self, observation: dict[str, Tensor]) -> Tensor:
         features = []  # in LeRobot's order, which the mean's rounding follows
