@@ -1,7 +1,5 @@
-"""The `hfpolicy` command: one table of subcommands (COMMANDS, each naming its config and function as "module:name",
-imported only when it runs) and one runner for all of them. An error is one line `hfpolicy <cmd>: error: ...`, exit
-status 2 for bad input, 1 for a run that failed on its own; Ctrl-C and SIGTERM stop any command cleanly (130 / 143).
-"""
+"""The `hfpolicy` command: one table of subcommands (COMMANDS, imported only when they run) and one runner. An error is
+one line, exit status 2 for bad input, 1 for a failed run; Ctrl-C and SIGTERM stop any command cleanly (130 / 143)."""
 
 import importlib
 import os

@@ -10,7 +10,7 @@ result.aggregated["pc_success"], result.save("outputs/eval_info.json")
 
 import importlib
 
-# name -> the module that defines it, imported on first use (reading the configs does not import torch)
+# name -> its module, imported on first use (reading the configs does not import torch)
 _EXPORTS = {
     "EvalConfig": "config",
     "TrainEvalConfig": "config",

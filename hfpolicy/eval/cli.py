@@ -1,11 +1,5 @@
-"""`hfpolicy eval`: evaluate a saved policy (local directory or Hub repo id) in batched simulation.
-
-    hfpolicy eval --policy.path=user/pusht-diffusion --env.type=pusht --eval.n_episodes=50 --output_dir=outputs/eval/x
-
-Writes each episode's record to `<output_dir>/episodes.jsonl` as it ends, then eval_info.json (atomically) and
-videos/*.mp4, holding `--output_dir` (the run lock) meanwhile; a folder holding another evaluation is refused unless
-`--overwrite=true`, which removes that one whole first (docs/evaluation.md).
-"""
+"""`hfpolicy eval`: evaluate a saved policy (local directory or Hub repo id) in batched simulation, into the held
+--output_dir: episodes.jsonl as episodes end, then eval_info.json and videos/ (docs/evaluation.md)."""
 
 import json
 import os

@@ -1,8 +1,6 @@
-"""Rollout episodes as dataset frames (frame t: the observation before step t, its action, and the reward, success and
-done it produced), written as a LeRobot v3.0 dataset. With a `labeller` (an expert with `reset(env)` and
-`label(env, last_target)`: DAgger) the stored action is the expert's label, and the expert drives a seeded
-`expert_drive_prob` of the steps; labels read the simulator, so they need a serial vector env.
-"""
+"""Rollout episodes as LeRobot v3.0 dataset frames (frame t: the observation before step t, its action, and what the
+step gave). With a `labeller` (DAgger: an expert with `reset(env)`, `label(env, last_target)`) the stored action is the
+expert's label, and the expert drives a seeded `expert_drive_prob` of the steps (a serial vector env only)."""
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field

@@ -1,6 +1,5 @@
-"""Publishing a training run to the Hub (at the end of training with `--hub.repo_id`, or `hfpolicy push --run=DIR`):
-the last checkpoint's policy, its latest evaluation with videos and page, the training curve, train_config.json and a
-card; and a dataset folder (`hfpolicy push --dataset=DIR --repo_id=user/name`)."""
+"""Publishing a training run to the Hub (its policy, latest evaluation with videos and page, curve, config and card), at
+the end of training with `--hub.repo_id` or with `hfpolicy push --run=DIR`; and a dataset folder (`--dataset=DIR`)."""
 
 import json
 import re

@@ -1,9 +1,5 @@
-"""Ctrl-C (SIGINT) and SIGTERM as an exception (`Terminated`, exit status 130 / 143) in every `hfpolicy` command, so
-that a stop runs the commands' clean-up; and helper processes that end with their parent.
-
-A stop raised where Python ignores exceptions (a finalizer, a cffi callback) is delivered again and noted for
-`raise_if_terminated`, never lost (docs/robustness.md#ctrl-c-is-never-swallowed).
-"""
+"""Ctrl-C and SIGTERM as an exception (`Terminated`, exit status 130 / 143) that runs the commands' clean-up, never lost
+where Python ignores exceptions (docs/robustness.md#ctrl-c-is-never-swallowed); helpers that die with their parent."""
 
 import contextlib
 import ctypes

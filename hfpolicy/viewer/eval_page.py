@@ -1,7 +1,5 @@
-"""What an evaluation's page holds, from the folder `hfpolicy eval` writes (eval_info.json, or episodes.jsonl alone
-after an interruption, and videos/): what was evaluated, the aggregates, one row per episode (failures first) with
-its video, reward curve and per-dimension actions and states, and the histogram of max rewards (docs/evaluation.md).
-"""
+"""What an evaluation's page holds (from eval_info.json, or episodes.jsonl alone after an interruption, and videos/):
+the aggregates, one row per episode (failures first) with its video and series, the max-reward histogram."""
 
 import json
 import sys

@@ -1,6 +1,5 @@
-"""`hfpolicy view PATH [--output=report.html]`: the page of a dataset (local or a Hub repo id), an evaluation or a
-training run, chosen by what the folder holds, written as one HTML file (default PATH/view.html); prints its path.
-Videos go inside the page when small (--embed_videos=auto: under 10 MB), else are linked (docs/evaluation.md)."""
+"""`hfpolicy view PATH`: the one-file HTML page of a dataset (local or a Hub repo id), an evaluation or a training run,
+chosen by what the folder holds; videos inside the page when small, else linked (docs/evaluation.md)."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +27,7 @@ HUB_EPISODES_SHOWN = 10  # a Hub dataset's page shows its first episodes (only t
 class ViewConfig:
     """`hfpolicy view` flags."""
 
-    path: str | None = None
-    """a dataset root, an evaluation's --output_dir or a training run's folder, or a Hub dataset's repo id
-    (positional)"""
+    path: str | None = None  # a dataset, evaluation or training run folder, or a Hub dataset's repo id (positional)
     output: str | None = None  # the HTML file to write (default: PATH/view.html; outputs/view/<user>/<name>.html)
     embed_videos: str = "auto"  # put the mp4s inside the page (base64): auto (when under 10 MB together), true, false
     episodes: list[int] | None = None  # the dataset episodes shown, e.g. [0,5] (default: all; a Hub dataset's first 10)
