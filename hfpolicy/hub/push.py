@@ -32,7 +32,7 @@ class PushError(RuntimeError):
     """The run cannot be pushed (no token, no write access, no network, nothing to push)."""
 
 
-def check_push_access(repo_id: str, token: str | None = None, flag: str = "--hub.repo_id") -> None:
+def check_push_access(repo_id: str, flag: str = "--hub.repo_id") -> None:
     """PushError unless a Hub token is set, valid, can write, and its user (or an organization of it) owns `repo_id`'s
     namespace; run before training, so a bad token is found in seconds. `flag` names the repo in errors."""
     flag = f"{flag}={repo_id}"
@@ -41,7 +41,7 @@ def check_push_access(repo_id: str, token: str | None = None, flag: str = "--hub
     except HFValidationError as e:
         raise PushError(f"{flag} is not a valid Hub repo id ({e})") from None
     try:
-        info = HfApi(token=token).whoami()
+        info = HfApi().whoami()
     except LocalTokenNotFoundError:
         raise PushError(
             f"{flag} needs a Hub token with write access and none is set: log in (`hf auth login`) or set HF_TOKEN; "
@@ -71,7 +71,6 @@ def push_run(
     policy=None,
     private: bool | None = None,
     branch: str | None = None,
-    token: str | None = None,
     train_command: str | None = None,
     up_to_step: int | None = None,
     check_access: bool = True,
@@ -90,7 +89,7 @@ def push_run(
     if not repo_id:
         raise PushError(f"the run in {run_dir} was trained without --hub.repo_id: pass --repo_id=user/name")
     if check_access:
-        check_push_access(repo_id, token, flag="--repo_id")
+        check_push_access(repo_id, flag="--repo_id")
     if policy is None:
         checkpoint = run.latest_checkpoint()
         if checkpoint is None:
@@ -104,7 +103,7 @@ def push_run(
     try:
         if online_data_repo_id:
             push_online_data(run_dir, online_data_repo_id, private=bool(private))
-        return policy.push_to_hub(repo_id, artifacts=artifacts, private=private, branch=branch, token=token)
+        return policy.push_to_hub(repo_id, artifacts=artifacts, private=private, branch=branch)
     except Exception as e:
         cause = describe_push_error(e, repo_id)
         if cause is None:

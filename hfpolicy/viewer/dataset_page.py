@@ -87,7 +87,6 @@ def episode_record(meta: DatasetMeta, episode: int, batch: dict[str, Any], file_
 def dataset_page_data(
     root: str | Path,
     link_video: Callable[[Path], str],
-    title: str | None = None,
     repo_id: str | None = None,
     *,
     episodes: list[int] | None = None,
@@ -118,7 +117,7 @@ def dataset_page_data(
         )
     return {
         "kind": "dataset",
-        "title": title or f"dataset: {meta.repo_id}",
+        "title": f"dataset: {meta.repo_id}",
         "source": source or str(root),
         "repo_id": meta.repo_id,
         "fps": meta.fps,
