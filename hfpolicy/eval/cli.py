@@ -67,14 +67,11 @@ def evaluate_and_save(config: EvalPipelineConfig, policy: Policy, env_config: En
     """Evaluates into `output_dir`, holding its run lock throughout."""
     output_dir = Path(config.output_dir or default_output_dir(env_config))
     check_writable(output_dir)
-    lock = RunLock(output_dir).acquire()
-    try:
+    with RunLock(output_dir):
         claim_eval_folder(output_dir, config.overwrite)
         if config.eval.n_videos > 0:
             check_writable(output_dir / "videos", f"the videos folder {output_dir / 'videos'}")  # before episode 1
         return _evaluate_into(config, policy, env_config, output_dir)
-    finally:
-        lock.release()
 
 
 def claim_eval_folder(output_dir: Path, overwrite: bool) -> None:
@@ -101,8 +98,7 @@ def claim_eval_folder(output_dir: Path, overwrite: bool) -> None:
 def _evaluate_into(config: EvalPipelineConfig, policy: Policy, env_config: EnvConfig, output_dir: Path) -> EvalResult:
     batch_size = min(config.eval.batch_size, config.eval.n_episodes)
     env = env_config.make(batch_size, parallel=config.eval.parallel)
-    records_path = output_dir / EPISODES_FILE
-    records_file = open(records_path, "a")  # noqa: SIM115 (closed in the finally below)
+    records_file = open(output_dir / EPISODES_FILE, "a")  # noqa: SIM115 (closed in the finally below)
 
     def save_record(record: EpisodeRecord) -> None:
         records_file.write(json.dumps(record.to_dict()) + "\n")

@@ -86,9 +86,8 @@ def evaluate(
     step_hook: StepHook | None = None,
 ) -> EvalResult:
     """Runs episodes 0..n_episodes-1 (or exactly `episode_indices`), episode i seeded `start_seed + i`, in batches of
-    `env.num_envs` (each result depends on its seed alone), the policy in eval mode. Episodes below `n_videos` are
-    filmed to `videos_dir/eval_episode_<i>.mp4` at `fps` (default: the env's render_fps). `on_episode_end(record)` is
-    called as episodes end; `step_hook` sees every step (see `rollout`)."""
+    `env.num_envs`, the policy in eval mode; episodes below `n_videos` are filmed into `videos_dir` at `fps` (default:
+    the env's render_fps). `on_episode_end(record)` is called as episodes end; `step_hook` sees every step."""
     indices = _episode_indices(n_episodes, episode_indices)
     if n_videos > 0 and videos_dir is None:
         raise ValueError("n_videos > 0 needs a videos_dir to write the mp4 files to")

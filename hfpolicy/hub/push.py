@@ -77,8 +77,7 @@ def push_run(
     online_data_repo_id: str | None = None,
 ) -> str:
     """Pushes a run folder; returns the commit URL. `policy` (default: the last checkpoint's) lets a live training push
-    its EMA weights; `up_to_step` ignores later evaluations; `online_data_repo_id` also publishes online_data/ as a
-    dataset repo. Hub and network failures raise PushError naming the cause and the way to retry."""
+    its EMA weights; `up_to_step` ignores later evaluations. Hub and network failures raise PushError."""
     run_dir = Path(run_dir)
     run = RunFolder(run_dir)
     if not run.config_file.is_file():

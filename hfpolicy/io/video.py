@@ -214,13 +214,6 @@ def _container(source: str | VideoFile):
             close_open_videos()
 
 
-def forget_open_video(source) -> None:
-    """Stops keeping `source`'s container (closed when the caller's `with` ends)."""
-    cached = _open_video
-    if isinstance(source, str) and cached.key is not None and cached.key[0] == source and cached.pid == os.getpid():
-        cached.key = None
-
-
 def close_open_videos() -> None:
     """Closes the video file this thread keeps open."""
     cached = _open_video
@@ -242,7 +235,8 @@ def decode_frames(path: str | Path | VideoFile, start_s: float = 0.0, end_s: flo
         if fresh:  # before the decoder opens
             if large:
                 stream.thread_type = "AUTO"
-                forget_open_video(source)  # a decoder with threads is not kept open (see _container)
+                if isinstance(source, str):  # a decoder with threads is not kept open: closed as the `with` ends
+                    _open_video.key = None
             else:
                 stream.codec_context.thread_count = 1  # no FFmpeg threads: one kept open survives a fork
         time_base = Fraction(stream.time_base)
