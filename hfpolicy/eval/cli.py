@@ -23,6 +23,7 @@ from hfpolicy.eval.rollouts import EpisodeRecord
 from hfpolicy.eval.videos import VideoWriteError
 from hfpolicy.field_errors import ConfigFieldError
 from hfpolicy.io.atomic import is_temporary
+from hfpolicy.io.episode_videos import episode_videos
 from hfpolicy.io.paths import check_apart
 from hfpolicy.io.run_lock import RunLock
 from hfpolicy.policies.base import Policy
@@ -79,9 +80,8 @@ def claim_eval_folder(output_dir: Path, overwrite: bool) -> None:
     for stale in output_dir.glob(".*"):
         if stale.is_file() and is_temporary(stale.name):
             stale.unlink(missing_ok=True)
-    videos = output_dir / "videos"
     found = [name for name in (EVAL_INFO_FILE, EPISODES_FILE) if (output_dir / name).exists()]
-    old_videos = sorted(videos.glob("eval_episode_*.mp4")) if videos.is_dir() else []
+    old_videos = episode_videos((output_dir / "videos").glob("*.mp4"))
     if old_videos:
         found.append(f"videos/ ({len(old_videos)} mp4)")
     if not found:
