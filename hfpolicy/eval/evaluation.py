@@ -18,7 +18,7 @@ from hfpolicy.envs import LockstepVectorEnv
 from hfpolicy.eval.rollouts import EpisodeRecord, StepHook, action_bounds, rollout
 from hfpolicy.eval.videos import VideoRecorder
 from hfpolicy.io.atomic import write_atomically
-from hfpolicy.io.episode_videos import episode_video_path
+from hfpolicy.io.episode_videos import episode_video_path, episode_videos
 from hfpolicy.io.termination import raise_if_terminated
 from hfpolicy.policies.base import Policy
 from hfpolicy.ticker import ticking
@@ -96,7 +96,6 @@ def evaluate(
     records: list[EpisodeRecord] = []
     recorder = VideoRecorder(fps) if any(i < n_videos for i in indices) else None
     bar = _SuccessBar(len(indices), progress, on_episode_end)
-    video_of_episode: dict[int, Path] = {}
     was_training = policy.training
     policy.eval()
     start = time.perf_counter()
@@ -105,7 +104,6 @@ def evaluate(
             for first in range(0, len(indices), env.num_envs):  # mostly end together: the bar's time moves meanwhile
                 batch = indices[first : first + env.num_envs]
                 videos = _videos_of(batch, n_videos, videos_dir)
-                video_of_episode.update({batch[s]: path for s, path in videos.items()})
                 records += rollout(
                     policy,
                     env,
@@ -121,7 +119,7 @@ def evaluate(
     finally:
         bar.bar.close()
         policy.train(was_training)
-    video_paths = [video_of_episode[i] for i in sorted(video_of_episode)]
+    video_paths = episode_videos(recorder.paths) if recorder is not None else []  # by episode index
     return EvalResult(sorted(records, key=lambda e: e.index), eval_s, video_paths, action_space_of(env))
 
 

@@ -4,6 +4,7 @@ the aggregates, one row per episode (failures first) with its video and series, 
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -18,19 +19,10 @@ from hfpolicy.viewer.page import MAX_SERIES_VALUES, rounded, rounded_list
 
 VIDEOS_DIR = "videos"
 HISTOGRAM_BINS = 20
-RECORD_FIELDS = (
-    "index",
-    "seed",
-    "success",
-    "max_reward",
-    "sum_reward",
-    "length",
-    "n_actions_outside_space",
-    "n_clipped_actions",
-    "outside_steps",
-    "chunk_steps",
-)
 STEP_SERIES = ("actions", "states")  # per-step vectors of a record, drawn per dimension
+PER_STEP_FIELDS = ("rewards", *STEP_SERIES)  # drawn as curves, not shown in the episode's row
+# an episode's row: the record's other fields, and what older evaluations called n_actions_outside_space
+RECORD_FIELDS = [f.name for f in fields(EpisodeRecord) if f.name not in PER_STEP_FIELDS] + ["n_clipped_actions"]
 NUMBER_FIELDS = ("index", "max_reward", "sum_reward", "length")  # what the page computes with: each record has them
 
 
