@@ -203,12 +203,11 @@ def wait_for_the_main_process() -> None:
         time.sleep(OTHER_RANK_WAIT_S)
 
 
-def command_line(argv: list[str] | None = None) -> str:
-    """The command line of this process (`argv`, default sys.argv) as one would type it again: `hfpolicy ...`,
-    `python script.py ...` or `accelerate launch script.py ...`."""
-    argv = list(sys.argv if argv is None else argv)
-    args = [shlex.quote(a) for a in argv[1:]]
-    script = argv[0] if argv else "hfpolicy"
+def command_line() -> str:
+    """This process's command line as one would type it again: `hfpolicy ...`, `python script.py ...` or
+    `accelerate launch script.py ...`."""
+    args = [shlex.quote(a) for a in sys.argv[1:]]
+    script = sys.argv[0] if sys.argv else "hfpolicy"
     if os.environ.get("ACCELERATE_MIXED_PRECISION") is not None or int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return shlex.join(["accelerate", "launch", script]) + "".join(f" {a}" for a in args)
     if script.endswith(".py") and Path(script).name != "__main__.py":

@@ -112,9 +112,9 @@ class Mp4Writer:
             self.abort()
 
 
-def encode_video(frames: Iterable[np.ndarray], path: str | Path, fps: float, crf: int = 23) -> Path:
+def encode_video(frames: Iterable[np.ndarray], path: str | Path, fps: float) -> Path:
     """Writes frames (HxWx3 uint8 RGB) to an H.264 mp4 at `path`, atomically."""
-    with Mp4Writer(path, fps, crf=crf) as writer:
+    with Mp4Writer(path, fps) as writer:
         for frame in frames:
             writer.add_frame(frame)
     return Path(path)
