@@ -92,9 +92,8 @@ def _is_accelerate_launcher(pid: int) -> bool:
 
 
 def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> bool:
-    """In a child right after its fork (an `initializer`, a `preexec_fn`): asks the kernel (Linux) for `signum` when
-    the parent dies, however it dies, or sends it now if the parent is already gone; whether the kernel took it.
-    The kernel sends it when the forking *thread* ends: fork from the main thread."""
+    """In a child right after its fork: asks the kernel (Linux) for `signum` when the parent dies (sent now if it is
+    gone); whether the kernel took it. The kernel sends it when the forking *thread* ends: fork from the main thread."""
     requested = False
     if sys.platform.startswith("linux"):
         requested = ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0

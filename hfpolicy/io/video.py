@@ -180,10 +180,8 @@ _INHERITED_CONTAINERS: list = []  # containers a forked process got from its par
 
 @contextlib.contextmanager
 def _container(source: str | VideoFile):
-    """(an open container of `source`, whether it was just opened). A path's stays open for this thread's next read
-    of the same file (same inode, size, mtime): opening parses the whole index. Only decoders without FFmpeg threads
-    stay open, and a forked worker never frees the one it inherits: freeing joins threads the fork did not copy
-    (docs/streaming.md#the-readers-small-costs)."""
+    """(an open container of `source`, whether it was just opened). A path's stays open for this thread's next read of
+    the same file (same inode, size, mtime), if decoded without threads (docs/streaming.md#the-readers-small-costs)."""
     if not isinstance(source, str):
         with av.open(source, mode="r", buffer_size=AV_IO_BUFFER_BYTES) as read_once:
             yield read_once, True

@@ -92,7 +92,7 @@ def dataset_page_data(
     episodes: list[int] | None = None,
     source: str | None = None,
 ) -> dict[str, Any]:
-    """The page data of the dataset at `root` (its `episodes`, default all); `link_video(mp4 path)` gives a video's URL."""
+    """The page data of the dataset at `root` (its `episodes`, default all); `link_video(mp4)` gives a video's URL."""
     root = Path(root)
     dataset = PolicyDataset(repo_id or root.resolve().name, root=root, episodes=episodes, download_videos=False)
     meta = dataset.meta
