@@ -11,7 +11,7 @@ from hfpolicy.runs.hparams import flat_hparams
 from hfpolicy.runs.metrics_log import read_metrics
 from hfpolicy.runs.run_folder import EVAL_DIR, step_folders
 from hfpolicy.viewer.eval_page import EPISODES_FILE, eval_page_data, load_eval_info
-from hfpolicy.viewer.page import VideoLinker, rounded, small_enough_to_embed, write_page
+from hfpolicy.viewer.page import VideoLinker, rounded, should_embed, write_page
 
 EVAL_PAGE_FILE = "view.html"  # each evaluation's page, written beside its videos
 TRAIN_CURVES = ("loss", "lr", "grad_norm")  # metrics.jsonl entries drawn over steps when logged
@@ -75,8 +75,7 @@ def write_run_pages(run_dir: str | Path, page_path: str | Path, embed_videos: bo
     eval_pages = {}
     for step, folder in evaluations:
         eval_page = folder / EVAL_PAGE_FILE
-        embed = small_enough_to_embed(folder) if embed_videos is None else embed_videos
-        data = eval_page_data(folder, VideoLinker(eval_page, embed), title=f"evaluation at step {step}")
-        write_page(eval_page, data)
+        link = VideoLinker(eval_page, should_embed(folder, embed_videos))
+        write_page(eval_page, eval_page_data(folder, link, title=f"evaluation at step {step}"))
         eval_pages[step] = VideoLinker(page_path)(eval_page)  # a relative link, as for a video
     return write_page(page_path, run_page_data(run_dir, eval_pages))
