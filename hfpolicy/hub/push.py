@@ -1,6 +1,7 @@
 """Publishing a training run to the Hub (its policy, latest evaluation with videos and page, curve, config and card), at
 the end of training with `--hub.repo_id` or with `hfpolicy push --run=DIR`; and a dataset folder (`--dataset=DIR`)."""
 
+import contextlib
 import json
 import re
 from pathlib import Path
@@ -139,21 +140,6 @@ def eval_page_for_hub(eval_dir: Path) -> Path:
     return view(eval_dir, embed_videos=True)
 
 
-def hold_finished_run(run_dir: Path) -> RunLock | None:
-    """Takes the run folder's lock for the push: a run still training is refused, naming it. None if no folder."""
-    if not run_dir.is_dir():
-        return None  # push_run says what is wrong with it
-    try:
-        return RunLock(run_dir).acquire()
-    except RunLockedError as e:
-        holder = re.search(r"\((pid [^)]*)\)", str(e))
-        raise PushError(
-            f"--run={run_dir} is still training{f' ({holder.group(1)})' if holder else ''}: its checkpoints are "
-            "still changing; push it once it has stopped, or let the training push itself at its end with "
-            "--hub.repo_id"
-        ) from None
-
-
 def online_episode_count(run_dir: Path) -> int | None:
     """Online episodes in the run's online data (None for an offline run)."""
     meta = run_dir / "online_data" / ONLINE_META_PATH
@@ -221,14 +207,23 @@ def push_command(cfg: PushConfig) -> str:
         raise PushError(
             "--run=DIR or --dataset=DIR is needed: the folder of the training run, or of the dataset, to push"
         )
-    lock = hold_finished_run(Path(cfg.run))
-    try:
-        url = push_run(
-            cfg.run, cfg.repo_id, private=cfg.private, branch=cfg.branch, online_data_repo_id=cfg.online_data_repo_id
-        )
-    finally:
-        if lock is not None:
-            lock.release()
+    run_dir = Path(cfg.run)
+    try:  # the run's lock, held for the push (no folder: push_run says what is wrong)
+        with RunLock(run_dir) if run_dir.is_dir() else contextlib.nullcontext():
+            url = push_run(
+                run_dir,
+                cfg.repo_id,
+                private=cfg.private,
+                branch=cfg.branch,
+                online_data_repo_id=cfg.online_data_repo_id,
+            )
+    except RunLockedError as e:
+        holder = re.search(r"\((pid [^)]*)\)", str(e))
+        raise PushError(
+            f"--run={run_dir} is still training{f' ({holder.group(1)})' if holder else ''}: its checkpoints are "
+            "still changing; push it once it has stopped, or let the training push itself at its end with "
+            "--hub.repo_id"
+        ) from None
     return f"pushed {cfg.run}: {url}"
 
 
