@@ -100,7 +100,7 @@ class EpisodeCollector:
     def before_step(self, env: VectorEnv, observation: Any, action: np.ndarray, running: np.ndarray) -> np.ndarray:
         action = np.array(action, copy=True)
         for slot, episode in enumerate(self._slots):
-            if slot >= len(running) or not running[slot] or episode is None:
+            if not running[slot] or episode is None:
                 continue
             for env_key, key in self.observation_keys.items():
                 episode.frames.setdefault(key, []).append(np.array(observation[env_key][slot], copy=True))
@@ -121,7 +121,7 @@ class EpisodeCollector:
         envs = getattr(env, "envs", None)
         success = np.asarray(info.get(SUCCESS_INFO_KEY, np.zeros(len(running), bool)), dtype=bool)
         for slot, episode in enumerate(self._slots):
-            if slot >= len(running) or not running[slot] or episode is None:
+            if not running[slot] or episode is None:
                 continue
             episode.success = episode.success or bool(success[slot])
             done = bool(terminated[slot] or truncated[slot])
