@@ -19,8 +19,6 @@ TIMESTAMP = "timestamp"
 TASK_INDEX = "task_index"
 TASK = "task"
 
-PAD_SUFFIX = "_is_pad"  # f"{key}{PAD_SUFFIX}" marks time offsets that fell outside the episode
-
 # Files of a policy repository.
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -37,5 +35,5 @@ DEFAULT_EVAL_START_SEED = 100_000
 
 
 def pad_key(key: str) -> str:
-    """The name of the padding mask that goes with a windowed feature."""
-    return f"{key}{PAD_SUFFIX}"
+    """The name of the padding mask of a windowed feature (true where a time offset fell outside the episode)."""
+    return f"{key}_is_pad"

@@ -1,6 +1,5 @@
-"""Progress bars that keep moving through long waits: `with ticking(bar):` redraws `bar` every TICK_S seconds (tqdm
-draws only when the count moves), and `LiveNote(bar)(text)` sets a postfix as often as wanted, drawn at most every
-`bar.mininterval` seconds."""
+"""Progress bars that keep moving through long waits (tqdm draws only when the count moves): `ticking(bar)` redraws it
+every TICK_S seconds; `LiveNote(bar)(text)` sets its postfix as often as wanted, drawn at most every `mininterval`."""
 
 import contextlib
 import threading

@@ -1,7 +1,5 @@
-"""The `hfpolicy` command: one table of subcommands (COMMANDS, each naming its config and function as "module:name",
-imported only when it runs) and one runner for all of them. An error is one line `hfpolicy <cmd>: error: ...`, exit
-status 2 for bad input, 1 for a run that failed on its own; Ctrl-C and SIGTERM stop any command cleanly (130 / 143).
-"""
+"""The `hfpolicy` command: one table of subcommands (COMMANDS, imported only when they run) and one runner. An error is
+one line, exit status 2 for bad input, 1 for a failed run; Ctrl-C and SIGTERM stop any command cleanly (130 / 143)."""
 
 import importlib
 import os
@@ -205,12 +203,11 @@ def wait_for_the_main_process() -> None:
         time.sleep(OTHER_RANK_WAIT_S)
 
 
-def command_line(argv: list[str] | None = None) -> str:
-    """The command line of this process (`argv`, default sys.argv) as one would type it again: `hfpolicy ...`,
-    `python script.py ...` or `accelerate launch script.py ...`."""
-    argv = list(sys.argv if argv is None else argv)
-    args = [shlex.quote(a) for a in argv[1:]]
-    script = argv[0] if argv else "hfpolicy"
+def command_line() -> str:
+    """This process's command line as one would type it again: `hfpolicy ...`, `python script.py ...` or
+    `accelerate launch script.py ...`."""
+    args = [shlex.quote(a) for a in sys.argv[1:]]
+    script = sys.argv[0] if sys.argv else "hfpolicy"
     if os.environ.get("ACCELERATE_MIXED_PRECISION") is not None or int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return shlex.join(["accelerate", "launch", script]) + "".join(f" {a}" for a in args)
     if script.endswith(".py") and Path(script).name != "__main__.py":

@@ -50,17 +50,15 @@ def without_accepted_lerobot_flags(config_class: type, argv: list[str]) -> list[
     return [arg for arg in argv if arg not in accepted or arg.split("=", 1)[0] in known]
 
 
-def describe_flag_error(
-    error: BaseException, prog: str, config_class: type | None = None, argv: list[str] | None = None
-) -> str:
+def describe_flag_error(error: BaseException, prog: str, config_class: type, argv: list[str]) -> str:
     """draccus's error in the command line's words: a config's own check in flags, a value that does not parse as
     `--steps: couldn't parse 'abc' ...`, an unknown flag with the closest known ones (or LeRobot's equivalent)."""
     cause = error.__cause__
-    if isinstance(cause, ConfigFieldError) and config_class is not None:
+    if isinstance(cause, ConfigFieldError):
         prefix = config_prefix(config_class, type(cause.config))
         if prefix is not None:
             return cause.flags(prefix)
-    unknown = unknown_flags(config_class, argv or []) if config_class is not None else []
+    unknown = unknown_flags(config_class, argv)
     lerobot = describe_lerobot_flags(unknown)
     if lerobot:  # LeRobot's habits, whichever way draccus reported them (unknown argument, field of no config)
         return f"unrecognized arguments: {' '.join(unknown)}; {lerobot}; `{prog} --help` lists the flags"
@@ -70,8 +68,8 @@ def describe_flag_error(
         message = f"{error.argument_name}: {error.message}"
     else:
         message = str(error).strip()
-        if config_class is not None and unknown:
-            message = f"unrecognized arguments: {' '.join(unknown)}{did_you_mean(config_class, unknown, argv or [])}"
+        if unknown:
+            message = f"unrecognized arguments: {' '.join(unknown)}{did_you_mean(config_class, unknown, argv)}"
     message = message.splitlines()[0]
     if cause is not None and str(cause) and str(cause) not in message and not message.endswith(", or null"):
         message += f" ({str(cause).splitlines()[0]})"

@@ -1,16 +1,9 @@
-"""Evaluation in batched simulation: lockstep rollouts with exact per-episode metrics, videos, and `hfpolicy eval`.
-
-from hfpolicy.envs import make_env
-from hfpolicy.eval import evaluate
-
-env = make_env("pusht", n_envs=50)                  # serial; parallel=True for one process per env
-result = evaluate(policy, env, n_episodes=50, n_videos=4, videos_dir="outputs/videos")
-result.aggregated["pc_success"], result.save("outputs/eval_info.json")
-"""
+"""Evaluation in batched simulation: lockstep rollouts with exact per-episode metrics, videos, and `hfpolicy eval`;
+`evaluate(policy, make_env("pusht", n_envs=50), n_episodes=50).aggregated["pc_success"]` (README.md)."""
 
 import importlib
 
-# name -> the module that defines it, imported on first use (reading the configs does not import torch)
+# name -> its module, imported on first use (reading the configs does not import torch)
 _EXPORTS = {
     "EvalConfig": "config",
     "TrainEvalConfig": "config",

@@ -1,11 +1,5 @@
-"""`hfpolicy eval`: evaluate a saved policy (local directory or Hub repo id) in batched simulation.
-
-    hfpolicy eval --policy.path=user/pusht-diffusion --env.type=pusht --eval.n_episodes=50 --output_dir=outputs/eval/x
-
-Writes each episode's record to `<output_dir>/episodes.jsonl` as it ends, then eval_info.json (atomically) and
-videos/*.mp4, holding `--output_dir` (the run lock) meanwhile; a folder holding another evaluation is refused unless
-`--overwrite=true`, which removes that one whole first (docs/evaluation.md).
-"""
+"""`hfpolicy eval`: evaluate a saved policy (local directory or Hub repo id) in batched simulation, into the held
+--output_dir: episodes.jsonl as episodes end, then eval_info.json and videos/ (docs/evaluation.md)."""
 
 import json
 import os
@@ -29,6 +23,7 @@ from hfpolicy.eval.rollouts import EpisodeRecord
 from hfpolicy.eval.videos import VideoWriteError
 from hfpolicy.field_errors import ConfigFieldError
 from hfpolicy.io.atomic import is_temporary
+from hfpolicy.io.episode_videos import episode_videos
 from hfpolicy.io.paths import check_apart
 from hfpolicy.io.run_lock import RunLock
 from hfpolicy.policies.base import Policy
@@ -73,14 +68,11 @@ def evaluate_and_save(config: EvalPipelineConfig, policy: Policy, env_config: En
     """Evaluates into `output_dir`, holding its run lock throughout."""
     output_dir = Path(config.output_dir or default_output_dir(env_config))
     check_writable(output_dir)
-    lock = RunLock(output_dir).acquire()
-    try:
+    with RunLock(output_dir):
         claim_eval_folder(output_dir, config.overwrite)
         if config.eval.n_videos > 0:
             check_writable(output_dir / "videos", f"the videos folder {output_dir / 'videos'}")  # before episode 1
         return _evaluate_into(config, policy, env_config, output_dir)
-    finally:
-        lock.release()
 
 
 def claim_eval_folder(output_dir: Path, overwrite: bool) -> None:
@@ -88,9 +80,8 @@ def claim_eval_folder(output_dir: Path, overwrite: bool) -> None:
     for stale in output_dir.glob(".*"):
         if stale.is_file() and is_temporary(stale.name):
             stale.unlink(missing_ok=True)
-    videos = output_dir / "videos"
     found = [name for name in (EVAL_INFO_FILE, EPISODES_FILE) if (output_dir / name).exists()]
-    old_videos = sorted(videos.glob("eval_episode_*.mp4")) if videos.is_dir() else []
+    old_videos = episode_videos((output_dir / "videos").glob("*.mp4"))
     if old_videos:
         found.append(f"videos/ ({len(old_videos)} mp4)")
     if not found:
@@ -107,8 +98,7 @@ def claim_eval_folder(output_dir: Path, overwrite: bool) -> None:
 def _evaluate_into(config: EvalPipelineConfig, policy: Policy, env_config: EnvConfig, output_dir: Path) -> EvalResult:
     batch_size = min(config.eval.batch_size, config.eval.n_episodes)
     env = env_config.make(batch_size, parallel=config.eval.parallel)
-    records_path = output_dir / EPISODES_FILE
-    records_file = open(records_path, "a")  # noqa: SIM115 (closed in the finally below)
+    records_file = open(output_dir / EPISODES_FILE, "a")  # noqa: SIM115 (closed in the finally below)
 
     def save_record(record: EpisodeRecord) -> None:
         records_file.write(json.dumps(record.to_dict()) + "\n")

@@ -1,8 +1,6 @@
-"""Rollout episodes as dataset frames (frame t: the observation before step t, its action, and the reward, success and
-done it produced), written as a LeRobot v3.0 dataset. With a `labeller` (an expert with `reset(env)` and
-`label(env, last_target)`: DAgger) the stored action is the expert's label, and the expert drives a seeded
-`expert_drive_prob` of the steps; labels read the simulator, so they need a serial vector env.
-"""
+"""Rollout episodes as LeRobot v3.0 dataset frames (frame t: the observation before step t, its action, and what the
+step gave). With a `labeller` (DAgger: an expert with `reset(env)`, `label(env, last_target)`) the stored action is the
+expert's label, and the expert drives a seeded `expert_drive_prob` of the steps (a serial vector env only)."""
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -102,7 +100,7 @@ class EpisodeCollector:
     def before_step(self, env: VectorEnv, observation: Any, action: np.ndarray, running: np.ndarray) -> np.ndarray:
         action = np.array(action, copy=True)
         for slot, episode in enumerate(self._slots):
-            if slot >= len(running) or not running[slot] or episode is None:
+            if not running[slot] or episode is None:
                 continue
             for env_key, key in self.observation_keys.items():
                 episode.frames.setdefault(key, []).append(np.array(observation[env_key][slot], copy=True))
@@ -123,7 +121,7 @@ class EpisodeCollector:
         envs = getattr(env, "envs", None)
         success = np.asarray(info.get(SUCCESS_INFO_KEY, np.zeros(len(running), bool)), dtype=bool)
         for slot, episode in enumerate(self._slots):
-            if slot >= len(running) or not running[slot] or episode is None:
+            if not running[slot] or episode is None:
                 continue
             episode.success = episode.success or bool(success[slot])
             done = bool(terminated[slot] or truncated[slot])

@@ -18,7 +18,7 @@ from hfpolicy.envs import LockstepVectorEnv
 from hfpolicy.eval.rollouts import EpisodeRecord, StepHook, action_bounds, rollout
 from hfpolicy.eval.videos import VideoRecorder
 from hfpolicy.io.atomic import write_atomically
-from hfpolicy.io.episode_videos import episode_video_path
+from hfpolicy.io.episode_videos import episode_video_path, episode_videos
 from hfpolicy.io.termination import raise_if_terminated
 from hfpolicy.policies.base import Policy
 from hfpolicy.ticker import ticking
@@ -86,9 +86,8 @@ def evaluate(
     step_hook: StepHook | None = None,
 ) -> EvalResult:
     """Runs episodes 0..n_episodes-1 (or exactly `episode_indices`), episode i seeded `start_seed + i`, in batches of
-    `env.num_envs` (each result depends on its seed alone), the policy in eval mode. Episodes below `n_videos` are
-    filmed to `videos_dir/eval_episode_<i>.mp4` at `fps` (default: the env's render_fps). `on_episode_end(record)` is
-    called as episodes end; `step_hook` sees every step (see `rollout`)."""
+    `env.num_envs`, the policy in eval mode; episodes below `n_videos` are filmed into `videos_dir` at `fps` (default:
+    the env's render_fps). `on_episode_end(record)` is called as episodes end; `step_hook` sees every step."""
     indices = _episode_indices(n_episodes, episode_indices)
     if n_videos > 0 and videos_dir is None:
         raise ValueError("n_videos > 0 needs a videos_dir to write the mp4 files to")
@@ -97,7 +96,6 @@ def evaluate(
     records: list[EpisodeRecord] = []
     recorder = VideoRecorder(fps) if any(i < n_videos for i in indices) else None
     bar = _SuccessBar(len(indices), progress, on_episode_end)
-    video_of_episode: dict[int, Path] = {}
     was_training = policy.training
     policy.eval()
     start = time.perf_counter()
@@ -106,7 +104,6 @@ def evaluate(
             for first in range(0, len(indices), env.num_envs):  # mostly end together: the bar's time moves meanwhile
                 batch = indices[first : first + env.num_envs]
                 videos = _videos_of(batch, n_videos, videos_dir)
-                video_of_episode.update({batch[s]: path for s, path in videos.items()})
                 records += rollout(
                     policy,
                     env,
@@ -122,7 +119,7 @@ def evaluate(
     finally:
         bar.bar.close()
         policy.train(was_training)
-    video_paths = [video_of_episode[i] for i in sorted(video_of_episode)]
+    video_paths = episode_videos(recorder.paths) if recorder is not None else []  # by episode index
     return EvalResult(sorted(records, key=lambda e: e.index), eval_s, video_paths, action_space_of(env))
 
 

@@ -1,9 +1,5 @@
-"""One batch of episodes stepped in lockstep: the rollout loop and the per-episode record it produces.
-
-The env gets each action exactly as the policy gave it, as in LeRobot's evaluation: a non-finite action raises
-`InvalidActionError`, and one outside the env's declared Box is applied unchanged and counted (the env applies its
-own limits: docs/robustness.md#evaluation-acts-as-lerobots).
-"""
+"""One batch of episodes stepped in lockstep, and each episode's record. Actions reach the env as the policy gave them:
+non-finite ones raise, ones outside the Box are applied and counted (docs/robustness.md#evaluation-acts-as-lerobots)."""
 
 import itertools
 import math
@@ -81,10 +77,9 @@ class RandomActions:
         self.low = torch.as_tensor(space.low, dtype=torch.float32)
         self.high = torch.as_tensor(space.high, dtype=torch.float32)
         self._generators: list[torch.Generator] = []
+        self.chunks_predicted = 0  # (as a Policy counts them: random actions predict none)
 
-    def reset(self, seeds: Sequence[int] | None = None) -> None:
-        if seeds is None:
-            raise ValueError("random actions are drawn per episode: pass reset(seeds=...)")
+    def reset(self, seeds: Sequence[int]) -> None:
         self._generators = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
 
     def select_action(self, observation: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -105,14 +100,10 @@ def rollout(
     on_episode_end: Callable[[int, EpisodeRecord], None] | None = None,
     step_hook: StepHook | None = None,
 ) -> list[EpisodeRecord]:
-    """Runs one episode per seed (slot i plays `seeds[i]`; extra envs are parked), the envs in lockstep, with one
-    batched `policy.select_action` per step, until every episode has ended or after `max_steps` (default: the env's
-    time limit). An episode ends at its first terminated or truncated step, and its env is parked there. The policy is
-    reset with the seeds, so every record is a function of its seed alone.
-
-    `on_frame(slot, frame)` gets the `render_slots`' frames (the reset's, then each step's while running: a video has
-    `length + 1` frames); `on_episode_end(slot, record)` is called as episodes end; `step_hook` sees every step.
-    """
+    """Runs one episode per seed (slot i plays `seeds[i]`; extra envs are parked) in lockstep, one batched
+    `select_action` per step, for at most `max_steps` (default: the env's time limit). An episode ends at its first
+    terminated or truncated step, its env parked there; the policy is reset with the seeds, so each record depends on
+    its seed alone. `on_frame(slot, frame)` gets the `render_slots`' frames (the reset's, then each running step's)."""
     n_envs, n_episodes = env.num_envs, len(seeds)
     if not 1 <= n_episodes <= n_envs:
         raise ValueError(f"rollout needs between 1 and {n_envs} (the number of envs) seeds, got {n_episodes}")
@@ -179,9 +170,9 @@ def rollout(
     with torch.inference_mode():
         for _ in range(max_steps):
             states = state_of(observation, n_envs)
-            chunks_before = chunks_predicted(policy)
+            chunks_before = policy.chunks_predicted
             action = policy.select_action(observations_to_batch(observation, device, input_keys)).cpu().numpy()
-            new_chunk = chunks_predicted(policy) != chunks_before
+            new_chunk = policy.chunks_predicted != chunks_before
             finite = np.isfinite(action).reshape(n_envs, -1).all(axis=1)
             if not finite[running].all():
                 bad = int(np.flatnonzero(running & ~finite)[0])
@@ -232,11 +223,6 @@ def rollout(
     for slot in np.flatnonzero(running):  # reached max_steps without ending
         end_episode(int(slot))
     return records
-
-
-def chunks_predicted(actor: Policy | RandomActions) -> int:
-    """The chunks a policy has predicted so far (`Policy.chunks_predicted`); random actions predict none."""
-    return 0 if isinstance(actor, RandomActions) else actor.chunks_predicted
 
 
 def state_of(observation: Any, n_envs: int) -> list[list[float]] | None:

@@ -12,9 +12,8 @@ _STOP = object()
 
 
 class VideoRecorder:
-    """Streams frames into mp4 files (Mp4Writer) from a background thread: `add_frame(path, frame)`, `finish(path)`;
-    `close()` waits for the encoder and raises its error; unfinished videos are discarded. At most
-    `max_queued_frames` frames wait (then `add_frame` blocks)."""
+    """Streams frames into mp4 files from a background thread (`add_frame` blocks while `max_queued_frames` wait);
+    `close()` waits for the encoder and raises its error; unfinished videos are discarded."""
 
     def __init__(self, fps: float, max_queued_frames: int = 512):
         self.fps = fps

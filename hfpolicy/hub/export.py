@@ -1,6 +1,5 @@
-"""`hfpolicy export`: write a saved policy in another library's checkpoint layout (`--format=lerobot`: what LeRobot
-0.6's `save_pretrained` writes for a policy and its processors, plus a model card), staged and renamed into place;
-an existing directory is never overwritten (docs/lerobot.md)."""
+"""`hfpolicy export`: a saved policy in another library's checkpoint layout (`--format=lerobot`: LeRobot 0.6's, with a
+model card), staged and renamed into a new directory (docs/lerobot.md)."""
 
 from dataclasses import dataclass, field
 from pathlib import Path

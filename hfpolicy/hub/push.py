@@ -1,7 +1,7 @@
-"""Publishing a training run to the Hub (at the end of training with `--hub.repo_id`, or `hfpolicy push --run=DIR`):
-the last checkpoint's policy, its latest evaluation with videos and page, the training curve, train_config.json and a
-card; and a dataset folder (`hfpolicy push --dataset=DIR --repo_id=user/name`)."""
+"""Publishing a training run to the Hub (its policy, latest evaluation with videos and page, curve, config and card), at
+the end of training with `--hub.repo_id` or with `hfpolicy push --run=DIR`; and a dataset folder (`--dataset=DIR`)."""
 
+import contextlib
 import json
 import re
 from pathlib import Path
@@ -33,7 +33,7 @@ class PushError(RuntimeError):
     """The run cannot be pushed (no token, no write access, no network, nothing to push)."""
 
 
-def check_push_access(repo_id: str, token: str | None = None, flag: str = "--hub.repo_id") -> None:
+def check_push_access(repo_id: str, flag: str = "--hub.repo_id") -> None:
     """PushError unless a Hub token is set, valid, can write, and its user (or an organization of it) owns `repo_id`'s
     namespace; run before training, so a bad token is found in seconds. `flag` names the repo in errors."""
     flag = f"{flag}={repo_id}"
@@ -42,7 +42,7 @@ def check_push_access(repo_id: str, token: str | None = None, flag: str = "--hub
     except HFValidationError as e:
         raise PushError(f"{flag} is not a valid Hub repo id ({e})") from None
     try:
-        info = HfApi(token=token).whoami()
+        info = HfApi().whoami()
     except LocalTokenNotFoundError:
         raise PushError(
             f"{flag} needs a Hub token with write access and none is set: log in (`hf auth login`) or set HF_TOKEN; "
@@ -72,15 +72,13 @@ def push_run(
     policy=None,
     private: bool | None = None,
     branch: str | None = None,
-    token: str | None = None,
     train_command: str | None = None,
     up_to_step: int | None = None,
     check_access: bool = True,
     online_data_repo_id: str | None = None,
 ) -> str:
     """Pushes a run folder; returns the commit URL. `policy` (default: the last checkpoint's) lets a live training push
-    its EMA weights; `up_to_step` ignores later evaluations; `online_data_repo_id` also publishes online_data/ as a
-    dataset repo. Hub and network failures raise PushError naming the cause and the way to retry."""
+    its EMA weights; `up_to_step` ignores later evaluations. Hub and network failures raise PushError."""
     run_dir = Path(run_dir)
     run = RunFolder(run_dir)
     if not run.config_file.is_file():
@@ -91,7 +89,7 @@ def push_run(
     if not repo_id:
         raise PushError(f"the run in {run_dir} was trained without --hub.repo_id: pass --repo_id=user/name")
     if check_access:
-        check_push_access(repo_id, token, flag="--repo_id")
+        check_push_access(repo_id, flag="--repo_id")
     if policy is None:
         checkpoint = run.latest_checkpoint()
         if checkpoint is None:
@@ -105,7 +103,7 @@ def push_run(
     try:
         if online_data_repo_id:
             push_online_data(run_dir, online_data_repo_id, private=bool(private))
-        return policy.push_to_hub(repo_id, artifacts=artifacts, private=private, branch=branch, token=token)
+        return policy.push_to_hub(repo_id, artifacts=artifacts, private=private, branch=branch)
     except Exception as e:
         cause = describe_push_error(e, repo_id)
         if cause is None:
@@ -140,21 +138,6 @@ def run_artifacts(run: RunFolder, train_config: dict, up_to_step: int | None, tr
 def eval_page_for_hub(eval_dir: Path) -> Path:
     """The evaluation's page with its videos inside (one file that works once downloaded): eval_dir/view.html."""
     return view(eval_dir, embed_videos=True)
-
-
-def hold_finished_run(run_dir: Path) -> RunLock | None:
-    """Takes the run folder's lock for the push: a run still training is refused, naming it. None if no folder."""
-    if not run_dir.is_dir():
-        return None  # push_run says what is wrong with it
-    try:
-        return RunLock(run_dir).acquire()
-    except RunLockedError as e:
-        holder = re.search(r"\((pid [^)]*)\)", str(e))
-        raise PushError(
-            f"--run={run_dir} is still training{f' ({holder.group(1)})' if holder else ''}: its checkpoints are "
-            "still changing; push it once it has stopped, or let the training push itself at its end with "
-            "--hub.repo_id"
-        ) from None
 
 
 def online_episode_count(run_dir: Path) -> int | None:
@@ -224,14 +207,23 @@ def push_command(cfg: PushConfig) -> str:
         raise PushError(
             "--run=DIR or --dataset=DIR is needed: the folder of the training run, or of the dataset, to push"
         )
-    lock = hold_finished_run(Path(cfg.run))
-    try:
-        url = push_run(
-            cfg.run, cfg.repo_id, private=cfg.private, branch=cfg.branch, online_data_repo_id=cfg.online_data_repo_id
-        )
-    finally:
-        if lock is not None:
-            lock.release()
+    run_dir = Path(cfg.run)
+    try:  # the run's lock, held for the push (no folder: push_run says what is wrong)
+        with RunLock(run_dir) if run_dir.is_dir() else contextlib.nullcontext():
+            url = push_run(
+                run_dir,
+                cfg.repo_id,
+                private=cfg.private,
+                branch=cfg.branch,
+                online_data_repo_id=cfg.online_data_repo_id,
+            )
+    except RunLockedError as e:
+        holder = re.search(r"\((pid [^)]*)\)", str(e))
+        raise PushError(
+            f"--run={run_dir} is still training{f' ({holder.group(1)})' if holder else ''}: its checkpoints are "
+            "still changing; push it once it has stopped, or let the training push itself at its end with "
+            "--hub.repo_id"
+        ) from None
     return f"pushed {cfg.run}: {url}"
 
 

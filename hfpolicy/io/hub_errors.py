@@ -46,7 +46,7 @@ def describe_hub_error(error: BaseException, repo_id: str, filename: str, revisi
                 )
             if status in (401, 403):
                 return f"the Hub refused access to {repo_id!r} ({status}): log in (`hf auth login`) or pass a token"
-        if isinstance(e, EntryNotFoundError) and isinstance(e, HfHubHTTPError):
+        if is_missing_file(e):
             return f"the Hub repo {repo_id!r}{at} has no {filename}"
     network = next((e for e in chain if _is_network_error(e)), None)
     if network is not None:

@@ -1,7 +1,5 @@
-"""Two fences for paths: `contained_path(root, relative, what)`, how every reader opens a file that a file names (it
-must resolve inside `root`, so a crafted folder cannot make hfpolicy read, embed or publish a file from elsewhere), and
-`check_apart(output, source, ...)`, how every writer refuses an output that would write into, or replace, its source.
-"""
+"""Two fences for paths: `contained_path`, how every reader opens a file that a file names (inside its folder only),
+and `check_apart`, how every writer refuses an output that would write into, or replace, its source."""
 
 import os
 from pathlib import Path, PurePath

@@ -1,8 +1,5 @@
-"""An exclusive lock on a run folder for the lifetime of a run, so two runs never write into one folder.
-
-The lock is `filelock`'s OS lock on `<folder>/.hfpolicy.lock`: the OS releases it when its process exits, however it
-exits, so a stale lock never blocks a resume. `.hfpolicy.lock.holder` records the holder for the error message only.
-"""
+"""An exclusive lock on a run folder while its run lives: an OS lock on `.hfpolicy.lock` (released however the process
+exits, so a stale lock never blocks a resume); `.hfpolicy.lock.holder` names the holder for the error message."""
 
 import json
 import os

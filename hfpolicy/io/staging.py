@@ -1,6 +1,5 @@
-"""Folders that appear whole or not at all: built in a hidden staging folder beside their destination, then renamed.
-A staging folder is held with the run lock while its writer lives, so the next writer removes the staging of dead
-processes only."""
+"""Folders that appear whole or not at all: built in a hidden staging folder beside their destination, then renamed;
+held with the run lock while its writer lives, so the next writer removes only the staging of dead processes."""
 
 import glob
 import os

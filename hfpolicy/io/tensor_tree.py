@@ -1,6 +1,5 @@
-"""Nested training state (optimizer, scheduler and RNG states, EMA) as safetensors + JSON, never pickle:
-`save_tree(obj, folder, name)` writes `<name>.safetensors` and `<name>.json`, `load_tree(folder, name)` reads them.
-Anything but dicts (str or int keys), lists, tuples, tensors, numpy arrays and JSON scalars is refused when saving."""
+"""Nested training state as `<name>.safetensors` + `<name>.json`, never pickle: dicts (str or int keys), lists, tuples,
+tensors, numpy arrays and JSON scalars; anything else is refused when saving."""
 
 import json
 import math

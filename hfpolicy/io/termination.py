@@ -1,9 +1,5 @@
-"""Ctrl-C (SIGINT) and SIGTERM as an exception (`Terminated`, exit status 130 / 143) in every `hfpolicy` command, so
-that a stop runs the commands' clean-up; and helper processes that end with their parent.
-
-A stop raised where Python ignores exceptions (a finalizer, a cffi callback) is delivered again and noted for
-`raise_if_terminated`, never lost (docs/robustness.md#ctrl-c-is-never-swallowed).
-"""
+"""Ctrl-C and SIGTERM as an exception (`Terminated`, exit status 130 / 143) that runs the commands' clean-up, never lost
+where Python ignores exceptions (docs/robustness.md#ctrl-c-is-never-swallowed); helpers that die with their parent."""
 
 import contextlib
 import ctypes
@@ -96,9 +92,8 @@ def _is_accelerate_launcher(pid: int) -> bool:
 
 
 def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> bool:
-    """In a child right after its fork (an `initializer`, a `preexec_fn`): asks the kernel (Linux) for `signum` when
-    the parent dies, however it dies, or sends it now if the parent is already gone; whether the kernel took it.
-    The kernel sends it when the forking *thread* ends: fork from the main thread."""
+    """In a child right after its fork: asks the kernel (Linux) for `signum` when the parent dies (sent now if it is
+    gone); whether the kernel took it. The kernel sends it when the forking *thread* ends: fork from the main thread."""
     requested = False
     if sys.platform.startswith("linux"):
         requested = ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0

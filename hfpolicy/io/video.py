@@ -112,9 +112,9 @@ class Mp4Writer:
             self.abort()
 
 
-def encode_video(frames: Iterable[np.ndarray], path: str | Path, fps: float, crf: int = 23) -> Path:
+def encode_video(frames: Iterable[np.ndarray], path: str | Path, fps: float) -> Path:
     """Writes frames (HxWx3 uint8 RGB) to an H.264 mp4 at `path`, atomically."""
-    with Mp4Writer(path, fps, crf=crf) as writer:
+    with Mp4Writer(path, fps) as writer:
         for frame in frames:
             writer.add_frame(frame)
     return Path(path)
@@ -180,10 +180,8 @@ _INHERITED_CONTAINERS: list = []  # containers a forked process got from its par
 
 @contextlib.contextmanager
 def _container(source: str | VideoFile):
-    """(an open container of `source`, whether it was just opened). A path's stays open for this thread's next read
-    of the same file (same inode, size, mtime): opening parses the whole index. Only decoders without FFmpeg threads
-    stay open, and a forked worker never frees the one it inherits: freeing joins threads the fork did not copy
-    (docs/streaming.md#the-readers-small-costs)."""
+    """(an open container of `source`, whether it was just opened). A path's stays open for this thread's next read of
+    the same file (same inode, size, mtime), if decoded without threads (docs/streaming.md#the-readers-small-costs)."""
     if not isinstance(source, str):
         with av.open(source, mode="r", buffer_size=AV_IO_BUFFER_BYTES) as read_once:
             yield read_once, True
@@ -214,13 +212,6 @@ def _container(source: str | VideoFile):
             close_open_videos()
 
 
-def forget_open_video(source) -> None:
-    """Stops keeping `source`'s container (closed when the caller's `with` ends)."""
-    cached = _open_video
-    if isinstance(source, str) and cached.key is not None and cached.key[0] == source and cached.pid == os.getpid():
-        cached.key = None
-
-
 def close_open_videos() -> None:
     """Closes the video file this thread keeps open."""
     cached = _open_video
@@ -242,7 +233,8 @@ def decode_frames(path: str | Path | VideoFile, start_s: float = 0.0, end_s: flo
         if fresh:  # before the decoder opens
             if large:
                 stream.thread_type = "AUTO"
-                forget_open_video(source)  # a decoder with threads is not kept open (see _container)
+                if isinstance(source, str):  # a decoder with threads is not kept open: closed as the `with` ends
+                    _open_video.key = None
             else:
                 stream.codec_context.thread_count = 1  # no FFmpeg threads: one kept open survives a fork
         time_base = Fraction(stream.time_base)

@@ -1,15 +1,5 @@
-"""The run folder: the one place that knows its layout, and the lock its run holds.
-
-<output_dir>/
-    .hfpolicy.lock(.holder)        held by the run's main process (hfpolicy.io.run_lock), and who holds it
-    train_config.json              the run's configuration (as it is now: a resume may change some flags)
-    resume_history.json            each resume: the step it continued from and the flags it changed
-    metrics.jsonl                  log entries and evaluation summaries (hfpolicy.runs.metrics_log)
-    training_curve.png             drawn for the model card (hfpolicy.runs.curve)
-    checkpoints/step_<n>/          pretrained_model/ + training_state/ (hfpolicy.training.checkpoints)
-    checkpoints/last -> step_<n>
-    eval/step_<n>/                 eval_info.json and videos of the evaluation after step n
-"""
+"""The run folder (docs/training.md#the-run-folder): the one place that knows its layout (train_config.json,
+resume_history.json, metrics.jsonl, training_curve.png, checkpoints/step_<n>/ and last, eval/step_<n>/); its lock."""
 
 import os
 import shutil
@@ -37,7 +27,7 @@ def checkpoint_name(step: int) -> str:
     return f"{_PREFIX}{step:06d}"
 
 
-def _steps_in(folder: Path) -> list[tuple[int, Path]]:
+def step_folders(folder: Path) -> list[tuple[int, Path]]:
     """(step, path) of the `step_<n>` folders (not links) in `folder`, oldest first."""
     if not folder.is_dir():
         return []
@@ -72,7 +62,7 @@ class RunFolder:
 
     def checkpoints(self) -> list[Path]:
         """Complete checkpoints, oldest first."""
-        return [path for _, path in _steps_in(self.checkpoints_dir)]
+        return [path for _, path in step_folders(self.checkpoints_dir)]
 
     def latest_checkpoint(self) -> Path | None:
         checkpoints = self.checkpoints()
@@ -82,7 +72,7 @@ class RunFolder:
         """The latest `eval/step_<n>` holding an eval_info.json (at or before `up_to_step`)."""
         found = [
             path
-            for step, path in _steps_in(self.root / EVAL_DIR)
+            for step, path in step_folders(self.root / EVAL_DIR)
             if (path / EVAL_INFO_FILE).is_file() and (up_to_step is None or step <= up_to_step)
         ]
         return found[-1] if found else None
@@ -167,7 +157,7 @@ class RunFolder:
     def forget_after(self, step: int) -> None:
         """Drops what a stopped run logged and evaluated after `step`, the checkpoint it continues from."""
         truncate_metrics(self.metrics_file, after_step=step)
-        for evaluated_step, folder in _steps_in(self.root / EVAL_DIR):
+        for evaluated_step, folder in step_folders(self.root / EVAL_DIR):
             if evaluated_step > step:
                 shutil.rmtree(folder)
 

@@ -1,6 +1,5 @@
-"""The viewer: one self-contained HTML page (`hfpolicy view PATH`) for a dataset, an evaluation or a training run,
-opened in any browser, offline. Each page kind's module computes the page's data (`*_page_data`, JSON-ready dicts);
-`page.write_page` puts it, the vendored uPlot library and the page script into one file."""
+"""The viewer: one self-contained, offline HTML page (`hfpolicy view PATH`) for a dataset, an evaluation or a run;
+each kind's module computes its data (`*_page_data`), `page.write_page` writes it with the page script inline."""
 
 from hfpolicy.viewer.dataset_page import dataset_page_data
 from hfpolicy.viewer.eval_page import eval_page_data

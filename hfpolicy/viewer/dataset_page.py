@@ -87,14 +87,12 @@ def episode_record(meta: DatasetMeta, episode: int, batch: dict[str, Any], file_
 def dataset_page_data(
     root: str | Path,
     link_video: Callable[[Path], str],
-    title: str | None = None,
     repo_id: str | None = None,
     *,
     episodes: list[int] | None = None,
     source: str | None = None,
 ) -> dict[str, Any]:
-    """The page data of the dataset at `root` (of its `episodes`, default all); `link_video(mp4 path)` gives the
-    page's video URL; `source` says where the dataset is (default: `root`)."""
+    """The page data of the dataset at `root` (its `episodes`, default all); `link_video(mp4)` gives a video's URL."""
     root = Path(root)
     dataset = PolicyDataset(repo_id or root.resolve().name, root=root, episodes=episodes, download_videos=False)
     meta = dataset.meta
@@ -118,7 +116,7 @@ def dataset_page_data(
         )
     return {
         "kind": "dataset",
-        "title": title or f"dataset: {meta.repo_id}",
+        "title": f"dataset: {meta.repo_id}",
         "source": source or str(root),
         "repo_id": meta.repo_id,
         "fps": meta.fps,

@@ -1,11 +1,10 @@
-"""What an evaluation's page holds, from the folder `hfpolicy eval` writes (eval_info.json, or episodes.jsonl alone
-after an interruption, and videos/): what was evaluated, the aggregates, one row per episode (failures first) with
-its video, reward curve and per-dimension actions and states, and the histogram of max rewards (docs/evaluation.md).
-"""
+"""What an evaluation's page holds (from eval_info.json, or episodes.jsonl alone after an interruption, and videos/):
+the aggregates, one row per episode (failures first) with its video and series, the max-reward histogram."""
 
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +19,10 @@ from hfpolicy.viewer.page import MAX_SERIES_VALUES, rounded, rounded_list
 
 VIDEOS_DIR = "videos"
 HISTOGRAM_BINS = 20
-RECORD_FIELDS = (
-    "index",
-    "seed",
-    "success",
-    "max_reward",
-    "sum_reward",
-    "length",
-    "n_actions_outside_space",
-    "n_clipped_actions",
-    "outside_steps",
-    "chunk_steps",
-)
 STEP_SERIES = ("actions", "states")  # per-step vectors of a record, drawn per dimension
+PER_STEP_FIELDS = ("rewards", *STEP_SERIES)  # drawn as curves, not shown in the episode's row
+# an episode's row: the record's other fields, and what older evaluations called n_actions_outside_space
+RECORD_FIELDS = [f.name for f in fields(EpisodeRecord) if f.name not in PER_STEP_FIELDS] + ["n_clipped_actions"]
 NUMBER_FIELDS = ("index", "max_reward", "sum_reward", "length")  # what the page computes with: each record has them
 
 

@@ -82,8 +82,10 @@ class VideoLinker:
         return Path(relative).as_posix()
 
 
-def small_enough_to_embed(folder: Path) -> bool:
-    """Whether the mp4s under `folder` total less than EMBED_AUTO_MAX_BYTES."""
+def should_embed(folder: Path, choice: bool | None) -> bool:
+    """`choice`, or for None (--embed_videos=auto) whether the mp4s under `folder` total under EMBED_AUTO_MAX_BYTES."""
+    if choice is not None:
+        return choice
     return sum(video.stat().st_size for video in Path(folder).rglob("*.mp4")) < EMBED_AUTO_MAX_BYTES
 
 

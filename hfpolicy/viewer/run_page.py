@@ -5,26 +5,25 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hfpolicy.constants import METRICS_FILE, TRAIN_CONFIG_FILE
+from hfpolicy.constants import EVAL_INFO_FILE, METRICS_FILE, TRAIN_CONFIG_FILE
 from hfpolicy.io.paths import check_apart, contained_path
 from hfpolicy.runs.hparams import flat_hparams
 from hfpolicy.runs.metrics_log import read_metrics
-from hfpolicy.viewer.eval_page import eval_page_data, load_eval_info
-from hfpolicy.viewer.page import VideoLinker, rounded, small_enough_to_embed, write_page
+from hfpolicy.runs.run_folder import EVAL_DIR, step_folders
+from hfpolicy.viewer.eval_page import EPISODES_FILE, eval_page_data, load_eval_info
+from hfpolicy.viewer.page import VideoLinker, rounded, should_embed, write_page
 
-EVAL_DIR = "eval"  # a run's evaluations: eval/step_<N>/ (eval_info.json, videos/)
 EVAL_PAGE_FILE = "view.html"  # each evaluation's page, written beside its videos
 TRAIN_CURVES = ("loss", "lr", "grad_norm")  # metrics.jsonl entries drawn over steps when logged
 
 
 def run_evaluations(run_dir: Path) -> list[tuple[int, Path]]:
     """(step, folder) of the run's evaluations that wrote records, by step, each inside the run folder."""
-    found = []
-    for folder in (run_dir / EVAL_DIR).glob("step_*"):
-        step = folder.name.removeprefix("step_")
-        if step.isdigit() and any((folder / name).is_file() for name in ("eval_info.json", "episodes.jsonl")):
-            found.append((int(step), contained_path(run_dir, folder.relative_to(run_dir), "the run's evaluation")))
-    return sorted(found)
+    return [
+        (step, contained_path(run_dir, folder.relative_to(run_dir), "the run's evaluation"))
+        for step, folder in step_folders(run_dir / EVAL_DIR)
+        if (folder / EVAL_INFO_FILE).is_file() or (folder / EPISODES_FILE).is_file()
+    ]
 
 
 def curve(entries: list[dict[str, Any]], key: str) -> list[list[float | None]]:
@@ -76,8 +75,7 @@ def write_run_pages(run_dir: str | Path, page_path: str | Path, embed_videos: bo
     eval_pages = {}
     for step, folder in evaluations:
         eval_page = folder / EVAL_PAGE_FILE
-        embed = small_enough_to_embed(folder) if embed_videos is None else embed_videos
-        data = eval_page_data(folder, VideoLinker(eval_page, embed), title=f"evaluation at step {step}")
-        write_page(eval_page, data)
+        link = VideoLinker(eval_page, should_embed(folder, embed_videos))
+        write_page(eval_page, eval_page_data(folder, link, title=f"evaluation at step {step}"))
         eval_pages[step] = VideoLinker(page_path)(eval_page)  # a relative link, as for a video
     return write_page(page_path, run_page_data(run_dir, eval_pages))

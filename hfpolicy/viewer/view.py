@@ -1,6 +1,5 @@
-"""`hfpolicy view PATH [--output=report.html]`: the page of a dataset (local or a Hub repo id), an evaluation or a
-training run, chosen by what the folder holds, written as one HTML file (default PATH/view.html); prints its path.
-Videos go inside the page when small (--embed_videos=auto: under 10 MB), else are linked (docs/evaluation.md)."""
+"""`hfpolicy view PATH`: the one-file HTML page of a dataset (local or a Hub repo id), an evaluation or a training run,
+chosen by what the folder holds; videos inside the page when small, else linked (docs/evaluation.md)."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from hfpolicy.io.atomic import output_path_problem
 from hfpolicy.io.hub_errors import describe_hub_error
 from hfpolicy.viewer.dataset_page import dataset_page_data
 from hfpolicy.viewer.eval_page import EPISODES_FILE, eval_page_data
-from hfpolicy.viewer.page import VideoLinker, small_enough_to_embed, write_page
+from hfpolicy.viewer.page import VideoLinker, should_embed, write_page
 from hfpolicy.viewer.run_page import write_run_pages
 
 DEFAULT_PAGE_FILE = "view.html"
@@ -28,9 +27,7 @@ HUB_EPISODES_SHOWN = 10  # a Hub dataset's page shows its first episodes (only t
 class ViewConfig:
     """`hfpolicy view` flags."""
 
-    path: str | None = None
-    """a dataset root, an evaluation's --output_dir or a training run's folder, or a Hub dataset's repo id
-    (positional)"""
+    path: str | None = None  # a dataset, evaluation or training run folder, or a Hub dataset's repo id (positional)
     output: str | None = None  # the HTML file to write (default: PATH/view.html; outputs/view/<user>/<name>.html)
     embed_videos: str = "auto"  # put the mp4s inside the page (base64): auto (when under 10 MB together), true, false
     episodes: list[int] | None = None  # the dataset episodes shown, e.g. [0,5] (default: all; a Hub dataset's first 10)
@@ -85,9 +82,7 @@ def view(
     page = checked_page(Path(output) if output is not None else path / DEFAULT_PAGE_FILE)
     if kind == "run":
         return write_run_pages(path, page, embed_videos)
-    if embed_videos is None:
-        embed_videos = small_enough_to_embed(path)
-    link = VideoLinker(page, embed_videos)
+    link = VideoLinker(page, should_embed(path, embed_videos))
     data = dataset_page_data(path, link, episodes=episodes) if kind == "dataset" else eval_page_data(path, link)
     return write_page(page, data)
 
@@ -136,9 +131,7 @@ def view_hub_dataset(
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as e:
         cause = describe_hub_error(e, repo_id, INFO_PATH, revision)
         raise FileNotFoundError(f"{repo_id} is not a folder here, and as a Hub dataset: {cause}") from None
-    if embed_videos is None:
-        embed_videos = small_enough_to_embed(root)
-    link = VideoLinker(page, embed_videos)
+    link = VideoLinker(page, should_embed(root, embed_videos))
     source = f"{repo_id} (Hub dataset, commit {meta_root.name[:12]})"
     data = dataset_page_data(root, link, repo_id=repo_id, episodes=shown, source=source)
     return write_page(page, data)
