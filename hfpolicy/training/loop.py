@@ -1,9 +1,6 @@
-"""The training loop, with 🤗 accelerate: the same code on a CPU, one GPU, or many GPUs with DDP.
-
-`train(cfg)` reads top to bottom: it locks the run folder, sets the run up (hfpolicy.training.setup: errors for bad
-input come first), then `run_loop` trains step by step, logging, evaluating, saving and pushing at their frequencies.
-docs/training.md says what a run keeps, how it stops and how `--resume=true` continues it exactly.
-"""
+"""The training loop, with 🤗 accelerate (a CPU, one GPU, or many with DDP): `train(cfg)` locks the run folder, sets
+the run up (hfpolicy.training.setup), then `run_loop` trains, logging, evaluating, saving and pushing at their
+frequencies (docs/training.md)."""
 
 import dataclasses
 import shutil

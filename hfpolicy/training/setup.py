@@ -70,9 +70,8 @@ def make_online_training(
 def make_pure_online_training(
     cfg: TrainConfig, output_dir: Path, accelerator: Accelerator
 ) -> tuple[TrainConfig, OnlineTraining, dict[str, Any]]:
-    """Pure online (--online.seed_episodes > 0): (the config with the policy's features, the online data, the stats
-    that normalize the policy). The features are the env's observations (--dataset.input_features picks among them);
-    the seed round of random actions (played now, or on disk when resuming) gives the stats."""
+    """Pure online: (the config with the env's observations as the policy's features, the online data, the stats of
+    its seed round of random actions, played now or on disk when resuming)."""
     env, keys = cfg.env, cfg.dataset.input_features
     try:
         obs_type = env.obs_type or (env.obs_type_for(keys) if keys else env.obs_types[0])
