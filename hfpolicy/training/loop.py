@@ -23,6 +23,7 @@ from hfpolicy.ticker import ticking
 from hfpolicy.training.budget import SKIPPED_STEPS, TIMED_STEPS, StepBudget
 from hfpolicy.training.checkpoints import checkpoint_size_line, save_checkpoint, save_shareable_policy, shareable_policy
 from hfpolicy.training.config import TrainConfig, TrainConfigError, validate_train_config
+from hfpolicy.training.launch import is_launch_main_process
 from hfpolicy.training.progress import (
     NonFiniteLossGuard,
     RunningMeans,
@@ -33,7 +34,7 @@ from hfpolicy.training.progress import (
     without_torchs_cuda_home_note,
 )
 from hfpolicy.training.resume_flags import check_resume_flags, record_resume
-from hfpolicy.training.setup import Training, build_training, default_output_dir, is_launch_main_process, move_to_device
+from hfpolicy.training.setup import Training, build_training, default_output_dir, move_to_device
 from hfpolicy.training.stopping import Interrupted, RunStopped, StopControl, resume_command
 from hfpolicy.words import counted
 

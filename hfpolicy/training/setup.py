@@ -108,12 +108,6 @@ def make_pure_online_training(
     return cfg, online, stats_to_torch(meta.stats)
 
 
-def is_launch_main_process() -> bool:
-    """Whether this is the main process of the launch, asked before the Accelerator exists (a PartialState made for
-    this would fix the distributed setup first: on CPU each launched process would then train alone)."""
-    return int(os.environ.get("RANK", "0")) == 0
-
-
 def make_optimizer(policy: Policy, device: torch.device) -> torch.optim.Optimizer:
     """AdamW with the policy's presets (fused: ~5x faster steps on CPU than foreach)."""
     cfg = policy.config
