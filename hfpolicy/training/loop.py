@@ -75,7 +75,7 @@ def train(cfg: TrainConfig) -> TrainResult:
             if holds_lock and not stops.trained_a_step:
                 run.undo_start()  # a failed or stopped start leaves nothing behind in a folder it created
             if isinstance(e, Interrupted):
-                raise stops.stopped(interrupted_message(e, run, cfg, stops), show=holds_lock) from None
+                raise stops.stopped(interrupted_message(e, run, cfg)) from None
             raise
         finally:
             if holds_lock:
@@ -94,7 +94,7 @@ def start_training(cfg: TrainConfig, run: RunFolder, stops: StopControl, started
     return t
 
 
-def interrupted_message(e: Interrupted, run: RunFolder, cfg: TrainConfig, stops: StopControl) -> str:
+def interrupted_message(e: Interrupted, run: RunFolder, cfg: TrainConfig) -> str:
     """What a stop that ended the run at once kept, and how to continue."""
     command = f"continue with `{resume_command(run.root)}`"
     if e.again:

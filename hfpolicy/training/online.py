@@ -198,8 +198,8 @@ class OnlineTraining:
         return stats
 
     def collect_seed_round(self, accelerator: Accelerator) -> None:
-        """Pure online's first round, at step 0: --online.seed_episodes episodes of seeded random actions, all kept (its
-        labels are reward)."""
+        """Pure online's first round, at step 0: --online.seed_episodes episodes of seeded random actions (reward labels:
+        all kept)."""
         seeds = list(range(self.cfg.start_seed, self.cfg.start_seed + self.cfg.seed_episodes))
         self._round(accelerator, 0, seeds, {"random": True}, policy=None)
 
@@ -330,8 +330,8 @@ def collect_episodes(
     exploration: float | None = None,
     progress: bool = False,
 ) -> tuple[list[RolloutEpisode], list[RolloutEpisode]]:
-    """(the policy's episodes on `seeds` in one lockstep batch of envs, exploring with noise `exploration` (no policy:
-    random actions); those that join the data as labelled)."""
+    """(the policy's episodes on `seeds`, played in one lockstep batch of envs with noise `exploration`; those of them
+    that join the data as `cfg.labels` says). No policy: random actions."""
     labeller = PushTExpert if cfg.labels == "expert" else None
     collector = EpisodeCollector(features, labeller=labeller, expert_drive_prob=cfg.expert_drive_prob)
     env = env_cfg.make(len(seeds), parallel=False)
