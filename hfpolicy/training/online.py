@@ -133,11 +133,11 @@ class OnlineTraining:
         }
 
     def round_skipped(self, step: int, steps: int) -> bool:
-        """Whether a run resumed at `step` must first collect the round due there (a run that ended there skipped it)."""
+        """Whether a run resumed at `step` first collects the round due there (a run that ended there skipped it)."""
         return 0 < step < steps and self.is_due(step) and self.last_round < step
 
     def restore(self, accelerator: Accelerator, step: int, checkpoint_state: dict[str, Any]) -> None:
-        """Resuming at checkpoint `step`: the data truncated to the episodes its `state()` recorded, and the schedule."""
+        """Resuming at checkpoint `step`: the data truncated to the episodes its `state()` recorded; the schedule."""
         seen_episodes = int(checkpoint_state.get(ONLINE_STATE_KEY, 0))
         self.last_round = int(checkpoint_state.get(ONLINE_LAST_ROUND_KEY, step))  # older checkpoints: no catching up
         if ONLINE_NEXT_ROUND_KEY in checkpoint_state:
@@ -198,8 +198,8 @@ class OnlineTraining:
         return stats
 
     def collect_seed_round(self, accelerator: Accelerator) -> None:
-        """Pure online's first round, at step 0: --online.seed_episodes episodes of seeded random actions (reward labels:
-        all kept)."""
+        """Pure online's first round, at step 0: --online.seed_episodes episodes of seeded random actions (reward
+        labels: all kept)."""
         seeds = list(range(self.cfg.start_seed, self.cfg.start_seed + self.cfg.seed_episodes))
         self._round(accelerator, 0, seeds, {"random": True}, policy=None)
 

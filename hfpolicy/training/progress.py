@@ -252,7 +252,7 @@ def warnings_above_the_bar(write) -> Iterator[None]:
 
 @contextlib.contextmanager
 def without_torchs_cuda_home_note() -> Iterator[None]:
-    """Drops torch's `No CUDA runtime is found, using CUDA_HOME=...` (torch.compile on a CPU beside an unusable CUDA)."""
+    """Drops torch's `No CUDA runtime is found, using CUDA_HOME=...` (torch.compile on a CPU beside a CUDA toolkit)."""
     logger = logging.getLogger("torch.utils.cpp_extension")
 
     def not_the_note(record: logging.LogRecord) -> bool:
