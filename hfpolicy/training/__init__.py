@@ -1,7 +1,5 @@
-"""Training a policy: `train(cfg)` (loop.py), its set-up, data, checkpoints, progress, stopping and resuming, and
-`hfpolicy train` (cli.py); docs/design.md lists the modules. The names below are imported on first use, so
-`hfpolicy train --help` does not import torch.
-"""
+"""Training a policy: `train(cfg)` and `hfpolicy train` (docs/design.md lists the modules). The names below are
+imported on first use, so `hfpolicy train --help` does not import torch."""
 
 import importlib
 

@@ -1,10 +1,5 @@
-"""`--budget.minutes=M`: a run that chooses its number of steps from its own speed, so that it fits M minutes.
-
-After its first SKIPPED_STEPS steps the run times TIMED_STEPS more, then chooses the steps that fit what is left once
-the evaluations and online rounds still planned and a margin are set aside; from then on it is a run of that many
-steps (the steps before the choice keep the planned lr schedule). The choice is recorded in train_config.json, so a
-resume or `--config_path` reuses it (docs/training.md).
-"""
+"""`--budget.minutes=M`: a run that times its first steps, then chooses the number of steps that fits M minutes with
+its evaluations, online rounds and a margin; the choice is kept in train_config.json (docs/training.md)."""
 
 import dataclasses
 import math
@@ -22,11 +17,6 @@ SKIPPED_STEPS = 5  # the first steps of a run are not timed: compiling, allocati
 TIMED_STEPS = 20  # then this many are, and the choice follows
 MIN_SHARE = 0.4  # the default floor: this share of --steps
 MARGIN_S, MARGIN_SHARE = 30.0, 0.02  # set aside: 30 s and 2% of the budget (estimates, checkpoints, the process start)
-
-
-def min_steps(cfg: TrainConfig, planned_steps: int) -> int:
-    """The fewest steps the budget may choose: --budget.min_steps, else MIN_SHARE of the planned --steps."""
-    return cfg.budget.min_steps if cfg.budget.min_steps is not None else math.ceil(MIN_SHARE * planned_steps)
 
 
 def spread(freq: int, planned_steps: int, steps: int) -> int:
@@ -82,7 +72,7 @@ def choose_steps(
     steps = cfg.steps
     for _ in range(2):  # the evaluations depend on the steps only through rounding: twice settles it
         steps = max(step, step + int((left_s - eval_s(steps)) / (step_s + round_s_per_step)))
-    floor = min_steps(cfg, cfg.steps)
+    floor = cfg.budget.min_steps if cfg.budget.min_steps is not None else math.ceil(MIN_SHARE * cfg.steps)
     measured = (
         f"{step_s:.3g} s per step (steps {step - TIMED_STEPS + 1}-{step}), {format_duration(spent_s)} spent so far, "
         f"evaluations ~{format_duration(eval_s(max(steps, floor)))}"

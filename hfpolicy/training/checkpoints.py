@@ -5,9 +5,8 @@
         training_state/     model, optimizer, lr_scheduler, rng_state_<rank> (.safetensors + .json); ema.json, step.json
     <output_dir>/checkpoints/last -> step_000500
 
-Tensors go to safetensors and everything else to JSON (hfpolicy.io.tensor_tree): loading never unpickles anything.
-ema.json refers to pretrained_model/model.safetensors (with its sha256) rather than keep a second copy of the EMA
-weights; checkpoints of older versions, with that copy in ema.safetensors, resume as they are.
+Tensors go to safetensors, the rest to JSON: loading never unpickles anything. ema.json refers to the EMA weights in
+pretrained_model/ (docs/training.md#what-a-checkpoint-takes).
 """
 
 import contextlib
@@ -143,7 +142,6 @@ def checkpoint_size_line(checkpoint: Path, keep_last: int) -> str:
 
 def checkpoint_problem(checkpoint: Path) -> str | None:
     """Why `checkpoint` cannot be resumed from or shared (weights unreadable, NaN or inf), or None."""
-    checkpoint = Path(checkpoint)
     for path in (checkpoint / TRAINING_STATE_DIR / f"{MODEL_STATE}.safetensors", checkpoint / POLICY_WEIGHTS):
         try:
             bad = nonfinite_weight(safetensors.torch.load_file(str(path)))
@@ -187,7 +185,6 @@ def save_training_state(
 ) -> None:
     """Every process writes its RNG states, the main process the rest; ema.json refers to `ema_weights` (a file of the
     checkpoint) instead of a copy when it holds exactly the EMA's weights."""
-    folder = Path(folder)
     if accelerator.is_main_process:
         folder.mkdir(parents=True, exist_ok=True)
     accelerator.wait_for_everyone()
@@ -215,7 +212,6 @@ def load_training_state(
     ema: Any = None,
 ) -> None:
     """Restores what `save_training_state` wrote, and this process's RNG states. Reads safetensors and JSON only."""
-    folder = Path(folder)
     names = [MODEL_STATE, OPTIMIZER_STATE, SCHEDULER_STATE, rng_state_name(accelerator.process_index)]
     if ema is not None:
         names.append(EMA_STATE)

@@ -5,6 +5,7 @@ from collections.abc import Callable
 from hfpolicy.cli.commands import run_command
 from hfpolicy.runs.run_folder import PRETRAINED_DIR
 from hfpolicy.training.config import TrainConfig
+from hfpolicy.training.launch import is_launch_main_process
 
 
 def run(cfg: TrainConfig) -> str | None:
@@ -34,8 +35,6 @@ def main(
     """`hfpolicy train` (exit 2: bad input, 1: a failed run); `announce(cfg)`: the main process's first line."""
 
     def before_run(cfg: TrainConfig) -> None:
-        from hfpolicy.training.setup import is_launch_main_process  # lazy: torch, not imported by --help
-
         if announce is not None and is_launch_main_process():
             print(announce(cfg), flush=True)
 

@@ -292,7 +292,18 @@ def streaming_problems(cfg: TrainConfig) -> list[str]:
     for name in ("shuffle_buffer_episodes", "shuffle_buffer_shards", "stream_retries"):
         if getattr(dataset, name) < 1:
             problems.append(f"--dataset.{name} must be >= 1, got {getattr(dataset, name)}")
-    problems += shard_problems(dataset.shuffle_buffer_episodes, dataset.shuffle_buffer_shards, cfg.num_workers)
+    shards, buffer, workers = dataset.shuffle_buffer_shards, dataset.shuffle_buffer_episodes, cfg.num_workers
+    if shards > buffer >= 1:
+        problems.append(
+            f"--dataset.shuffle_buffer_shards={shards} is more than --dataset.shuffle_buffer_episodes={buffer}: each "
+            "shard needs an open episode; lower the shards or raise the buffer"
+        )
+    elif workers > 1 and shards >= 1 and buffer >= 1 and shards % workers:
+        problems.append(
+            f"--num_workers={workers} with --dataset.shuffle_buffer_shards={shards}: the workers would decode the "
+            f"same episodes; set --dataset.shuffle_buffer_shards to a multiple of {workers} (each worker then reads "
+            "only its own shards' episodes), or use --num_workers=0"
+        )
     if dataset.stream_video not in STREAM_VIDEO_CHOICES:
         problems.append(
             f"--dataset.stream_video must be one of {', '.join(STREAM_VIDEO_CHOICES)}, got {dataset.stream_video!r}"
@@ -301,24 +312,6 @@ def streaming_problems(cfg: TrainConfig) -> list[str]:
         if not getattr(dataset, name) > 0:
             problems.append(f"--dataset.{name} must be > 0, got {getattr(dataset, name)}")
     return problems
-
-
-def shard_problems(buffer_episodes: int, shards: int, num_workers: int) -> list[str]:
-    """Shards that cannot be filled, or that leave DataLoader workers decoding the same episodes."""
-    if shards < 1 or buffer_episodes < 1:
-        return []  # said above
-    if shards > buffer_episodes:
-        return [
-            f"--dataset.shuffle_buffer_shards={shards} is more than --dataset.shuffle_buffer_episodes="
-            f"{buffer_episodes}: each shard needs an open episode; lower the shards or raise the buffer"
-        ]
-    if num_workers > 1 and shards % num_workers:
-        return [
-            f"--num_workers={num_workers} with --dataset.shuffle_buffer_shards={shards}: the workers would decode the "
-            f"same episodes; set --dataset.shuffle_buffer_shards to a multiple of {num_workers} (each worker then "
-            "reads only its own shards' episodes), or use --num_workers=0"
-        ]
-    return []
 
 
 def make_dataloader(dataset, batch_sampler: EpochBatchSampler, cfg: TrainConfig, accelerator: Accelerator):

@@ -48,9 +48,8 @@ def describe_pretrained(source: str) -> str:
 
 
 def parse_with_pretrained_policy(parse, source: str, argv: list[str]):
-    """`parse(argv, config_path)` with the saved policy's config (`pretrained_path=source`) as the base of the flags,
-    a run folder `source` fixed to its checkpoint first. Loading the policy checks `source`, and that a
-    `--policy.type` in `argv` agrees with it, before the run starts."""
+    """`parse(argv, config_path)` over the saved policy's config (`pretrained_path=source`, a run folder fixed to its
+    checkpoint); a `--policy.type` in `argv` must agree with the saved policy's."""
     source = pretrained_checkpoint(source)
     policy = Policy.from_pretrained(source)
     typed = [arg.split("=", 1)[1] for arg in argv if arg.startswith("--policy.type=")]

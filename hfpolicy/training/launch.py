@@ -22,6 +22,12 @@ from hfpolicy.training.resume_flags import check_resume_flags
 RESULT_ENV = "HFPOLICY_LAUNCH_RESULT"
 
 
+def is_launch_main_process() -> bool:
+    """Whether this is the main process of the launch, asked before the Accelerator exists (a PartialState made for
+    this would fix the distributed setup first: on CPU each launched process would then train alone)."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 class _LastLine:
     """A stderr that remembers the last line starting with one of `starts` (the error or stop line)."""
 
@@ -42,7 +48,7 @@ class _LastLine:
 def report_result(prog: str, run: Callable[[], int]) -> int:
     """`run()`'s exit status, and in a launched main process that status and its last error or stop line."""
     result_file = os.environ.get(RESULT_ENV)
-    if not result_file or int(os.environ.get("RANK", "0")) != 0:
+    if not result_file or not is_launch_main_process():
         return run()
     stderr = sys.stderr = _LastLine(sys.stderr, (f"{prog}: error:", "stopped by "))
     status = 1

@@ -1,9 +1,6 @@
-"""The training loop, with 🤗 accelerate: the same code on a CPU, one GPU, or many GPUs with DDP.
-
-`train(cfg)` reads top to bottom: it locks the run folder, sets the run up (hfpolicy.training.setup: errors for bad
-input come first), then `run_loop` trains step by step, logging, evaluating, saving and pushing at their frequencies.
-docs/training.md says what a run keeps, how it stops and how `--resume=true` continues it exactly.
-"""
+"""The training loop, with 🤗 accelerate (a CPU, one GPU, or many with DDP): `train(cfg)` locks the run folder, sets
+the run up (hfpolicy.training.setup), then `run_loop` trains, logging, evaluating, saving and pushing at their
+frequencies (docs/training.md)."""
 
 import dataclasses
 import shutil
@@ -26,6 +23,7 @@ from hfpolicy.ticker import ticking
 from hfpolicy.training.budget import SKIPPED_STEPS, TIMED_STEPS, StepBudget
 from hfpolicy.training.checkpoints import checkpoint_size_line, save_checkpoint, save_shareable_policy, shareable_policy
 from hfpolicy.training.config import TrainConfig, TrainConfigError, validate_train_config
+from hfpolicy.training.launch import is_launch_main_process
 from hfpolicy.training.progress import (
     NonFiniteLossGuard,
     RunningMeans,
@@ -36,7 +34,7 @@ from hfpolicy.training.progress import (
     without_torchs_cuda_home_note,
 )
 from hfpolicy.training.resume_flags import check_resume_flags, record_resume
-from hfpolicy.training.setup import Training, build_training, default_output_dir, is_launch_main_process, move_to_device
+from hfpolicy.training.setup import Training, build_training, default_output_dir, move_to_device
 from hfpolicy.training.stopping import Interrupted, RunStopped, StopControl, resume_command
 from hfpolicy.words import counted
 
@@ -77,7 +75,7 @@ def train(cfg: TrainConfig) -> TrainResult:
             if holds_lock and not stops.trained_a_step:
                 run.undo_start()  # a failed or stopped start leaves nothing behind in a folder it created
             if isinstance(e, Interrupted):
-                raise stops.stopped(interrupted_message(e, run, cfg, stops), show=holds_lock) from None
+                raise stops.stopped(interrupted_message(e, run, cfg)) from None
             raise
         finally:
             if holds_lock:
@@ -96,7 +94,7 @@ def start_training(cfg: TrainConfig, run: RunFolder, stops: StopControl, started
     return t
 
 
-def interrupted_message(e: Interrupted, run: RunFolder, cfg: TrainConfig, stops: StopControl) -> str:
+def interrupted_message(e: Interrupted, run: RunFolder, cfg: TrainConfig) -> str:
     """What a stop that ended the run at once kept, and how to continue."""
     command = f"continue with `{resume_command(run.root)}`"
     if e.again:

@@ -11,7 +11,6 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast
@@ -134,16 +133,20 @@ class OnlineTraining:
         }
 
     def round_skipped(self, step: int, steps: int) -> bool:
-        """Whether a run resumed at `step` (of `steps`) must first collect the round due there, which a run that ended
-        at `step` skipped."""
+        """Whether a run resumed at `step` first collects the round due there (a run that ended there skipped it)."""
         return 0 < step < steps and self.is_due(step) and self.last_round < step
 
     def restore(self, accelerator: Accelerator, step: int, checkpoint_state: dict[str, Any]) -> None:
-        """Resuming at checkpoint `step`: the dataset truncated to the rounds up to it (which must hold the episodes its
-        `state()` recorded), reloaded, and the schedule taken up where the checkpoint left it."""
+        """Resuming at checkpoint `step`: the data truncated to the episodes its `state()` recorded; the schedule."""
         seen_episodes = int(checkpoint_state.get(ONLINE_STATE_KEY, 0))
         self.last_round = int(checkpoint_state.get(ONLINE_LAST_ROUND_KEY, step))  # older checkpoints: no catching up
-        self._restore_schedule(checkpoint_state)
+        if ONLINE_NEXT_ROUND_KEY in checkpoint_state:
+            self.next_round = int(checkpoint_state[ONLINE_NEXT_ROUND_KEY])
+            self.n_rounds = int(checkpoint_state[ONLINE_ROUNDS_KEY])
+            self.env_steps = int(checkpoint_state[ONLINE_ENV_STEPS_KEY])
+        elif self.last_round >= self.first_step:  # an older checkpoint: the schedule from its last round's step
+            self.n_rounds = (self.last_round - self.first_step) // self.cfg.every + 1
+            self.next_round = self.last_round + self.cfg.every
         meta = self.root / ONLINE_META_PATH
         if seen_episodes == 0 and not meta.is_file():
             return
@@ -159,45 +162,28 @@ class OnlineTraining:
                 f"{self.root} holds {kept} online episodes up to step {step}, the checkpoint recorded "
                 f"{seen_episodes}: the online data does not belong to this checkpoint; start a new run"
             )
+        self.rounds = rounds
         if accelerator.is_main_process:
-            self.rounds = rounds
             if kept:
                 truncate_dataset(self.root, kept)
                 write_json_atomically(self.root / ONLINE_META_PATH, self._online_meta())
             else:  # the checkpoint came before every round: none of the data on disk may be trained on
                 discard_online_data(self.root)
         accelerator.wait_for_everyone()
-        self.rounds = rounds
         self._reload()
-
-    def _restore_schedule(self, checkpoint_state: dict[str, Any]) -> None:
-        """The schedule as the checkpoint recorded it (an older one: from its last round's step)."""
-        if ONLINE_NEXT_ROUND_KEY in checkpoint_state:
-            self.next_round = int(checkpoint_state[ONLINE_NEXT_ROUND_KEY])
-            self.n_rounds = int(checkpoint_state[ONLINE_ROUNDS_KEY])
-            self.env_steps = int(checkpoint_state[ONLINE_ENV_STEPS_KEY])
-        elif self.last_round >= self.first_step:
-            self.n_rounds = (self.last_round - self.first_step) // self.cfg.every + 1
-            self.next_round = self.last_round + self.cfg.every
 
     def collect(
         self, accelerator: Accelerator, policy: torch.nn.Module, ema: Any, step: int, progress: bool = False
     ) -> dict[str, float]:
         """One round (every process calls it) with the EMA weights (exploring, with reward labels); its stats."""
-        seeds, model = self.round_seeds(), accelerator.unwrap_model(policy)
+        model = accelerator.unwrap_model(policy)
         exploration = self.cfg.exploration_at(self.env_steps) if self.cfg.labels == "reward" else None
-
-        def play(share: list[int]) -> tuple[list[RolloutEpisode], list[RolloutEpisode]]:
-            with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
-                return collect_episodes(model, self.env_cfg, share, self.cfg, self.features, exploration, progress)
-
-        episodes = self._round(
-            accelerator, step, seeds, play, {} if exploration is None else {"exploration_std": exploration}
-        )
+        note = {} if exploration is None else {"exploration_std": exploration}
+        with ema.applied_to(model) if ema is not None else contextlib.nullcontext():
+            episodes = self._round(accelerator, step, self.round_seeds(), note, model, exploration, progress)
         round_steps = sum(e.length for e in episodes)
         self.last_round, self.n_rounds = step, self.n_rounds + 1
         self.next_round = step + max(self.cfg.every, math.ceil(self.cfg.updates_per_env_step * round_steps))
-        n_steps = max(round_steps, 1)
         stats = {
             "online/round_success": sum(e.success for e in episodes) / len(episodes),  # the policy's, on new seeds
             "online/round_return": sum(e.total_reward for e in episodes) / len(episodes),
@@ -205,34 +191,34 @@ class OnlineTraining:
             "online/frames": float(self.n_frames),
             "online/sampled_frames": float(self.n_frames - self._window_first),
             "online/env_steps": float(self.env_steps),
-            "online/replans_per_step": sum(e.n_replans for e in episodes) / n_steps,
+            "online/replans_per_step": sum(e.n_replans for e in episodes) / max(round_steps, 1),
         }
         if exploration is not None:
             stats["online/exploration_std"] = exploration
         return stats
 
     def collect_seed_round(self, accelerator: Accelerator) -> None:
-        """Pure online's first round, at step 0: --online.seed_episodes episodes of seeded random actions, all kept."""
+        """Pure online's first round, at step 0: --online.seed_episodes episodes of seeded random actions (reward
+        labels: all kept)."""
         seeds = list(range(self.cfg.start_seed, self.cfg.start_seed + self.cfg.seed_episodes))
-
-        def play(share: list[int]) -> tuple[list[RolloutEpisode], list[RolloutEpisode]]:
-            episodes = policy_rollouts(None, self.env_cfg, share, self.cfg, self.features)
-            return episodes, episodes
-
-        self._round(accelerator, 0, seeds, play, {"random": True})
+        self._round(accelerator, 0, seeds, {"random": True}, policy=None)
 
     def _round(
         self,
         accelerator: Accelerator,
         step: int,
         seeds: list[int],
-        play: Callable[[list[int]], tuple[list[RolloutEpisode], list[RolloutEpisode]]],
         note: dict[str, Any],
+        policy: Policy | None,
+        exploration: float | None = None,
+        progress: bool = False,
     ) -> list[RolloutEpisode]:
-        """Plays this process's share of `seeds` (`play(share)`: the episodes played, those kept), gathers all, records
-        and appends them; the episodes played."""
+        """Plays this process's share of `seeds` (`collect_episodes`), gathers every process's, records and appends the
+        kept ones; the episodes played."""
         share = seeds[accelerator.process_index :: accelerator.num_processes]
-        local: tuple[list, list] = play(share) if share else ([], [])
+        local: tuple[list, list] = ([], [])
+        if share:
+            local = collect_episodes(policy, self.env_cfg, share, self.cfg, self.features, exploration, progress)
         gathered = gather_object([local])  # [(played, data)] of every process
         episodes = sorted((e for played, _ in gathered for e in played), key=lambda e: e.seed)
         kept = sorted((e for _, data in gathered for e in data), key=lambda e: e.seed)
@@ -336,7 +322,7 @@ def task_sentence(env_cfg: EnvConfig) -> str:
 
 
 def collect_episodes(
-    policy: Policy,
+    policy: Policy | None,
     env_cfg: EnvConfig,
     seeds: list[int],
     cfg: OnlineConfig,
@@ -344,16 +330,39 @@ def collect_episodes(
     exploration: float | None = None,
     progress: bool = False,
 ) -> tuple[list[RolloutEpisode], list[RolloutEpisode]]:
-    """(the policy's episodes on `seeds`, exploring with noise `exploration`; those that join the data as labelled)."""
-    episodes = policy_rollouts(policy, env_cfg, seeds, cfg, features, exploration, progress)
+    """(the policy's episodes on `seeds`, played in one lockstep batch of envs with noise `exploration`; those of them
+    that join the data as `cfg.labels` says). No policy: random actions."""
+    labeller = PushTExpert if cfg.labels == "expert" else None
+    collector = EpisodeCollector(features, labeller=labeller, expert_drive_prob=cfg.expert_drive_prob)
+    env = env_cfg.make(len(seeds), parallel=False)
+    was_training = policy is not None and policy.training
+    exploring = contextlib.nullcontext() if policy is None or exploration is None else policy.exploring(exploration)
+    bar = tqdm(total=len(seeds), desc="online round", unit="episode", leave=False, disable=not progress)
+
+    def episode_ended(slot: int, record: EpisodeRecord) -> None:
+        bar.update(1)
+
+    try:
+        if policy is not None:
+            policy.eval()
+        with exploring, bar, ticking(bar):
+            actor = RandomActions(env.single_action_space) if policy is None else policy
+            rollout(actor, env, seeds=seeds, step_hook=collector, on_episode_end=episode_ended)
+        collector.flush()
+    finally:
+        env.close()
+        if policy is not None:
+            policy.reset()
+            policy.train(was_training)
+    episodes = sorted(collector.episodes(), key=lambda e: e.seed)
     if cfg.labels in ("expert", "reward"):
         return episodes, episodes
     if cfg.labels == "policy":
         return episodes, [e for e in episodes if e.success]
     failed = [e for e in episodes if not e.success and e.final_state is not None]
-    bar = tqdm(failed, desc="online round: recovery demos", unit="demo", leave=False, disable=not progress)
-    with bar, ticking(bar):
-        demos = [expert_recovery(env_cfg, e, features) for e in bar]
+    recovering = tqdm(failed, desc="online round: recovery demos", unit="demo", leave=False, disable=not progress)
+    with recovering, ticking(recovering):
+        demos = [expert_recovery(env_cfg, e, features) for e in recovering]
     return episodes, [demo for demo in demos if demo is not None]
 
 
@@ -393,41 +402,6 @@ def reset_argument(state: np.ndarray) -> np.ndarray:
 @functools.cache
 def _pusht_scorer() -> PushTScorer:
     return PushTScorer()
-
-
-def policy_rollouts(
-    policy: Policy | None,
-    env_cfg: EnvConfig,
-    seeds: list[int],
-    cfg: OnlineConfig,
-    features: dict[str, Any],
-    exploration: float | None = None,
-    progress: bool = False,
-) -> list[RolloutEpisode]:
-    """The policy's episodes on `seeds` in one lockstep batch of envs (no policy: random actions)."""
-    labeller = PushTExpert if cfg.labels == "expert" else None
-    collector = EpisodeCollector(features, labeller=labeller, expert_drive_prob=cfg.expert_drive_prob)
-    env = env_cfg.make(len(seeds), parallel=False)
-    was_training = policy is not None and policy.training
-    exploring = contextlib.nullcontext() if policy is None or exploration is None else policy.exploring(exploration)
-    bar = tqdm(total=len(seeds), desc="online round", unit="episode", leave=False, disable=not progress)
-
-    def episode_ended(slot: int, record: EpisodeRecord) -> None:
-        bar.update(1)
-
-    try:
-        if policy is not None:
-            policy.eval()
-        with exploring, bar, ticking(bar):
-            actor = RandomActions(env.single_action_space) if policy is None else policy
-            rollout(actor, env, seeds=seeds, step_hook=collector, on_episode_end=episode_ended)
-        collector.flush()
-    finally:
-        env.close()
-        if policy is not None:
-            policy.reset()
-            policy.train(was_training)
-    return sorted(collector.episodes(), key=lambda e: e.seed)
 
 
 def disk_full_message(root: Path) -> str:

@@ -7,7 +7,7 @@ import math
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -239,7 +239,7 @@ def warnings_above_the_bar(write) -> Iterator[None]:
         write(warnings.formatwarning(message, category, filename, lineno, line).rstrip("\n"))
 
     warnings.showwarning = show
-    diverted = [(handler, _AboveTheBar(handler, write)) for handler in _stderr_log_handlers()]
+    diverted = [(handler, _above_the_bar(handler, write)) for handler in _stderr_log_handlers()]
     for handler, divert in diverted:
         handler.addFilter(divert)
     try:
@@ -252,8 +252,7 @@ def warnings_above_the_bar(write) -> Iterator[None]:
 
 @contextlib.contextmanager
 def without_torchs_cuda_home_note() -> Iterator[None]:
-    """Drops torch's `No CUDA runtime is found, using CUDA_HOME=...`, which torch.compile on a CPU logs when a CUDA
-    toolkit is installed but no GPU is usable (hfpolicy compiles no CUDA code there)."""
+    """Drops torch's `No CUDA runtime is found, using CUDA_HOME=...` (torch.compile on a CPU beside a CUDA toolkit)."""
     logger = logging.getLogger("torch.utils.cpp_extension")
 
     def not_the_note(record: logging.LogRecord) -> bool:
@@ -266,16 +265,14 @@ def without_torchs_cuda_home_note() -> Iterator[None]:
         logger.removeFilter(not_the_note)
 
 
-class _AboveTheBar(logging.Filter):
-    """A handler's filter that writes its records through `write` instead."""
+def _above_the_bar(handler: logging.Handler, write) -> Callable[[logging.LogRecord], bool]:
+    """A handler's filter that writes its records through `write` instead (the handler itself writes nothing)."""
 
-    def __init__(self, handler: logging.Handler, write):
-        super().__init__()
-        self._handler, self._write = handler, write
+    def divert(record: logging.LogRecord) -> bool:
+        write(handler.format(record))
+        return False
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        self._write(self._handler.format(record))
-        return False  # the handler itself writes nothing
+    return divert
 
 
 def _stderr_log_handlers() -> list[logging.Handler]:

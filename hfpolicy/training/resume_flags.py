@@ -89,15 +89,15 @@ def check_resume_flags(cfg: TrainConfig, saved_file: Path) -> dict[str, tuple[An
     return {name: values for name, values in changes.items() if name not in ("output_dir", "resume")}
 
 
-def record_resume(t, history_file: Path, changes: dict[str, tuple[Any, Any]]) -> dict[str, Any]:
+def record_resume(t, history_file: Path, changes: dict[str, tuple[Any, Any]]) -> None:
     """Appends this resume to resume_history.json (the step, the time, the changed flags and, when --steps changed,
-    the learning rate the schedule now gives) and prints the changes; the entry."""
+    the learning rate the schedule now gives) and prints the changes."""
     entry: dict[str, Any] = {
         "step": t.start_step,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "changed": {name: {"was": old, "now": new} for name, (old, new) in changes.items()},
     }
-    if "steps" in changes and hasattr(t.lr_scheduler, "lr_lambdas"):
+    if "steps" in changes:
         scheduler = t.lr_scheduler
         entry["lr"] = {
             "was": scheduler.get_last_lr()[0],
@@ -111,4 +111,3 @@ def record_resume(t, history_file: Path, changes: dict[str, tuple[Any, Any]]) ->
             f"--{name}={value_words(new)} (was {value_words(old)})" for name, (old, new) in changes.items()
         )
         print(f"resuming at step {t.start_step} with {said} (kept in {history_file.name})", flush=True)
-    return entry

@@ -70,9 +70,8 @@ def make_online_training(
 def make_pure_online_training(
     cfg: TrainConfig, output_dir: Path, accelerator: Accelerator
 ) -> tuple[TrainConfig, OnlineTraining, dict[str, Any]]:
-    """Pure online (--online.seed_episodes > 0): (the config with the policy's features, the online data, the stats
-    that normalize the policy). The features are the env's observations (--dataset.input_features picks among them);
-    the seed round of random actions (played now, or on disk when resuming) gives the stats."""
+    """Pure online: (the config with the env's observations as the policy's features, the online data, the stats of
+    its seed round of random actions, played now or on disk when resuming)."""
     env, keys = cfg.env, cfg.dataset.input_features
     try:
         obs_type = env.obs_type or (env.obs_type_for(keys) if keys else env.obs_types[0])
@@ -107,12 +106,6 @@ def make_pure_online_training(
     if not meta.stats:
         raise TrainConfigError(f"{online.root} has no meta/stats.json: the run folder was changed; start a new run")
     return cfg, online, stats_to_torch(meta.stats)
-
-
-def is_launch_main_process() -> bool:
-    """Whether this is the main process of the launch, asked before the Accelerator exists (a PartialState made for
-    this would fix the distributed setup first: on CPU each launched process would then train alone)."""
-    return int(os.environ.get("RANK", "0")) == 0
 
 
 def make_optimizer(policy: Policy, device: torch.device) -> torch.optim.Optimizer:

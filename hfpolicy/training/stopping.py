@@ -17,6 +17,7 @@ import torch
 from accelerate import Accelerator
 
 from hfpolicy.io.termination import SIGNAL_NAMES, deliver_again, stop_when_launcher_dies
+from hfpolicy.training.launch import is_launch_main_process
 
 
 class Interrupted(BaseException):
@@ -124,10 +125,9 @@ class StopControl:
     def saved(self) -> None:
         self.last_save = time.monotonic()
 
-    def stopped(self, message: str, show: bool | None = None) -> RunStopped:
-        """The exception that ends the run, after `message` on stderr from the main process (`show`: whether this
-        process prints it, before the accelerator exists)."""
+    def stopped(self, message: str) -> RunStopped:
+        """The exception that ends the run, after `message` on stderr from the launch's main process."""
         signum = self.signum or signal.SIGINT
-        if show if show is not None else self.accelerator is None or self.accelerator.is_main_process:
+        if is_launch_main_process():
             print(f"stopped by {SIGNAL_NAMES[signum]}: {message}", flush=True, file=sys.stderr)
         return RunStopped(128 + signum)
