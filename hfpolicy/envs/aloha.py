@@ -1,9 +1,5 @@
-"""ALOHA bimanual simulation: gym-aloha's MuJoCo scenes (transfer cube, insertion) as a gymnasium env, seeded per env.
-
-Physics, object poses, reward and success are gym-aloha's; each env holds its own object pose (not gym-aloha's module
-global), renders only what its observations need, and ends an episode whose physics diverged as truncated (with
-`info["physics_diverged"]`). docs/aloha.md tells more.
-"""
+"""ALOHA bimanual simulation: gym-aloha's MuJoCo scenes (transfer cube, insertion) as a gymnasium env, each holding
+its own object pose (not gym-aloha's module global) and ending diverged physics as truncated (docs/aloha.md)."""
 
 import os
 import sys

@@ -26,6 +26,7 @@ class AlohaEnvConfig(ArmEnvConfig):
     image_key: ClassVar[str] = f"{OBS_IMAGES_PREFIX}{aloha.CAMERA}"
     state_size: ClassVar[int] = 14
     action_size: ClassVar[int] = 14
+    fps: ClassVar[float] = float(aloha.FPS)
 
     task: str = "AlohaTransferCube-v0"  # AlohaTransferCube-v0 / AlohaInsertion-v0
     obs_type: str | None = None  # pixels_agent_pos / environment_state_agent_pos / pixels_environment_state_agent_pos

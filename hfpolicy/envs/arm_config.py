@@ -16,7 +16,7 @@ from hfpolicy.field_errors import ConfigFieldError
 class ArmEnvConfig(EnvConfig):
     """The shared part of AlohaEnvConfig and XarmEnvConfig (not an env of its own)."""
 
-    sim: ClassVar[ModuleType]  # the env's module: OBS_TYPES, FPS, GYM_ID
+    sim: ClassVar[ModuleType]  # the env's module: OBS_TYPES, GYM_ID
     env_class: ClassVar[Callable[..., gym.Env]]  # registered as sim.GYM_ID
 
     task: str
@@ -40,10 +40,6 @@ class ArmEnvConfig(EnvConfig):
 
     def gym_kwargs(self) -> dict[str, Any]:  # the env's own options beyond the shared ones, for `gym.make`
         return {}
-
-    @property
-    def fps(self) -> float:
-        return float(self.sim.FPS)
 
     def image_size(self) -> tuple[int, int]:
         return self.observation_height, self.observation_width

@@ -1,8 +1,5 @@
-"""xArm simulation: gym-xarm's MuJoCo tasks (XarmLift-v0) as a gymnasium env, on MuJoCo 3 and gymnasium 1.x.
-
-gym-xarm's task env runs inside this one; what differs (rendering through `mujoco.Renderer`, the lift's start height in
-the table frame, per-seed resets, clipped float32 actions, `environment_state`) is in docs/xarm.md.
-"""
+"""xArm simulation: gym-xarm's MuJoCo tasks (XarmLift-v0) as a gymnasium env, on MuJoCo 3 and gymnasium 1.x; what
+differs from gym-xarm's own env is in docs/xarm.md."""
 
 from typing import Any
 

@@ -28,6 +28,7 @@ class XarmEnvConfig(ArmEnvConfig):
     image_key: ClassVar[str] = OBS_IMAGE
     state_size: ClassVar[int] = len(xarm.STATE_NAMES)
     action_size: ClassVar[int] = len(xarm.ACTION_NAMES)
+    fps: ClassVar[float] = float(xarm.FPS)
 
     task: str = "XarmLift-v0"  # a task gym-xarm registers (gym-xarm 0.1.1: XarmLift-v0)
     obs_type: str | None = None  # pixels_agent_pos / environment_state_agent_pos / pixels_environment_state_agent_pos
