@@ -202,13 +202,11 @@ def make_env_config(name: str, **fields: Any) -> EnvConfig:
     return config_class(**fields)
 
 
-def make_env(
-    name: str, n_envs: int, parallel: bool = False, obs_type: str | None = None, policy: Any = None, **kwargs: Any
-) -> LockstepVectorEnv:
+def make_env(name: str, n_envs: int, parallel: bool = False, policy: Any = None, **kwargs: Any) -> LockstepVectorEnv:
     """`n_envs` copies of env `name` in a vector env with autoreset disabled (`make_vector_env`). Given a `policy`, the
     env gives what it reads (`EnvConfig.for_policy`); `kwargs` are the env config's fields, e.g.
     `make_env("pusht", 8, policy=policy, episode_length=100, render_size=256)`."""
-    config = make_env_config(name, obs_type=obs_type, **kwargs)
+    config = make_env_config(name, **kwargs)
     if policy is not None:
         config = config.for_policy(policy.config.input_features, policy.config.output_features)
     return config.make(n_envs, parallel=parallel)
