@@ -112,14 +112,7 @@ def make_control_env(task: str, need_rendering: bool, end_effector: bool = False
     physics = mujoco.Physics.from_xml_path(str(ASSETS_DIR / f"{prefix}{TASK_NAMES[task]}.xml"))
     if not shadows:
         physics.model.light_castshadow[:] = 0
-    return control.Environment(
-        physics,
-        make_task(task, end_effector),
-        float("inf"),
-        control_timestep=DT,
-        n_sub_steps=None,
-        flat_observation=False,
-    )
+    return control.Environment(physics, make_task(task, end_effector), control_timestep=DT)  # no time limit
 
 
 def action_bounds(physics) -> tuple[np.ndarray, np.ndarray]:

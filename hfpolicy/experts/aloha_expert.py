@@ -1,6 +1,7 @@
 """A scripted bimanual ALOHA expert, as the ACT paper made its scripted data: gripper waypoints planned from the
 objects' start pose are played in gym-aloha's end-effector (mocap) scene, and the joints the arms reach there are the
-actions of the joint-space env. Poses in the world frame (metres; quaternions w, x, y, z)."""
+actions of the joint-space env. The plan is a function of the object pose alone. Poses in the world frame (metres;
+quaternions w, x, y, z)."""
 
 import math
 from collections.abc import Sequence
