@@ -1,10 +1,9 @@
 """Simulated environments (PushT, ALOHA, xArm) as vector envs, serial or parallel (`make_env`), and their observations
 as policy batches (`observations_to_batch`)."""
 
-from hfpolicy.envs.aloha_config import AlohaEnvConfig  # noqa: E402 (registers --env.type=aloha)
+from hfpolicy.envs.arm_config import AlohaEnvConfig, XarmEnvConfig  # registers --env.type=aloha and xarm
 from hfpolicy.envs.configs import EnvConfig, PushTEnvConfig, known_env_types, make_env, make_env_config
 from hfpolicy.envs.vector import PARK_OPTION, LockstepEnv, LockstepVectorEnv, episode_step_limit, make_vector_env
-from hfpolicy.envs.xarm_config import XarmEnvConfig  # noqa: E402 (registers --env.type=xarm)
 
 SUCCESS_INFO_KEY = "is_success"  # the step info entry that says an episode succeeded (gymnasium convention)
 

@@ -1,9 +1,5 @@
-"""ALOHA bimanual simulation: gym-aloha's MuJoCo scenes (transfer cube, insertion) as a gymnasium env, seeded per env.
-
-Physics, object poses, reward and success are gym-aloha's; each env holds its own object pose (not gym-aloha's module
-global), renders only what its observations need, and ends an episode whose physics diverged as truncated (with
-`info["physics_diverged"]`). docs/aloha.md tells more.
-"""
+"""ALOHA bimanual simulation: gym-aloha's MuJoCo scenes (transfer cube, insertion) as a gymnasium env, each holding
+its own object pose (not gym-aloha's module global) and ending diverged physics as truncated (docs/aloha.md)."""
 
 import os
 import sys
@@ -116,14 +112,7 @@ def make_control_env(task: str, need_rendering: bool, end_effector: bool = False
     physics = mujoco.Physics.from_xml_path(str(ASSETS_DIR / f"{prefix}{TASK_NAMES[task]}.xml"))
     if not shadows:
         physics.model.light_castshadow[:] = 0
-    return control.Environment(
-        physics,
-        make_task(task, end_effector),
-        float("inf"),
-        control_timestep=DT,
-        n_sub_steps=None,
-        flat_observation=False,
-    )
+    return control.Environment(physics, make_task(task, end_effector), control_timestep=DT)  # no time limit
 
 
 def action_bounds(physics) -> tuple[np.ndarray, np.ndarray]:

@@ -23,6 +23,7 @@ class EnvConfig(draccus.ChoiceRegistry):
     image_key: ClassVar[str] = OBS_IMAGE  # the camera frames' feature key
     state_size: ClassVar[int]  # observation.state's size
     action_size: ClassVar[int]
+    fps: ClassVar[float]  # env steps per second of simulated time (also the eval videos' frame rate)
     if TYPE_CHECKING:  # each subclass's field, at its place among that subclass's fields
         obs_type: str | None
         episode_length: int  # steps before truncation (max_episode_steps)
@@ -34,11 +35,6 @@ class EnvConfig(draccus.ChoiceRegistry):
     @property
     def type(self) -> str:  # the registered name (`--env.type=<name>`)
         return self.get_choice_name(type(self))
-
-    @property
-    def fps(self) -> float:
-        """Env steps per second of simulated time (also the eval videos' frame rate)."""
-        raise NotImplementedError
 
     @property
     def max_episode_steps(self) -> int:
@@ -153,6 +149,7 @@ class PushTEnvConfig(EnvConfig):
     obs_types: ClassVar[tuple[str, ...]] = ("pixels_agent_pos", "environment_state_agent_pos", "pixels")
     state_size: ClassVar[int] = 2
     action_size: ClassVar[int] = 2
+    fps: ClassVar[float] = 10.0  # gym-pusht's control_hz (metadata render_fps)
 
     obs_type: str | None = None  # pixels_agent_pos / environment_state_agent_pos / pixels; None: from the policy
     episode_length: int = 300  # steps before truncation (gym-pusht's own limit is 300)
@@ -167,10 +164,6 @@ class PushTEnvConfig(EnvConfig):
             raise ConfigFieldError(self, "{episode_length} must be >= 1")
         if self.render_size % 2 or self.render_size < 96:
             raise ConfigFieldError(self, "{render_size} must be even (yuv420p video) and >= 96 (gym-pusht)")
-
-    @property
-    def fps(self) -> float:
-        return 10.0  # gym-pusht's control_hz (metadata render_fps)
 
     def image_size(self) -> tuple[int, int]:
         return self.observation_size, self.observation_size
@@ -209,13 +202,11 @@ def make_env_config(name: str, **fields: Any) -> EnvConfig:
     return config_class(**fields)
 
 
-def make_env(
-    name: str, n_envs: int, parallel: bool = False, obs_type: str | None = None, policy: Any = None, **kwargs: Any
-) -> LockstepVectorEnv:
+def make_env(name: str, n_envs: int, parallel: bool = False, policy: Any = None, **kwargs: Any) -> LockstepVectorEnv:
     """`n_envs` copies of env `name` in a vector env with autoreset disabled (`make_vector_env`). Given a `policy`, the
     env gives what it reads (`EnvConfig.for_policy`); `kwargs` are the env config's fields, e.g.
     `make_env("pusht", 8, policy=policy, episode_length=100, render_size=256)`."""
-    config = make_env_config(name, obs_type=obs_type, **kwargs)
+    config = make_env_config(name, **kwargs)
     if policy is not None:
         config = config.for_policy(policy.config.input_features, policy.config.output_features)
     return config.make(n_envs, parallel=parallel)

@@ -56,16 +56,14 @@ def _make_lockstep_env(env_fn: Callable[[], gym.Env]) -> gym.Env:
     return LockstepEnv(env_fn())
 
 
-def make_vector_env(
-    env_fns: Sequence[Callable[[], gym.Env]], parallel: bool = False, context: str | None = None
-) -> LockstepVectorEnv:
-    """A SyncVectorEnv, or (parallel) an AsyncVectorEnv with one process per env (multiprocessing `context`), of
-    `LockstepEnv`s with autoreset disabled: park the envs whose episode ended before the next `step`."""
+def make_vector_env(env_fns: Sequence[Callable[[], gym.Env]], parallel: bool = False) -> LockstepVectorEnv:
+    """A SyncVectorEnv, or (parallel) an AsyncVectorEnv with one process per env, of `LockstepEnv`s with autoreset
+    disabled: park the envs whose episode ended before the next `step`."""
     if not env_fns:
         raise ValueError("a vector env needs at least one env")
     wrapped = [functools.partial(_make_lockstep_env, fn) for fn in env_fns]
     if parallel:
-        return AsyncVectorEnv(wrapped, autoreset_mode=AutoresetMode.DISABLED, context=context)
+        return AsyncVectorEnv(wrapped, autoreset_mode=AutoresetMode.DISABLED)
     return SyncVectorEnv(wrapped, autoreset_mode=AutoresetMode.DISABLED)
 
 

@@ -1,8 +1,5 @@
-"""xArm simulation: gym-xarm's MuJoCo tasks (XarmLift-v0) as a gymnasium env, on MuJoCo 3 and gymnasium 1.x.
-
-gym-xarm's task env runs inside this one; what differs (rendering through `mujoco.Renderer`, the lift's start height in
-the table frame, per-seed resets, clipped float32 actions, `environment_state`) is in docs/xarm.md.
-"""
+"""xArm simulation: gym-xarm's MuJoCo tasks (XarmLift-v0) as a gymnasium env, on MuJoCo 3 and gymnasium 1.x; what
+differs from gym-xarm's own env is in docs/xarm.md."""
 
 from typing import Any
 
@@ -19,6 +16,7 @@ STATE_NAMES = ["eef_x", "eef_y", "eef_z", "gripper"]  # gym-xarm's robot_state
 ENV_STATE_NAMES = ["cube_x", "cube_y", "cube_z", "cube_qw", "cube_qx", "cube_qy", "cube_qz"]
 ACTION_NAMES = ["dx", "dy", "dz", "gripper"]  # end-effector moves and the grip (-1 open .. 1 closed)
 GYM_ID = "hfpolicy/Xarm-v0"
+TASK_DESCRIPTIONS = {"XarmLift-v0": "Pick up the cube and lift it."}  # the task sentence of recordings
 INSTALL = "pip install --no-deps gym-xarm==0.1.1"  # gym-xarm pins mujoco<3; its real needs are in pyproject.toml
 
 

@@ -1,9 +1,7 @@
 """A scripted bimanual ALOHA expert, as the ACT paper made its scripted data: gripper waypoints planned from the
-objects' start pose are played in gym-aloha's end-effector scene (grippers welded to mocap bodies, so MuJoCo solves the
-inverse kinematics), and the joint positions the arms reach there, with the planned gripper openings (0 closed, 1
-open), are the actions of the joint-space env (`hfpolicy.envs.aloha.AlohaEnv`). Poses are in the world frame (metres;
-quaternions w, x, y, z). The plan is a function of the object pose alone; the expert never touches the env's physics.
-"""
+objects' start pose are played in gym-aloha's end-effector (mocap) scene, and the joints the arms reach there are the
+actions of the joint-space env. The plan is a function of the object pose alone. Poses in the world frame (metres;
+quaternions w, x, y, z)."""
 
 import math
 from collections.abc import Sequence
@@ -166,9 +164,7 @@ class MocapArms:
         self.env.task.object_pose = np.asarray(object_pose, dtype=np.float64)
         self.env.reset()
         data = self.env.physics.data
-        left = np.concatenate([data.mocap_pos[0], data.mocap_quat[0]])
-        right = np.concatenate([data.mocap_pos[1], data.mocap_quat[1]])
-        return left, right
+        return np.r_[data.mocap_pos[0], data.mocap_quat[0]], np.r_[data.mocap_pos[1], data.mocap_quat[1]]
 
     def joint_targets(self, plans: ArmPlans, n_steps: int) -> np.ndarray:
         """Plays the plan (after `start_poses`): (n_steps, 14) joint-space actions, the arms' joint angles once the

@@ -1,16 +1,9 @@
-"""A scripted PushT expert that plans one push at a time on a private copy of gym-pusht's simulator.
-
-It reads the env's privileged state (agent, block and goal poses) and returns, every step, the agent's next target in
-pixels. A plan lays out candidate pushes (once, in the block's frame), pushes each at constant speed in a private pymunk
-space (the block stops when nothing pushes it, so one push gives its pose after every push length), ranks them by how
-much they lower a cost-to-go per step of walk, run-up and push, and replays the best few exactly through the env's PD
-controller; the best replay is executed. docs/datasets.md#the-scripted-pusht-expert tells more. The expert is
-deterministic and never steps the env or touches its pymunk space.
-"""
+"""A scripted PushT expert: from the env's privileged state it plans one push at a time on a private copy of gym-pusht's
+simulator (screening candidate pushes, replaying the best few exactly) and returns the agent's next target every step.
+It is deterministic and never steps the env; docs/datasets.md#the-scripted-pusht-expert tells how it plans."""
 
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -349,11 +342,10 @@ class PushTExpert:
         # Near misses: a few pixels more or less push may pass the threshold.
         near_misses = sorted((t for t in tried if not t["success"] and t["coverage"] > 0.9), key=lambda t: t["key"])
         for miss in near_misses[: self.config.n_refine]:
+            walk, touch, direction, length = miss["push"]
             for delta in self.config.refine_px:
-                if miss["length"] + delta > 0:
-                    tried.append(
-                        self._replay(context, miss["walk"], miss["touch"], miss["direction"], miss["length"] + delta)
-                    )
+                if length + delta > 0:
+                    tried.append(self._replay(context, walk, touch, direction, length + delta))
         best = min(tried, key=lambda t: t["key"])
         return best["targets"], best["push_start"], list(best["poses"])
 
@@ -376,18 +368,15 @@ class PushTExpert:
         """(touch, direction, start, run_up, walk_len, how) of the candidate pushes (block frame): the fixed layout,
         plus pushes that carry on from where the agent is if it touches the block."""
         cfg, cands = self.config, self.cands
-        touch_l, dir_l, start_l, run_up = cands.touch, cands.direction, cands.start, cands.run_up
+        columns: tuple[np.ndarray, ...] = (cands.touch, cands.direction, cands.start, cands.run_up, walk_len, how)
         if self.tee.distance(origin) < self.radius + cfg.contact_px:
             normal = self.tee.outward_normal(origin)
             angles = np.radians(np.linspace(-cfg.carry_on_deg, cfg.carry_on_deg, cfg.carry_on_count))
             more = np.stack([rotate(-normal, float(a)) for a in angles])
-            same = np.repeat(origin[None], len(more), axis=0)
-            touch_l, start_l = np.concatenate([touch_l, same]), np.concatenate([start_l, same])
-            dir_l = np.concatenate([dir_l, more])
-            run_up = np.concatenate([run_up, np.zeros(len(more))])
-            walk_len = np.concatenate([walk_len, np.zeros(len(more))])
-            how = np.concatenate([how, np.zeros(len(more), dtype=int)])
-        return touch_l, dir_l, start_l, run_up, walk_len, how
+            same, zeros = np.repeat(origin[None], len(more), axis=0), np.zeros(len(more))
+            extra = (same, more, same, zeros, zeros, zeros.astype(int))
+            columns = tuple(np.concatenate([column, rows]) for column, rows in zip(columns, extra, strict=True))
+        return columns
 
     def _screen(self, pose, error_now, to_go_now, touch_w, dir_w, lead_in) -> tuple[np.ndarray, np.ndarray]:
         """Screening: push every feasible candidate (world frame) at constant speed from just before the touch.
@@ -470,10 +459,7 @@ class PushTExpert:
             "push_start": min(push_start, len(executed)),
             "success": len(hit) > 0,
             "coverage": float(coverage.max()),
-            "walk": walk,
-            "touch": touch,
-            "direction": direction,
-            "length": length,
+            "push": (walk, touch, direction, length),
         }
 
     def _to_go(self, poses: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -563,15 +549,10 @@ def target_motion_stats(
 
 
 def run_expert_episode(
-    env: gym.Env,
-    expert: PushTExpert,
-    seed: int | None,
-    max_steps: int = 300,
-    on_step: Callable[[int, np.ndarray, object, float, bool, bool, dict], None] | None = None,
-    on_reset: Callable[[object, dict], None] | None = None,
+    env: gym.Env, expert: PushTExpert, seed: int | None, max_steps: int = 300, **hooks
 ) -> PushTEpisode:
     """`run_episode` with the PushT expert (hooks as there), and the expert's record of the episode."""
-    episode = run_episode(env, expert, seed, max_steps, on_reset, on_step)
+    episode = run_episode(env, expert, seed, max_steps, **hooks)
     return PushTEpisode(
         **vars(episode),
         coverages=np.array([info.get("coverage", np.nan) for info in episode.infos]),

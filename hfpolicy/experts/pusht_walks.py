@@ -97,7 +97,6 @@ class WalkAround:
             angle = np.arctan2(direction[on_arc, 1], direction[on_arc, 0])
             rel = np.clip((angle - self.arc_start[c]) % (2 * np.pi), 0.0, self.arc_sweep[c])
             rel = np.where((angle - self.arc_start[c]) % (2 * np.pi) > np.pi + self.arc_sweep[c] / 2, 0.0, rel)
-            u = u.copy()
             u[on_arc] = self.arc_pos[c] + self.radius * rel
         return boundary, u, inside
 

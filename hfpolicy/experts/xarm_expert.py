@@ -1,7 +1,5 @@
-"""A scripted xArm lift expert: reach above the cube, descend around it, close the gripper, lift. It reads the
-simulator's end-effector and cube positions (metres, relative to the table centre) at every step and steers the end
-effector towards its phase's target with a proportional controller; it is a function of the state alone.
-"""
+"""A scripted xArm lift expert: reach above the cube, descend around it, close the gripper, lift, steering the end
+effector towards each phase's target (from the simulator's positions, metres) with a proportional controller."""
 
 from dataclasses import dataclass
 

@@ -1,4 +1,4 @@
-"""`hfpolicy record`: one episode loop for every env's recorder (hfpolicy.record.pusht, .aloha, .xarm). Episode i is
+"""`hfpolicy record`: one episode loop for every env's recorder (hfpolicy.record.recorders). Episode i is
 seeded start_seed + i; frame t holds the observation before action t and the reward, success so far and done flag that
 action t produced, as in lerobot/pusht. The dataset is written atomically and optionally pushed to the Hub."""
 
@@ -15,16 +15,14 @@ from hfpolicy.constants import ACTION, DONE, REWARD, SUCCESS
 from hfpolicy.datasets import DatasetMeta, DatasetWriter, push_dataset_to_hub
 from hfpolicy.datasets.writer import check_dataset_destination, remove_dead_writers_leftovers
 from hfpolicy.envs import SUCCESS_INFO_KEY, AlohaEnvConfig, EnvConfig, PushTEnvConfig, XarmEnvConfig
-from hfpolicy.record.aloha import aloha_recorder
-from hfpolicy.record.config import DEMONSTRATORS, EnvRecorder, RecordConfig
-from hfpolicy.record.pusht import pusht_recorder
+from hfpolicy.record.config import DEMONSTRATORS, RecordConfig
+from hfpolicy.record.recorders import EnvRecorder, aloha_recorder, pusht_recorder, xarm_recorder
 from hfpolicy.record.scripted_cache import (
     check_scripted_recording,
     scripted_dataset_root,
     scripted_recording_env,
     scripted_task_label,
 )
-from hfpolicy.record.xarm import xarm_recorder
 from hfpolicy.ticker import LiveNote, ticking
 from hfpolicy.words import counted
 
