@@ -54,7 +54,9 @@ class Policy(
 ):
     """Base class of every hfpolicy policy (docs/design.md#the-policy-base-class): a subclass sets `config_class` (a
     registered `PolicyConfig`) and implements, on normalized data, `compute_loss(batch) -> {"loss": ...}` and
-    `generate_actions(observation) -> (B, >= n_action_steps, action_dim)`."""
+    `generate_actions(observation) -> (B, >= n_action_steps, action_dim)`. `select_action` keeps the last
+    `n_obs_steps` observations and a queue of actions, predicting a chunk when the queue needs one; `reset(seeds=...)`
+    empties both at every episode start."""
 
     config_class: ClassVar[type[PolicyConfig]] = PolicyConfig
     # Per-episode acting pads a batch to a multiple of this many rows; 1: generate_actions computes each row alone.
