@@ -401,11 +401,9 @@ class PolicyDataset(torch.utils.data.Dataset):
             windows[key] = np.minimum(np.maximum(wanted, start), end - 1)  # offsets outside the episode: edge frame
             batch[pad_key(key)] = torch.from_numpy((wanted < start) | (wanted >= end))
         for key, values in self._columns.items():
-            rows = windows.get(key, idx)
-            batch[key] = torch.from_numpy(values[rows])
+            batch[key] = torch.from_numpy(values[windows.get(key, idx)])
         for key, strings in self._strings.items():
-            rows = windows.get(key, idx)
-            batch[key] = [strings[i] for i in rows]
+            batch[key] = [strings[i] for i in windows.get(key, idx)]
         for key in self.camera_keys:
             rows = windows.get(key, idx)
             if uint8_images and torch.utils.data.get_worker_info() is not None:  # into the shared tensor it is sent in
