@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hfpolicy.constants import PAD_SUFFIX, TASK, pad_key
 from hfpolicy.datasets.dataset import PolicyDataset
 from hfpolicy.datasets.format import DatasetFormatError
 from hfpolicy.datasets.loader_transfer import batch_for_loader
@@ -34,8 +35,9 @@ def parse_renames(pairs: Sequence[str] | None) -> dict[str, str]:
 
 def renamed_key(key: str, renames: Mapping[str, str]) -> str:
     """A feature key, or a `{key}_is_pad` key, under `renames`."""
-    if key.endswith("_is_pad") and key[: -len("_is_pad")] in renames:
-        return renames[key[: -len("_is_pad")]] + "_is_pad"
+    base = key.removesuffix(PAD_SUFFIX)
+    if base != key and base in renames:
+        return pad_key(renames[base])
     return renames.get(key, key)
 
 
@@ -100,7 +102,7 @@ class MixtureDataset(torch.utils.data.Dataset):
         names: Sequence[str] | None = None,
         renames: Mapping[str, str] | None = None,
     ):
-        if len(datasets) < 1:
+        if not datasets:
             raise ValueError("a mixture needs at least one dataset")
         self.datasets = list(datasets)
         self.names = list(names or [ds.repo_id for ds in datasets])
@@ -206,8 +208,7 @@ class MixtureDataset(torch.utils.data.Dataset):
 
 def _kept(key: str, features: dict) -> bool:
     """Whether a batch key is a shared feature (or its *_is_pad), the task or the dataset index."""
-    base = key[: -len("_is_pad")] if key.endswith("_is_pad") else key
-    return base in features or key in ("task", DATASET_INDEX)
+    return key.removesuffix(PAD_SUFFIX) in features or key in (TASK, DATASET_INDEX)
 
 
 def _shares(total: int, needs: Sequence[int], floors: Sequence[int] | None = None) -> list[int]:
