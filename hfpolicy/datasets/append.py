@@ -1,10 +1,6 @@
-"""What an appending `DatasetWriter` continues from: the committed state of a LeRobot v3.0 dataset on disk, and
-truncation to its first episodes (docs/datasets.md#the-writers-append-mode).
-
-info.json's `total_episodes` is the commit: files numbered after those of the last committed episode are a killed
-append's orphans, which `settle` removes. Truncating rewrites info.json first and the episode table's rows last, so
-a truncation killed half-way is redone by the next settle; truncate when no one reads.
-"""
+"""What an appending `DatasetWriter` continues from: the committed state of a LeRobot v3.0 dataset on disk (info.json's
+`total_episodes` is the commit; later files are a killed append's orphans, which `settle` removes), and truncation to
+its first episodes (docs/datasets.md#the-writers-append-mode)."""
 
 import os
 import re

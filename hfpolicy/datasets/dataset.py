@@ -233,8 +233,6 @@ class PolicyDataset(torch.utils.data.Dataset):
     def _check_timestamps(self) -> None:
         """Timestamps must advance by 1/fps inside every episode; a gap means frames are missing."""
         ts = self._columns[TIMESTAMP].astype(np.float64)
-        if len(ts) < 2:
-            return
         steps = np.diff(ts)
         inside = self._row_episode[1:] == self._row_episode[:-1]
         tolerance = self.tolerance_s + self._timestamp_resolution(ts[1:])
@@ -426,8 +424,7 @@ class PolicyDataset(torch.utils.data.Dataset):
                 self._fill_episode(key, episode)
         if out is None:
             return cache.array[rows]
-        # frame by frame: faster than a gather then a copy, or np.take(..., out=out)
-        # (docs/streaming.md#the-readers-small-costs)
+        # frame by frame: faster than a gather then a copy (docs/streaming.md#the-readers-small-costs)
         flat = out.reshape(-1, *out.shape[rows.ndim :])
         for j, row in enumerate(rows.reshape(-1).tolist()):
             flat[j] = cache.array[row]

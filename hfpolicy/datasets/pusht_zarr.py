@@ -94,7 +94,7 @@ def _missing_chunks(array, folder: Path) -> list[int]:
 class _ZarrFrames:
     """Reads a chunked zarr image array slice by slice, decompressing each chunk once."""
 
-    def __init__(self, array, name: str = "data/img"):
+    def __init__(self, array, name: str):
         self.array, self.name = array, name
         self.chunk = int(array.chunks[0])
         self._cache: dict[int, np.ndarray] = {}

@@ -586,23 +586,19 @@ class DatasetWriter:
         }
         if not self._appending:  # an appended dataset's info.json keeps the rest as it was
             info["features"] = deepcopy(self.features)
-            for key in self.video_keys:
-                info["features"][key]["info"] = self._video_info(key)
+            for key in self.video_keys:  # the "info" LeRobot keeps per video feature, probed from the first file
+                probe = probe_video(self.tmp_root / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0))
+                info["features"][key]["info"] = {
+                    "video.height": probe.height,
+                    "video.width": probe.width,
+                    "video.codec": probe.codec,
+                    "video.pix_fmt": probe.pix_fmt or VIDEO_PIX_FMT,
+                    "video.is_depth_map": False,
+                    "video.fps": self.fps,
+                    "video.channels": int(self.features[key]["shape"][2]),
+                    "has_audio": probe.has_audio,
+                }
         write_json_atomically(base / INFO_PATH, info, indent=4)
-
-    def _video_info(self, key: str) -> dict[str, Any]:
-        """The "info" LeRobot keeps per video feature, probed from the first file."""
-        probe = probe_video(self.tmp_root / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0))
-        return {
-            "video.height": probe.height,
-            "video.width": probe.width,
-            "video.codec": probe.codec,
-            "video.pix_fmt": probe.pix_fmt or VIDEO_PIX_FMT,
-            "video.is_depth_map": False,
-            "video.fps": self.fps,
-            "video.channels": int(self.features[key]["shape"][2]),
-            "has_audio": probe.has_audio,
-        }
 
     def abort(self) -> None:
         """Stops writing and removes the temporary folder; `root` is left untouched."""
