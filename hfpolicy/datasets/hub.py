@@ -59,8 +59,7 @@ def download_dataset(
     chosen = [int(e) for e in meta.episodes.index] if episodes is None else sorted({int(e) for e in episodes})
     chosen = [e for e in chosen if e in meta.episodes.index]  # PolicyDataset reports unknown episodes
     files = meta.files_for(chosen, with_videos=download_videos)
-    root = snapshot_download(repo_id, repo_type=REPO_TYPE, revision=commit, allow_patterns=["meta/*", *files])
-    return Path(root)
+    return Path(snapshot_download(repo_id, repo_type=REPO_TYPE, revision=commit, allow_patterns=["meta/*", *files]))
 
 
 def markdown_text(value: Any) -> str:
@@ -182,8 +181,7 @@ def push_dataset_to_hub(
     """
     root = Path(root)
     meta = DatasetMeta.load(root, repo_id)  # refuses a dataset whose meta is incomplete
-    info = meta.info
-    version = str(info["codebase_version"])
+    version = meta.codebase_version
     missing = [path for path in meta.files_for([int(e) for e in meta.episodes.index]) if not (root / path).is_file()]
     if missing:
         raise DatasetFormatError(
@@ -195,7 +193,7 @@ def push_dataset_to_hub(
         for path in dataset_files(root)
     ]
     if not (root / CARD_FILE).is_file():
-        card = make_dataset_card(info, repo_id, license=license, tags=tags, description=description)
+        card = make_dataset_card(meta.info, repo_id, license=license, tags=tags, description=description)
         operations.append(CommitOperationAdd(path_in_repo=CARD_FILE, path_or_fileobj=str(card).encode()))
 
     api = HfApi()
