@@ -146,15 +146,15 @@ class MixtureDataset(torch.utils.data.Dataset):
         if len(idx) and (idx.min() < 0 or idx.max() >= self.num_frames):
             raise IndexError(f"positions must be in [0, {self.num_frames}), got {idx.min()}..{idx.max()}")
         which = self.dataset_of(idx)
-        order = np.argsort(which, kind="stable")
         parts = []
         for d in np.unique(which).tolist():
-            local = idx[order][which[order] == d] - self.offsets[d]
+            local = idx[which == d] - self.offsets[d]
             part = {renamed_key(k, self.renames): v for k, v in self.datasets[d].get_batch(local, uint8_images).items()}
             part[DATASET_INDEX] = torch.full((len(local),), d, dtype=torch.int64)
             parts.append(part)
         keys = [key for key in parts[0] if all(key in part for part in parts) and _kept(key, self.features)]
-        back = np.argsort(order, kind="stable")  # row r of the concatenation is asked-for row order[r]
+        order = np.argsort(which, kind="stable")  # the parts' rows, concatenated, are the asked-for rows `order`
+        back = np.argsort(order, kind="stable")
         batch: dict[str, Any] = {}
         for key in keys:
             values = [part[key] for part in parts]
