@@ -173,12 +173,10 @@ def push_dataset_to_hub(
     tag_version: bool = True,
     commit_message: str | None = None,
 ) -> str:
-    """Uploads a finished dataset root (LeRobot v3.0 or v2.1) and its card in one commit; returns the commit URL.
-
-    The card is the folder's README.md if it has one (`license`, `tags`, `description` then unused), else
-    `make_dataset_card`'s. `tag_version` tags the commit with the codebase version, which LeRobot's loader looks for.
-    An incomplete dataset raises DatasetFormatError before anything is created on the Hub.
-    """
+    """Uploads a finished dataset root (LeRobot v3.0 or v2.1) and its card in one commit; returns the commit URL. The
+    card is the folder's README.md if it has one (`license`, `tags`, `description` then unused), else
+    `make_dataset_card`'s; `tag_version` tags the commit with the codebase version, which LeRobot's loader looks for.
+    An incomplete dataset raises DatasetFormatError before anything is created on the Hub."""
     root = Path(root)
     meta = DatasetMeta.load(root, repo_id)  # refuses a dataset whose meta is incomplete
     version = meta.codebase_version
