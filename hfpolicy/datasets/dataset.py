@@ -289,17 +289,14 @@ class PolicyDataset(torch.utils.data.Dataset):
     def _make_frame_caches(self, storage: str, max_ram_gb: float) -> None:
         if storage not in ("auto", "ram", "disk"):
             raise ValueError(f"frame_cache must be 'auto', 'ram' or 'disk', got {storage!r}")
-        self._caches: dict[str, FrameCache] = {}
-        self.frame_cache_storage = "none"
-        if not self.camera_keys:
-            return
         shapes = {key: image_chw(key, self.features[key]) for key in self.camera_keys}
         total = sum(self.num_frames * math.prod(chw) for chw in shapes.values())
         if storage == "auto":
             storage = "ram" if total <= max_ram_gb * 1024**3 else "disk"
-        self.frame_cache_storage = storage
-        for key, chw in shapes.items():
-            self._caches[key] = FrameCache(self.num_frames, chw, self.num_episodes, storage=storage)
+        self.frame_cache_storage = storage if shapes else "none"
+        self._caches = {
+            key: FrameCache(self.num_frames, chw, self.num_episodes, storage) for key, chw in shapes.items()
+        }
 
     def _fill_episode(self, key: str, episode_pos: int) -> None:
         start, end = (int(v) for v in self.episode_bounds[episode_pos])

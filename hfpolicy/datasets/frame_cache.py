@@ -38,9 +38,7 @@ def _remove_file(path: str, owner_pid: int) -> None:
 class FrameCache:
     """uint8 frames (num_frames, C, H, W) plus one "decoded" flag per episode, in shared memory or a shared file."""
 
-    def __init__(self, num_frames: int, chw: tuple[int, int, int], num_episodes: int, storage: str = "ram"):
-        if storage not in ("ram", "disk"):
-            raise ValueError(f"frame cache storage must be 'ram' or 'disk', got {storage!r}")
+    def __init__(self, num_frames: int, chw: tuple[int, int, int], num_episodes: int, storage: str):
         self.num_frames, self.chw, self.num_episodes, self.storage = num_frames, tuple(chw), num_episodes, storage
         self._flag_bytes = -(-max(num_episodes, 1) // _HEADER_BYTES) * _HEADER_BYTES
         self.nbytes = self._flag_bytes + num_frames * int(np.prod(chw))

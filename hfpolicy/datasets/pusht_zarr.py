@@ -190,7 +190,7 @@ def open_pusht_zarr(
         raise FileNotFoundError(f"{zarr_path} is not a zarr folder (expected the diffusion_policy PushT zarr)")
     check_zarr_metadata(zarr_path)
     try:
-        group = zarr.open_group(str(zarr_path), mode="r")
+        group: Any = zarr.open_group(str(zarr_path), mode="r")
     except zarr.errors.GroupNotFoundError:
         raise ZarrStoreError(
             f"{zarr_path} holds no zarr group (no .zgroup or zarr.json): it is not the diffusion_policy PushT zarr"
