@@ -48,20 +48,19 @@ class PackedBatch(dict):
         return PackedBatch(self, self.to_float)
 
     def __reduce__(self):
-        small = [
-            (k, v)
+        small = {
+            k: v
             for k, v in self.items()
             if isinstance(v, torch.Tensor) and v.nbytes <= PACK_MAX_BYTES and v.numel() and k not in self.to_float
-        ]
+        }
         layout, offset = [], 0
-        for key, value in small:
+        for key, value in small.items():
             layout.append((key, value.dtype, tuple(value.shape), offset))
             offset += -(-value.nbytes // _ALIGN) * _ALIGN
         buffer = torch.empty(offset, dtype=torch.uint8)
-        for (_, value), (_, dtype, shape, start) in zip(small, layout, strict=True):
+        for value, (_, dtype, shape, start) in zip(small.values(), layout, strict=True):
             buffer[start : start + value.nbytes].view(dtype).view(shape).copy_(value)
-        packed = {key for key, _ in small}
-        rest = {k: v for k, v in self.items() if k not in packed}
+        rest = {k: v for k, v in self.items() if k not in small}
         return _unpack, (buffer, layout, rest, list(self), self.to_float)
 
 
