@@ -281,6 +281,7 @@ class DatasetWriter:
         if chunks_size < 1 or data_files_size_in_mb <= 0 or video_files_size_in_mb <= 0:
             raise ValueError("chunks_size and the file size limits must be positive")
         checked = _check_features(features)
+        video_keys = [key for key, ft in checked.items() if ft["dtype"] == VIDEO]
         info = {
             "codebase_version": CODEBASE_VERSION,
             "robot_type": robot_type,
@@ -293,10 +294,9 @@ class DatasetWriter:
             "fps": fps,
             "splits": {},
             "data_path": DATA_PATH,
-            "video_path": VIDEO_PATH if any(ft["dtype"] == VIDEO for ft in checked.values()) else None,
+            "video_path": VIDEO_PATH if video_keys else None,
             "features": checked,
         }
-        video_keys = [key for key, ft in checked.items() if ft["dtype"] == VIDEO]
         empty = CommittedState(
             info, tasks={}, stats={}, next_data=(0, 0), next_video=dict.fromkeys(video_keys, (0, 0)), next_meta=(0, 0)
         )
