@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from huggingface_hub import constants
 from huggingface_hub.utils import httpx  # huggingface_hub's HTTP client (httpx2): its network errors are not OSErrors
 from tqdm.auto import tqdm
 
@@ -36,13 +37,6 @@ class QuietBar(tqdm):
 
 class StreamingError(OSError):
     """A file of a streamed dataset cannot be fetched (after the retries), or can never fit the disk budget."""
-
-
-def stream_cache_dir() -> Path:
-    """Where the streaming caches live: beside the HF hub cache."""
-    from huggingface_hub import constants
-
-    return Path(constants.HF_HOME) / "hfpolicy" / "stream_cache"
 
 
 def _wait(seconds: float) -> None:
@@ -90,7 +84,7 @@ class RemoteFiles(PerProcessBudget):
     def folder(self) -> Path:
         self._reset_if_forked()
         if self._folder is None:
-            root = stream_cache_dir()
+            root = Path(constants.HF_HOME) / "hfpolicy" / "stream_cache"  # beside the HF hub cache
             root.mkdir(parents=True, exist_ok=True)
             self._folder = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
             # runs when this object is collected or this process exits (DataLoader workers too); not in another process
