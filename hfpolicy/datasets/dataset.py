@@ -141,9 +141,7 @@ class PolicyDataset(torch.utils.data.Dataset):
                 raise DatasetFormatError(
                     f"info.json of {self.repo_id} lists the features {absent} but {file} has no such columns"
                 )
-        filters = None
-        if len(self.episodes) < self.meta.total_episodes:
-            filters = [(EPISODE_INDEX, "in", self.episodes)]
+        filters = [(EPISODE_INDEX, "in", self.episodes)] if len(self.episodes) < self.meta.total_episodes else None
         bars_were_off = datasets.utils.are_progress_bars_disabled()
         datasets.utils.disable_progress_bars()  # "Generating train split" for every dataset says nothing useful
         try:
