@@ -87,10 +87,9 @@ def arrow_type(key: str, feature: Mapping[str, Any]) -> pa.DataType:
         return pa.struct([("bytes", pa.binary()), ("path", pa.string())])
     if feature["dtype"] == STRING:
         return pa.string()
-    value_type = pa.from_numpy_dtype(numpy_dtype(key, feature))
+    arrow = pa.from_numpy_dtype(numpy_dtype(key, feature))
     if is_scalar(feature):
-        return value_type
-    arrow = value_type
+        return arrow
     for n in reversed(tuple(feature["shape"])):
         arrow = pa.list_(pa.field("item", arrow), int(n))  # the child name 🤗 datasets writes
     return arrow
