@@ -1,8 +1,6 @@
-"""`PolicyDataset`: a LeRobot v3.0 or v2.1 dataset (local or from the Hub) as a torch Dataset of training samples.
-
-Items are index arithmetic on arrays built once: the non-video columns as numpy arrays, camera frames from a uint8
-frame cache (frame_cache.py). Window offsets outside the episode repeat its edge frame, flagged in `{key}_is_pad`.
-"""
+"""`PolicyDataset`: a LeRobot v3.0 or v2.1 dataset (local or from the Hub) as a torch Dataset of training samples,
+by index arithmetic on arrays built once (camera frames in a uint8 frame cache); window offsets outside the episode
+repeat its edge frame, flagged in `{key}_is_pad`."""
 
 import math
 from collections.abc import Callable, Mapping, Sequence

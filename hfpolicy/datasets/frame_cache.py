@@ -1,9 +1,6 @@
-"""A uint8 frame cache for camera features: each episode's frames are decoded once (on first use), then indexed.
-
-Its storage is shared with DataLoader workers, so each episode is decoded once for all of them: "ram", an anonymous
-shared memory map (forked workers see one another's writes), or "disk", a memory-mapped file under
-`$HF_HOME/hfpolicy/frame_cache/` (spawned workers reopen it by path; removed when the cache is collected).
-"""
+"""A uint8 frame cache for camera features, each episode decoded once (on first use) for all DataLoader workers:
+"ram", an anonymous shared memory map (forked workers see its writes), or "disk", a memory-mapped file under
+`$HF_HOME/hfpolicy/frame_cache/` (spawned workers reopen it by path; removed when the cache is collected)."""
 
 import bisect
 import mmap

@@ -1,8 +1,6 @@
-"""`PackedBatch`: how a batch gathered in a DataLoader worker travels to the main process: its small tensors packed
-into one shared-memory buffer (the main process pays per tensor received), its camera frames as uint8, turned into
-float32 in [0, 1] on arrival unless a training run wants them uint8 (docs/streaming.md#workers). The main process
-gets the plain dict it would have gathered itself.
-"""
+"""`PackedBatch`: a batch gathered in a DataLoader worker travels to the main process as one shared-memory buffer of
+its small tensors plus its uint8 frames, made float32 in [0, 1] on arrival unless a run wants them uint8
+(docs/streaming.md#workers)."""
 
 import math
 from typing import Any

@@ -1,9 +1,6 @@
 """The training data: `MixtureDataset`, the union of N >= 1 datasets, each held in memory (PolicyDataset) or
-streamed (StreamingPolicyDataset); one dataset is a mixture of one (docs/datasets.md#several-datasets).
-
-Dataset d's frame i is position offsets[d] + i. Features are those every dataset has alike (after `renames`); stats
-are pooled exactly. Streamed members split the streaming budgets rather than share them (`split_budgets`).
-"""
+streamed (StreamingPolicyDataset); dataset d's frame i is position offsets[d] + i. Features, stats and budgets:
+docs/datasets.md#several-datasets."""
 
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace

@@ -1,8 +1,7 @@
 """Convert the diffusion_policy PushT zarr (pusht_cchi_v7_replay.zarr) into a LeRobot v3.0 dataset shaped like the
 Hub's lerobot/pusht: fps 10, observation.image (video 96x96x3), observation.state, action, next.reward,
 next.success, next.done (and optionally observation.environment_state, the T's 16 keypoint coordinates). Rewards are
-recomputed with gym-pusht's geometry (docs/datasets.md#converting).
-"""
+recomputed with gym-pusht's geometry (docs/datasets.md#converting)."""
 
 import json
 from collections.abc import Sequence

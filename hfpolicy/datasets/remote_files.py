@@ -1,8 +1,7 @@
 """`RemoteFiles`: the files of one commit of a Hub dataset repo, fetched one at a time into a local cache bounded in
 bytes (one folder per process under `$HF_HOME/hfpolicy/stream_cache/`, least recently used evicted first), or read
 by byte ranges (range_reads.py). A failure is retried with exponential backoff, then StreamingError names the file,
-the commit and the flags that help: it is never skipped.
-"""
+the commit and the flags that help: it is never skipped."""
 
 import multiprocessing.util
 import os

@@ -10,8 +10,7 @@
 
 Everything is written into a hidden folder beside `root` that `finish()` renames to `root` (nothing there after an
 interrupted write); the writer holds `root` with the run lock until then. `DatasetWriter.open(root)` appends to a
-dataset, `truncate_dataset(root, n)` keeps its first n episodes (docs/datasets.md#the-writers-append-mode).
-"""
+dataset, `truncate_dataset(root, n)` keeps its first n episodes (docs/datasets.md#the-writers-append-mode)."""
 
 import contextlib
 import io
