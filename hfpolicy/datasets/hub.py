@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from huggingface_hub import CommitOperationAdd, DatasetCard, DatasetCardData, HfApi, snapshot_download
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 
 from hfpolicy.datasets.format import (
     CODEBASE_VERSION,
@@ -29,9 +31,6 @@ class DatasetDownloadError(OSError):
 def download_meta(repo_id: str, revision: str | None = None) -> Path:
     """Downloads meta/ of a Hub dataset into the HF cache; returns its snapshot folder, named by the commit it
     resolved (the revision of later downloads, so a push in between cannot mix two versions)."""
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
     try:
         validate_repo_id(repo_id)  # before any cache lookup: offline, a bad id would read as "not in the cache"
     except HFValidationError as e:

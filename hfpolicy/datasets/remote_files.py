@@ -13,7 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from huggingface_hub import constants
+from huggingface_hub import HfApi, constants, hf_hub_download
+from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils import httpx  # huggingface_hub's HTTP client (httpx2): its network errors are not OSErrors
 from tqdm.auto import tqdm
 
@@ -93,9 +94,6 @@ class RemoteFiles(PerProcessBudget):
         return self._folder
 
     def _list_sizes(self) -> dict[str, int]:
-        from huggingface_hub import HfApi
-        from huggingface_hub.hf_api import RepoFile
-
         entries = HfApi().list_repo_tree(self.repo_id, repo_type=REPO_TYPE, revision=self.commit, recursive=True)
         return {entry.path: int(entry.size) for entry in entries if isinstance(entry, RepoFile)}
 
@@ -172,8 +170,6 @@ class RemoteFiles(PerProcessBudget):
             self._evict(next(iter(self._files)))
 
     def _download(self, path: str) -> Path:
-        from huggingface_hub import hf_hub_download
-
         local = hf_hub_download(
             self.repo_id, path, repo_type=REPO_TYPE, revision=self.commit, local_dir=self.folder, tqdm_class=QuietBar
         )
