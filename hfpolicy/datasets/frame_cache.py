@@ -13,6 +13,7 @@ import av
 import numpy as np
 import torch
 from av.video.reformatter import VideoReformatter
+from huggingface_hub import constants
 
 from hfpolicy.datasets.format import DatasetFormatError, TimestampError
 from hfpolicy.io.video import NoVideoStreamError, VideoFile, decode_frames, frame_into_chw, rgb_threads, video_name
@@ -22,8 +23,6 @@ _HEADER_BYTES = 64  # the per-episode "decoded" flags are padded to this alignme
 
 
 def frame_cache_dir() -> Path:
-    from huggingface_hub import constants
-
     return Path(constants.HF_HOME) / "hfpolicy" / "frame_cache"
 
 
