@@ -1,10 +1,6 @@
-"""What an appending `DatasetWriter` continues from: the committed state of a LeRobot v3.0 dataset on disk, and
-truncation to its first episodes (docs/datasets.md#the-writers-append-mode).
-
-info.json's `total_episodes` is the commit: files numbered after those of the last committed episode are a killed
-append's orphans, which `settle` removes. Truncating rewrites info.json first and the episode table's rows last, so
-a truncation killed half-way is redone by the next settle; truncate when no one reads.
-"""
+"""What an appending `DatasetWriter` continues from: the committed state of a LeRobot v3.0 dataset on disk (info.json's
+`total_episodes` is the commit; later files are a killed append's orphans, which `settle` removes), and truncation to
+its first episodes (docs/datasets.md#the-writers-append-mode)."""
 
 import os
 import re
@@ -175,14 +171,6 @@ def write_tasks(root: Path, tasks: dict[str, int]) -> None:
         frame.to_parquet(tmp)
 
 
-def _unfinished_append_left_files(root: Path, info: dict, next_data: tuple, next_video: dict) -> bool:
-    """Whether an unfinished append left files: the first data or video file it would number exists."""
-    return (root / info["data_path"].format(chunk_index=next_data[0], file_index=next_data[1])).exists() or any(
-        (root / info["video_path"].format(video_key=key, chunk_index=c, file_index=f)).exists()
-        for key, (c, f) in next_video.items()
-    )
-
-
 def settle(root: str | Path, n_episodes: int | None = None) -> CommittedState:
     """The committed state of the v3.0 dataset at `root` (the caller holds its run lock), keeping its first
     `n_episodes` (default: all that info.json commits) and removing the rest and whatever an unfinished append
@@ -197,16 +185,17 @@ def settle(root: str | Path, n_episodes: int | None = None) -> CommittedState:
         raise ValueError(f"{root} holds {committed} episodes: keep between 1 and {committed}, not {n}")
 
     anchor, indices, beyond, last = _episode_table_end(root, n)
-    shrinks = bool(beyond) or bool((indices >= n).any())  # truncated episodes, or a killed append's rows
+    # episodes to drop: truncated ones, or the rows of a killed append
+    rewrites = n != committed or bool(beyond) or bool((indices >= n).any())
 
     stats, tasks = load_stats_json(root / STATS_PATH), {task: index for index, task in load_tasks(root).items()}
-    if shrinks or n != committed or not _countable(stats, info["features"]):
+    if rewrites or not _countable(stats, info["features"]):
         episode_stats, used = _kept_episodes(root, n)
         stats = aggregate_stats(episode_stats) or stats
         # Tasks are numbered in order of first use: those after the kept episodes' were first used by dropped ones.
         last_used = max((tasks[task] for task in used if task in tasks), default=len(tasks) - 1)
         tasks = {task: index for task, index in tasks.items() if index <= last_used}
-    if n != committed or shrinks:
+    if rewrites:
         info = _commit_meta(root, info, n, last, tasks, stats)
 
     chunks_size = int(info["chunks_size"])
@@ -219,12 +208,15 @@ def settle(root: str | Path, n_episodes: int | None = None) -> CommittedState:
     }
     next_data = next_chunk_file(*last_data, chunks_size)
     next_video = {key: next_chunk_file(*last, chunks_size) for key, last in last_video.items()}
-    left_over = _unfinished_append_left_files(root, info, next_data, next_video)
-    if left_over or n != committed or shrinks:
+    next_files = [root / info["data_path"].format(chunk_index=next_data[0], file_index=next_data[1])] + [
+        root / info["video_path"].format(video_key=key, chunk_index=c, file_index=f)
+        for key, (c, f) in next_video.items()
+    ]
+    if rewrites or any(path.exists() for path in next_files):  # the first files an unfinished append wrote
         _remove_beyond(root / "data", ".parquet", last_data)
         for key in video_keys:
             _remove_beyond(root / "videos" / key, ".mp4", last_video[key])
-    if n != committed or shrinks:
+    if rewrites:
         if pc.max(pq.read_table(last_data_path, columns=[EPISODE_INDEX]).column(EPISODE_INDEX)).as_py() >= n:
             _rewrite_parquet(last_data_path, n)
         # The episode table's rows beyond n go last: until they are gone the next settle sees them and redoes this.

@@ -1,8 +1,6 @@
-"""`PolicyDataset`: a LeRobot v3.0 or v2.1 dataset (local or from the Hub) as a torch Dataset of training samples.
-
-Items are index arithmetic on arrays built once: the non-video columns as numpy arrays, camera frames from a uint8
-frame cache (frame_cache.py). Window offsets outside the episode repeat its edge frame, flagged in `{key}_is_pad`.
-"""
+"""`PolicyDataset`: a LeRobot v3.0 or v2.1 dataset (local or from the Hub) as a torch Dataset of training samples,
+by index arithmetic on arrays built once (camera frames in a uint8 frame cache); window offsets outside the episode
+repeat its edge frame, flagged in `{key}_is_pad`."""
 
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -141,9 +139,7 @@ class PolicyDataset(torch.utils.data.Dataset):
                 raise DatasetFormatError(
                     f"info.json of {self.repo_id} lists the features {absent} but {file} has no such columns"
                 )
-        filters = None
-        if len(self.episodes) < self.meta.total_episodes:
-            filters = [(EPISODE_INDEX, "in", self.episodes)]
+        filters = [(EPISODE_INDEX, "in", self.episodes)] if len(self.episodes) < self.meta.total_episodes else None
         bars_were_off = datasets.utils.are_progress_bars_disabled()
         datasets.utils.disable_progress_bars()  # "Generating train split" for every dataset says nothing useful
         try:
@@ -233,8 +229,6 @@ class PolicyDataset(torch.utils.data.Dataset):
     def _check_timestamps(self) -> None:
         """Timestamps must advance by 1/fps inside every episode; a gap means frames are missing."""
         ts = self._columns[TIMESTAMP].astype(np.float64)
-        if len(ts) < 2:
-            return
         steps = np.diff(ts)
         inside = self._row_episode[1:] == self._row_episode[:-1]
         tolerance = self.tolerance_s + self._timestamp_resolution(ts[1:])
@@ -291,17 +285,14 @@ class PolicyDataset(torch.utils.data.Dataset):
     def _make_frame_caches(self, storage: str, max_ram_gb: float) -> None:
         if storage not in ("auto", "ram", "disk"):
             raise ValueError(f"frame_cache must be 'auto', 'ram' or 'disk', got {storage!r}")
-        self._caches: dict[str, FrameCache] = {}
-        self.frame_cache_storage = "none"
-        if not self.camera_keys:
-            return
         shapes = {key: image_chw(key, self.features[key]) for key in self.camera_keys}
         total = sum(self.num_frames * math.prod(chw) for chw in shapes.values())
         if storage == "auto":
             storage = "ram" if total <= max_ram_gb * 1024**3 else "disk"
-        self.frame_cache_storage = storage
-        for key, chw in shapes.items():
-            self._caches[key] = FrameCache(self.num_frames, chw, self.num_episodes, storage=storage)
+        self.frame_cache_storage = storage if shapes else "none"
+        self._caches = {
+            key: FrameCache(self.num_frames, chw, self.num_episodes, storage) for key, chw in shapes.items()
+        }
 
     def _fill_episode(self, key: str, episode_pos: int) -> None:
         start, end = (int(v) for v in self.episode_bounds[episode_pos])
@@ -401,11 +392,9 @@ class PolicyDataset(torch.utils.data.Dataset):
             windows[key] = np.minimum(np.maximum(wanted, start), end - 1)  # offsets outside the episode: edge frame
             batch[pad_key(key)] = torch.from_numpy((wanted < start) | (wanted >= end))
         for key, values in self._columns.items():
-            rows = windows.get(key, idx)
-            batch[key] = torch.from_numpy(values[rows])
+            batch[key] = torch.from_numpy(values[windows.get(key, idx)])
         for key, strings in self._strings.items():
-            rows = windows.get(key, idx)
-            batch[key] = [strings[i] for i in rows]
+            batch[key] = [strings[i] for i in windows.get(key, idx)]
         for key in self.camera_keys:
             rows = windows.get(key, idx)
             if uint8_images and torch.utils.data.get_worker_info() is not None:  # into the shared tensor it is sent in
@@ -428,8 +417,7 @@ class PolicyDataset(torch.utils.data.Dataset):
                 self._fill_episode(key, episode)
         if out is None:
             return cache.array[rows]
-        # frame by frame: faster than a gather then a copy, or np.take(..., out=out)
-        # (docs/streaming.md#the-readers-small-costs)
+        # frame by frame: faster than a gather then a copy (docs/streaming.md#the-readers-small-costs)
         flat = out.reshape(-1, *out.shape[rows.ndim :])
         for j, row in enumerate(rows.reshape(-1).tolist()):
             flat[j] = cache.array[row]

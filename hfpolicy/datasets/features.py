@@ -67,7 +67,7 @@ def dataset_to_policy_features(
     features: Mapping[str, Mapping[str, Any]],
 ) -> tuple[dict[str, PolicyFeature], dict[str, PolicyFeature]]:
     """(inputs, outputs) of a policy: images and videos as IMAGE inputs (C, H, W), other `observation.*` float
-    vectors as STATE inputs, `action` as the ACTION output; everything else is skipped."""
+    vectors as STATE inputs (not point clouds or other multi-dim arrays), `action` as the ACTION output."""
     inputs: dict[str, PolicyFeature] = {}
     outputs: dict[str, PolicyFeature] = {}
     for key, feature in features.items():
@@ -75,9 +75,7 @@ def dataset_to_policy_features(
             inputs[key] = PolicyFeature(type=FeatureType.IMAGE, shape=image_chw(key, feature))
         elif key == ACTION and is_numeric(feature):
             outputs[key] = PolicyFeature(type=FeatureType.ACTION, shape=tuple(feature["shape"]))
-        elif key.startswith(OBS_PREFIX) and feature["dtype"].startswith("float"):
-            if len(feature["shape"]) != 1:
-                continue  # point clouds and other multi-dim arrays are no state vectors
+        elif key.startswith(OBS_PREFIX) and feature["dtype"].startswith("float") and len(feature["shape"]) == 1:
             inputs[key] = PolicyFeature(type=FeatureType.STATE, shape=tuple(feature["shape"]))
     return inputs, outputs
 
@@ -89,10 +87,9 @@ def arrow_type(key: str, feature: Mapping[str, Any]) -> pa.DataType:
         return pa.struct([("bytes", pa.binary()), ("path", pa.string())])
     if feature["dtype"] == STRING:
         return pa.string()
-    value_type = pa.from_numpy_dtype(numpy_dtype(key, feature))
+    arrow = pa.from_numpy_dtype(numpy_dtype(key, feature))
     if is_scalar(feature):
-        return value_type
-    arrow = value_type
+        return arrow
     for n in reversed(tuple(feature["shape"])):
         arrow = pa.list_(pa.field("item", arrow), int(n))  # the child name 🤗 datasets writes
     return arrow
@@ -100,11 +97,10 @@ def arrow_type(key: str, feature: Mapping[str, Any]) -> pa.DataType:
 
 def arrow_column(key: str, feature: Mapping[str, Any], values: np.ndarray | list) -> pa.Array:
     """One column of a data parquet from an array shaped (N, *shape) (or (N,) for scalars)."""
-    kind = arrow_type(key, feature)
     if feature["dtype"] in (IMAGE, STRING) or is_scalar(feature):
         if not isinstance(values, list) and is_scalar(feature):
             values = np.asarray(values).reshape(-1)
-        return pa.array(values, type=kind)
+        return pa.array(values, type=arrow_type(key, feature))
     values = np.ascontiguousarray(values, dtype=numpy_dtype(key, feature))
     array: pa.Array = pa.array(values.reshape(-1), type=pa.from_numpy_dtype(values.dtype))
     for n in reversed(tuple(feature["shape"])):

@@ -92,15 +92,6 @@ def next_chunk_file(chunk_index: int, file_index: int, chunks_size: int) -> tupl
     return chunk_index, file_index + 1
 
 
-def _version_tuple(version: str) -> tuple[int, int]:
-    text = str(version).strip().lstrip("vV")
-    parts = text.split(".")
-    try:
-        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
-    except ValueError:
-        raise DatasetFormatError(f"codebase_version {version!r} in {INFO_PATH} is not a version like 'v3.0'") from None
-
-
 def check_codebase_version(version: str | None, where: str, repo_id: str | None = None) -> None:
     """Raises UnsupportedVersionError, naming the version and the way to convert, unless `version` is v3.x or v2.1."""
     if version is None:
@@ -108,7 +99,11 @@ def check_codebase_version(version: str | None, where: str, repo_id: str | None 
             f"{where} has no codebase_version: it predates LeRobot's v2 format, which hfpolicy cannot read. "
             "Convert it with LeRobot's conversion scripts to v3.0 first."
         )
-    major, minor = _version_tuple(version)
+    parts = str(version).strip().lstrip("vV").split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        raise DatasetFormatError(f"codebase_version {version!r} in {INFO_PATH} is not a version like 'v3.0'") from None
     if major == 3 or (major, minor) == (2, 1):  # v2.1 is read through legacy_v21.py
         return
     name = repo_id or "<repo_id>"

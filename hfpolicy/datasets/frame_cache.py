@@ -1,9 +1,6 @@
-"""A uint8 frame cache for camera features: each episode's frames are decoded once (on first use), then indexed.
-
-Its storage is shared with DataLoader workers, so each episode is decoded once for all of them: "ram", an anonymous
-shared memory map (forked workers see one another's writes), or "disk", a memory-mapped file under
-`$HF_HOME/hfpolicy/frame_cache/` (spawned workers reopen it by path; removed when the cache is collected).
-"""
+"""A uint8 frame cache for camera features, each episode decoded once (on first use) for all DataLoader workers:
+"ram", an anonymous shared memory map (forked workers see its writes), or "disk", a memory-mapped file under
+`$HF_HOME/hfpolicy/frame_cache/` (spawned workers reopen it by path; removed when the cache is collected)."""
 
 import bisect
 import mmap
@@ -16,6 +13,7 @@ import av
 import numpy as np
 import torch
 from av.video.reformatter import VideoReformatter
+from huggingface_hub import constants
 
 from hfpolicy.datasets.format import DatasetFormatError, TimestampError
 from hfpolicy.io.video import NoVideoStreamError, VideoFile, decode_frames, frame_into_chw, rgb_threads, video_name
@@ -25,8 +23,6 @@ _HEADER_BYTES = 64  # the per-episode "decoded" flags are padded to this alignme
 
 
 def frame_cache_dir() -> Path:
-    from huggingface_hub import constants
-
     return Path(constants.HF_HOME) / "hfpolicy" / "frame_cache"
 
 
@@ -38,9 +34,7 @@ def _remove_file(path: str, owner_pid: int) -> None:
 class FrameCache:
     """uint8 frames (num_frames, C, H, W) plus one "decoded" flag per episode, in shared memory or a shared file."""
 
-    def __init__(self, num_frames: int, chw: tuple[int, int, int], num_episodes: int, storage: str = "ram"):
-        if storage not in ("ram", "disk"):
-            raise ValueError(f"frame cache storage must be 'ram' or 'disk', got {storage!r}")
+    def __init__(self, num_frames: int, chw: tuple[int, int, int], num_episodes: int, storage: str):
         self.num_frames, self.chw, self.num_episodes, self.storage = num_frames, tuple(chw), num_episodes, storage
         self._flag_bytes = -(-max(num_episodes, 1) // _HEADER_BYTES) * _HEADER_BYTES
         self.nbytes = self._flag_bytes + num_frames * int(np.prod(chw))

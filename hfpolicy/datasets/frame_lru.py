@@ -41,8 +41,7 @@ class FrameLRU(PerProcessBudget):
             )
         while self._entries and self.bytes + nbytes > budget:
             victim = next((k for k in self._entries if k not in keep), next(iter(self._entries)))
-            evicted = self._entries.pop(victim)
-            self.bytes -= evicted.nbytes
+            self.bytes -= self._entries.pop(victim).nbytes
             self.evictions += 1
         self.peak_bytes = max(self.peak_bytes, self.bytes + nbytes)
 

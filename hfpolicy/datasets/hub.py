@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from huggingface_hub import CommitOperationAdd, DatasetCard, DatasetCardData, HfApi, snapshot_download
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 
 from hfpolicy.datasets.format import (
     CODEBASE_VERSION,
@@ -29,9 +31,6 @@ class DatasetDownloadError(OSError):
 def download_meta(repo_id: str, revision: str | None = None) -> Path:
     """Downloads meta/ of a Hub dataset into the HF cache; returns its snapshot folder, named by the commit it
     resolved (the revision of later downloads, so a push in between cannot mix two versions)."""
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
     try:
         validate_repo_id(repo_id)  # before any cache lookup: offline, a bad id would read as "not in the cache"
     except HFValidationError as e:
@@ -59,8 +58,7 @@ def download_dataset(
     chosen = [int(e) for e in meta.episodes.index] if episodes is None else sorted({int(e) for e in episodes})
     chosen = [e for e in chosen if e in meta.episodes.index]  # PolicyDataset reports unknown episodes
     files = meta.files_for(chosen, with_videos=download_videos)
-    root = snapshot_download(repo_id, repo_type=REPO_TYPE, revision=commit, allow_patterns=["meta/*", *files])
-    return Path(root)
+    return Path(snapshot_download(repo_id, repo_type=REPO_TYPE, revision=commit, allow_patterns=["meta/*", *files]))
 
 
 def markdown_text(value: Any) -> str:
@@ -174,16 +172,13 @@ def push_dataset_to_hub(
     tag_version: bool = True,
     commit_message: str | None = None,
 ) -> str:
-    """Uploads a finished dataset root (LeRobot v3.0 or v2.1) and its card in one commit; returns the commit URL.
-
-    The card is the folder's README.md if it has one (`license`, `tags`, `description` then unused), else
-    `make_dataset_card`'s. `tag_version` tags the commit with the codebase version, which LeRobot's loader looks for.
-    An incomplete dataset raises DatasetFormatError before anything is created on the Hub.
-    """
+    """Uploads a finished dataset root (LeRobot v3.0 or v2.1) and its card in one commit; returns the commit URL. The
+    card is the folder's README.md if it has one (`license`, `tags`, `description` then unused), else
+    `make_dataset_card`'s; `tag_version` tags the commit with the codebase version, which LeRobot's loader looks for.
+    An incomplete dataset raises DatasetFormatError before anything is created on the Hub."""
     root = Path(root)
     meta = DatasetMeta.load(root, repo_id)  # refuses a dataset whose meta is incomplete
-    info = meta.info
-    version = str(info["codebase_version"])
+    version = meta.codebase_version
     missing = [path for path in meta.files_for([int(e) for e in meta.episodes.index]) if not (root / path).is_file()]
     if missing:
         raise DatasetFormatError(
@@ -195,7 +190,7 @@ def push_dataset_to_hub(
         for path in dataset_files(root)
     ]
     if not (root / CARD_FILE).is_file():
-        card = make_dataset_card(info, repo_id, license=license, tags=tags, description=description)
+        card = make_dataset_card(meta.info, repo_id, license=license, tags=tags, description=description)
         operations.append(CommitOperationAdd(path_in_repo=CARD_FILE, path_or_fileobj=str(card).encode()))
 
     api = HfApi()

@@ -21,7 +21,6 @@ from hfpolicy.datasets.format import (
 )
 from hfpolicy.datasets.stats import aggregate_stats
 
-V21 = "v2.1"
 EPISODES_JSONL = "meta/episodes.jsonl"
 TASKS_JSONL = "meta/tasks.jsonl"
 EPISODES_STATS_JSONL = "meta/episodes_stats.jsonl"

@@ -1,8 +1,6 @@
-"""`PackedBatch`: how a batch gathered in a DataLoader worker travels to the main process: its small tensors packed
-into one shared-memory buffer (the main process pays per tensor received), its camera frames as uint8, turned into
-float32 in [0, 1] on arrival unless a training run wants them uint8 (docs/streaming.md#workers). The main process
-gets the plain dict it would have gathered itself.
-"""
+"""`PackedBatch`: a batch gathered in a DataLoader worker travels to the main process as one shared-memory buffer of
+its small tensors plus its uint8 frames, made float32 in [0, 1] on arrival unless a run wants them uint8
+(docs/streaming.md#workers)."""
 
 import math
 from typing import Any
@@ -48,20 +46,19 @@ class PackedBatch(dict):
         return PackedBatch(self, self.to_float)
 
     def __reduce__(self):
-        small = [
-            (k, v)
+        small = {
+            k: v
             for k, v in self.items()
             if isinstance(v, torch.Tensor) and v.nbytes <= PACK_MAX_BYTES and v.numel() and k not in self.to_float
-        ]
+        }
         layout, offset = [], 0
-        for key, value in small:
+        for key, value in small.items():
             layout.append((key, value.dtype, tuple(value.shape), offset))
             offset += -(-value.nbytes // _ALIGN) * _ALIGN
         buffer = torch.empty(offset, dtype=torch.uint8)
-        for (_, value), (_, dtype, shape, start) in zip(small, layout, strict=True):
+        for value, (_, dtype, shape, start) in zip(small.values(), layout, strict=True):
             buffer[start : start + value.nbytes].view(dtype).view(shape).copy_(value)
-        packed = {key for key, _ in small}
-        rest = {k: v for k, v in self.items() if k not in packed}
+        rest = {k: v for k, v in self.items() if k not in small}
         return _unpack, (buffer, layout, rest, list(self), self.to_float)
 
 

@@ -1,9 +1,6 @@
 """The training data: `MixtureDataset`, the union of N >= 1 datasets, each held in memory (PolicyDataset) or
-streamed (StreamingPolicyDataset); one dataset is a mixture of one (docs/datasets.md#several-datasets).
-
-Dataset d's frame i is position offsets[d] + i. Features are those every dataset has alike (after `renames`); stats
-are pooled exactly. Streamed members split the streaming budgets rather than share them (`split_budgets`).
-"""
+streamed (StreamingPolicyDataset); dataset d's frame i is position offsets[d] + i. Features, stats and budgets:
+docs/datasets.md#several-datasets."""
 
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
@@ -12,6 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hfpolicy.constants import TASK, pad_key
 from hfpolicy.datasets.dataset import PolicyDataset
 from hfpolicy.datasets.format import DatasetFormatError
 from hfpolicy.datasets.loader_transfer import batch_for_loader
@@ -34,8 +32,9 @@ def parse_renames(pairs: Sequence[str] | None) -> dict[str, str]:
 
 def renamed_key(key: str, renames: Mapping[str, str]) -> str:
     """A feature key, or a `{key}_is_pad` key, under `renames`."""
-    if key.endswith("_is_pad") and key[: -len("_is_pad")] in renames:
-        return renames[key[: -len("_is_pad")]] + "_is_pad"
+    base = key.removesuffix("_is_pad")
+    if base != key and base in renames:
+        return pad_key(renames[base])
     return renames.get(key, key)
 
 
@@ -100,7 +99,7 @@ class MixtureDataset(torch.utils.data.Dataset):
         names: Sequence[str] | None = None,
         renames: Mapping[str, str] | None = None,
     ):
-        if len(datasets) < 1:
+        if not datasets:
             raise ValueError("a mixture needs at least one dataset")
         self.datasets = list(datasets)
         self.names = list(names or [ds.repo_id for ds in datasets])
@@ -144,15 +143,15 @@ class MixtureDataset(torch.utils.data.Dataset):
         if len(idx) and (idx.min() < 0 or idx.max() >= self.num_frames):
             raise IndexError(f"positions must be in [0, {self.num_frames}), got {idx.min()}..{idx.max()}")
         which = self.dataset_of(idx)
-        order = np.argsort(which, kind="stable")
         parts = []
         for d in np.unique(which).tolist():
-            local = idx[order][which[order] == d] - self.offsets[d]
+            local = idx[which == d] - self.offsets[d]
             part = {renamed_key(k, self.renames): v for k, v in self.datasets[d].get_batch(local, uint8_images).items()}
             part[DATASET_INDEX] = torch.full((len(local),), d, dtype=torch.int64)
             parts.append(part)
         keys = [key for key in parts[0] if all(key in part for part in parts) and _kept(key, self.features)]
-        back = np.argsort(order, kind="stable")  # row r of the concatenation is asked-for row order[r]
+        order = np.argsort(which, kind="stable")  # the parts' rows, concatenated, are the asked-for rows `order`
+        back = np.argsort(order, kind="stable")
         batch: dict[str, Any] = {}
         for key in keys:
             values = [part[key] for part in parts]
@@ -206,8 +205,7 @@ class MixtureDataset(torch.utils.data.Dataset):
 
 def _kept(key: str, features: dict) -> bool:
     """Whether a batch key is a shared feature (or its *_is_pad), the task or the dataset index."""
-    base = key[: -len("_is_pad")] if key.endswith("_is_pad") else key
-    return base in features or key in ("task", DATASET_INDEX)
+    return key.removesuffix("_is_pad") in features or key in (TASK, DATASET_INDEX)
 
 
 def _shares(total: int, needs: Sequence[int], floors: Sequence[int] | None = None) -> list[int]:

@@ -1,8 +1,7 @@
 """Convert the diffusion_policy PushT zarr (pusht_cchi_v7_replay.zarr) into a LeRobot v3.0 dataset shaped like the
 Hub's lerobot/pusht: fps 10, observation.image (video 96x96x3), observation.state, action, next.reward,
 next.success, next.done (and optionally observation.environment_state, the T's 16 keypoint coordinates). Rewards are
-recomputed with gym-pusht's geometry (docs/datasets.md#converting).
-"""
+recomputed with gym-pusht's geometry (docs/datasets.md#converting)."""
 
 import json
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ PUSHT_FPS = 10
 PUSHT_TASK = "Push the T-shaped block onto the T-shaped target."
 LAST_STEP_WARMUP_FRAMES = 10  # frames replayed before an episode's last action to recover the agent's velocity
 ZARR_ARRAYS = ("data/img", "data/state", "data/action", "meta/episode_ends")
+ZARR_METADATA_FILES = (".zgroup", ".zarray", ".zattrs", "zarr.json")  # JSON files zarr v2 / v3 keep per folder
 
 
 def pusht_features(image_size: int = 96, environment_state: bool = False, images: bool = True) -> dict[str, dict]:
@@ -41,62 +41,8 @@ def pusht_features(image_size: int = 96, environment_state: bool = False, images
     return features
 
 
-def episode_rewards(
-    scorer: PushTScorer, states: np.ndarray, actions: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(coverage, next.reward, next.success) per frame of one episode: of recorded state i + 1, and for the last
-    frame of the state gym-pusht reaches with the last action."""
-    n = len(states)
-    coverage = np.empty(n)
-    coverage[:-1] = scorer.coverage(states[1:, 2:5])
-    start = max(0, n - 1 - LAST_STEP_WARMUP_FRAMES)
-    coverage[-1] = scorer.coverage_after(states[start:], actions[start:])
-    reward, success = scorer.reward_success(coverage)
-    return coverage, reward, success
-
-
 class ZarrStoreError(ValueError):
     """The zarr store is damaged or is not the diffusion_policy PushT layout (names the array and the chunk)."""
-
-
-def validate_pusht_zarr(group, zarr_path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(episode_ends, states, actions) of a PushT zarr, checked: no chunk file missing (zarr would read zeros), every
-    chunk decodes, shapes agree, episode ends rise to the frame count, values are finite (else ZarrStoreError)."""
-    shapes = {name: tuple(group[name].shape) for name in ZARR_ARRAYS}
-    n = shapes["data/img"][0]
-    expected = {"data/img": (n, None, None, 3), "data/state": (n, 5), "data/action": (n, 2)}
-    for name, shape in expected.items():
-        fits = len(shapes[name]) == len(shape)
-        if not fits or any(e is not None and e != g for e, g in zip(shape, shapes[name], strict=True)):
-            raise ZarrStoreError(f"{zarr_path}/{name} has shape {shapes[name]}, expected {shape} (N = {n} frames)")
-    for name in ZARR_ARRAYS:
-        missing = _missing_chunks(group[name], zarr_path / name)
-        if missing:
-            raise ZarrStoreError(
-                f"{zarr_path}/{name} lacks chunk file(s) {missing[:5]}{' ...' if len(missing) > 5 else ''} (zarr would "
-                "read them as zeros): the store is incomplete; copy or download it again"
-            )
-    ends = _read_array(group, "meta/episode_ends", zarr_path).astype(np.int64).reshape(-1)
-    if len(ends) == 0 or ends[0] <= 0 or np.any(np.diff(ends) <= 0) or ends[-1] != n:
-        raise ZarrStoreError(
-            f"{zarr_path}/meta/episode_ends must rise strictly from > 0 to the frame count {n}; got {len(ends)} ends "
-            f"from {ends[:1].tolist()} to {ends[-1:].tolist()}"
-        )
-    arrays = []
-    for name, dtype in (("data/state", np.float64), ("data/action", np.float32)):
-        values = _read_array(group, name, zarr_path).astype(dtype)
-        bad_rows = np.flatnonzero(~np.isfinite(values).all(axis=1))
-        if len(bad_rows):
-            chunk = int(bad_rows[0]) // int(group[name].chunks[0])
-            raise ZarrStoreError(
-                f"{zarr_path}/{name} holds NaN or inf in {len(bad_rows)} rows (first: row {bad_rows[0]}, chunk "
-                f"{chunk}): the store is damaged; nothing was converted"
-            )
-        arrays.append(values)
-    return ends, arrays[0], arrays[1]
-
-
-ZARR_METADATA_FILES = (".zgroup", ".zarray", ".zattrs", "zarr.json")  # JSON files zarr v2 / v3 keep per folder
 
 
 def check_zarr_metadata(zarr_path: Path) -> None:
@@ -147,7 +93,7 @@ def _missing_chunks(array, folder: Path) -> list[int]:
 class _ZarrFrames:
     """Reads a chunked zarr image array slice by slice, decompressing each chunk once."""
 
-    def __init__(self, array, name: str = "data/img"):
+    def __init__(self, array, name: str):
         self.array, self.name = array, name
         self.chunk = int(array.chunks[0])
         self._cache: dict[int, np.ndarray] = {}
@@ -204,10 +150,29 @@ def convert_pusht_zarr(
     )
     with writer:
         bar = tqdm(bounds, desc="converting PushT episodes", unit="episode", disable=not progress)
-        for start, end in bar:
-            write_zarr_episode(
-                writer, scorer, images[start, end], states[start:end], actions[start:end], environment_state
-            )
+        for start, end in bar:  # rewards recomputed from each frame's next state
+            frames, state, action = images[start, end], states[start:end], actions[start:end]
+            n = end - start
+            coverage = np.empty(n)
+            coverage[:-1] = scorer.coverage(state[1:, 2:5])
+            warmup = max(0, n - 1 - LAST_STEP_WARMUP_FRAMES)
+            coverage[-1] = scorer.coverage_after(state[warmup:], action[warmup:])  # where the last action leads
+            reward, success = scorer.reward_success(coverage)
+            agent = state[:, :2].astype(np.float32)
+            keypoints = scorer.keypoints(state[:, 2:5]).astype(np.float32) if environment_state else None
+            for i in range(n):
+                frame = {
+                    OBS_IMAGE: frames[i],
+                    OBS_STATE: agent[i],
+                    ACTION: action[i],
+                    REWARD: np.float32(reward[i]),
+                    SUCCESS: success[i],
+                    DONE: i == n - 1,
+                }
+                if keypoints is not None:
+                    frame[OBS_ENV_STATE] = keypoints[i]
+                writer.add_frame(frame, task=PUSHT_TASK)
+            writer.save_episode()
             bar.set_postfix(frames=writer.num_frames)
     return writer.root
 
@@ -215,14 +180,16 @@ def convert_pusht_zarr(
 def open_pusht_zarr(
     zarr_path: Path, episodes: Sequence[int] | None
 ) -> tuple[Any, np.ndarray, np.ndarray, list[tuple[int, int]]]:
-    """(the zarr group, states, actions, the [start, end) frames of each chosen episode), checked."""
+    """(the zarr group, states, actions, the [start, end) frames of each chosen episode), checked: no chunk file
+    missing (zarr would read zeros), every chunk decodes, shapes agree, episode ends rise to the frame count, values
+    are finite (else ZarrStoreError)."""
     import zarr
 
     if not zarr_path.is_dir():
         raise FileNotFoundError(f"{zarr_path} is not a zarr folder (expected the diffusion_policy PushT zarr)")
     check_zarr_metadata(zarr_path)
     try:
-        group = zarr.open_group(str(zarr_path), mode="r")
+        group: Any = zarr.open_group(str(zarr_path), mode="r")
     except zarr.errors.GroupNotFoundError:
         raise ZarrStoreError(
             f"{zarr_path} holds no zarr group (no .zgroup or zarr.json): it is not the diffusion_policy PushT zarr"
@@ -230,39 +197,40 @@ def open_pusht_zarr(
     missing = [name for name in ZARR_ARRAYS if name not in group]
     if missing:
         raise ValueError(f"{zarr_path} lacks the arrays {missing}: it is not the diffusion_policy PushT zarr")
-    ends, states, actions = validate_pusht_zarr(group, zarr_path)
+    shapes = {name: tuple(group[name].shape) for name in ZARR_ARRAYS}
+    n = shapes["data/img"][0]
+    expected = {"data/img": (n, None, None, 3), "data/state": (n, 5), "data/action": (n, 2)}
+    for name, shape in expected.items():
+        fits = len(shapes[name]) == len(shape)
+        if not fits or any(e is not None and e != g for e, g in zip(shape, shapes[name], strict=True)):
+            raise ZarrStoreError(f"{zarr_path}/{name} has shape {shapes[name]}, expected {shape} (N = {n} frames)")
+    for name in ZARR_ARRAYS:
+        lacking = _missing_chunks(group[name], zarr_path / name)
+        if lacking:
+            raise ZarrStoreError(
+                f"{zarr_path}/{name} lacks chunk file(s) {lacking[:5]}{' ...' if len(lacking) > 5 else ''} (zarr would "
+                "read them as zeros): the store is incomplete; copy or download it again"
+            )
+    ends = _read_array(group, "meta/episode_ends", zarr_path).astype(np.int64).reshape(-1)
+    if len(ends) == 0 or ends[0] <= 0 or np.any(np.diff(ends) <= 0) or ends[-1] != n:
+        raise ZarrStoreError(
+            f"{zarr_path}/meta/episode_ends must rise strictly from > 0 to the frame count {n}; got {len(ends)} ends "
+            f"from {ends[:1].tolist()} to {ends[-1:].tolist()}"
+        )
+    arrays = []
+    for name, dtype in (("data/state", np.float64), ("data/action", np.float32)):
+        values = _read_array(group, name, zarr_path).astype(dtype)
+        bad_rows = np.flatnonzero(~np.isfinite(values).all(axis=1))
+        if len(bad_rows):
+            chunk = int(bad_rows[0]) // int(group[name].chunks[0])
+            raise ZarrStoreError(
+                f"{zarr_path}/{name} holds NaN or inf in {len(bad_rows)} rows (first: row {bad_rows[0]}, chunk "
+                f"{chunk}): the store is damaged; nothing was converted"
+            )
+        arrays.append(values)
     starts = np.r_[0, ends[:-1]]
     chosen = list(range(len(ends))) if episodes is None else [int(e) for e in episodes]
     bad = [e for e in chosen if not 0 <= e < len(ends)]
     if bad or not chosen:
         raise ValueError(f"episodes {bad or chosen} are not in {zarr_path} (it has episodes 0..{len(ends) - 1})")
-    return group, states, actions, [(int(starts[e]), int(ends[e])) for e in chosen]
-
-
-def write_zarr_episode(
-    writer: DatasetWriter,
-    scorer: PushTScorer,
-    frames: np.ndarray,
-    states: np.ndarray,
-    actions: np.ndarray,
-    environment_state: bool,
-) -> None:
-    """One zarr episode as the writer's next episode, with rewards recomputed (and the T's keypoints, if asked)."""
-    n = len(states)
-    _, reward, success = episode_rewards(scorer, states, actions)
-    done = np.arange(n) == n - 1
-    agent = states[:, :2].astype(np.float32)
-    keypoints = scorer.keypoints(states[:, 2:5]).astype(np.float32) if environment_state else None
-    for i in range(n):
-        frame = {
-            OBS_IMAGE: frames[i],
-            OBS_STATE: agent[i],
-            ACTION: actions[i],
-            REWARD: np.float32(reward[i]),
-            SUCCESS: success[i],
-            DONE: done[i],
-        }
-        if keypoints is not None:
-            frame[OBS_ENV_STATE] = keypoints[i]
-        writer.add_frame(frame, task=PUSHT_TASK)
-    writer.save_episode()
+    return group, arrays[0], arrays[1], [(int(starts[e]), int(ends[e])) for e in chosen]

@@ -1,8 +1,6 @@
-"""`RangeFile`: one file of a Hub dataset commit read by byte ranges through huggingface_hub's `HfFileSystem`, as
-the binary file object the video decoder reads: decoding one episode of a long mp4 fetches the file's header and
-that episode's stretch, `block_bytes` at a time, and writes nothing to disk. A failed read is kept in `error`, so the
-caller retries it rather than take it for a truncated video (PyAV may report it as either).
-"""
+"""`RangeFile`: one file of a Hub dataset commit read by byte ranges (huggingface_hub's `HfFileSystem`), as the
+binary file object the video decoder reads (docs/streaming.md). A failed read is kept in `error`, so that the caller
+retries it rather than take it for a truncated video (PyAV may report it as either)."""
 
 from hfpolicy.io.video import AV_IO_BUFFER_BYTES
 

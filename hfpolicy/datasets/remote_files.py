@@ -1,8 +1,7 @@
 """`RemoteFiles`: the files of one commit of a Hub dataset repo, fetched one at a time into a local cache bounded in
 bytes (one folder per process under `$HF_HOME/hfpolicy/stream_cache/`, least recently used evicted first), or read
 by byte ranges (range_reads.py). A failure is retried with exponential backoff, then StreamingError names the file,
-the commit and the flags that help: it is never skipped.
-"""
+the commit and the flags that help: it is never skipped."""
 
 import multiprocessing.util
 import os
@@ -14,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from huggingface_hub import HfApi, constants, hf_hub_download
+from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils import httpx  # huggingface_hub's HTTP client (httpx2): its network errors are not OSErrors
 from tqdm.auto import tqdm
 
@@ -36,13 +37,6 @@ class QuietBar(tqdm):
 
 class StreamingError(OSError):
     """A file of a streamed dataset cannot be fetched (after the retries), or can never fit the disk budget."""
-
-
-def stream_cache_dir() -> Path:
-    """Where the streaming caches live: beside the HF hub cache."""
-    from huggingface_hub import constants
-
-    return Path(constants.HF_HOME) / "hfpolicy" / "stream_cache"
 
 
 def _wait(seconds: float) -> None:
@@ -90,7 +84,7 @@ class RemoteFiles(PerProcessBudget):
     def folder(self) -> Path:
         self._reset_if_forked()
         if self._folder is None:
-            root = stream_cache_dir()
+            root = Path(constants.HF_HOME) / "hfpolicy" / "stream_cache"  # beside the HF hub cache
             root.mkdir(parents=True, exist_ok=True)
             self._folder = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
             # runs when this object is collected or this process exits (DataLoader workers too); not in another process
@@ -100,9 +94,6 @@ class RemoteFiles(PerProcessBudget):
         return self._folder
 
     def _list_sizes(self) -> dict[str, int]:
-        from huggingface_hub import HfApi
-        from huggingface_hub.hf_api import RepoFile
-
         entries = HfApi().list_repo_tree(self.repo_id, repo_type=REPO_TYPE, revision=self.commit, recursive=True)
         return {entry.path: int(entry.size) for entry in entries if isinstance(entry, RepoFile)}
 
@@ -179,8 +170,6 @@ class RemoteFiles(PerProcessBudget):
             self._evict(next(iter(self._files)))
 
     def _download(self, path: str) -> Path:
-        from huggingface_hub import hf_hub_download
-
         local = hf_hub_download(
             self.repo_id, path, repo_type=REPO_TYPE, revision=self.commit, local_dir=self.folder, tqdm_class=QuietBar
         )

@@ -101,13 +101,11 @@ def load_stats_json(path: Path) -> dict[str, dict[str, np.ndarray]] | None:
 
 def stats_to_torch(stats: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, dict[str, torch.Tensor]]:
     """float32 tensors (count stays int64), the form policies take as `dataset_stats`."""
-    out: dict[str, dict[str, torch.Tensor]] = {}
-    for key, part in stats.items():
-        out[key] = {}
-        for name, value in part.items():
-            array = np.asarray(value)
-            if array.dtype.kind not in "biuf":
-                continue
-            dtype = torch.int64 if name == "count" else torch.float32
-            out[key][name] = torch.as_tensor(array.astype(np.float64 if dtype == torch.float32 else np.int64)).to(dtype)
-    return out
+    return {
+        key: {
+            name: torch.from_numpy(np.asarray(value).astype(np.int64 if name == "count" else np.float32))
+            for name, value in part.items()
+            if np.asarray(value).dtype.kind in "biuf"
+        }
+        for key, part in stats.items()
+    }

@@ -3,7 +3,6 @@ and written again by `DatasetWriter` (videos re-encoded as H.264, the rest exact
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
 from huggingface_hub.utils import validate_repo_id
@@ -18,45 +17,33 @@ from hfpolicy.io.paths import check_apart
 
 
 def open_v21_source(source: str, revision: str | None = None, episodes: Sequence[int] | None = None) -> PolicyDataset:
-    """`source` as a dataset: a folder, else a Hub repo id (user/name); anything else is a FileNotFoundError."""
+    """`source` as a v2.1 dataset: a folder, else a Hub repo id (user/name); anything else is a FileNotFoundError."""
     path = Path(source).expanduser()
     if path.is_dir():
         dataset = PolicyDataset(path.name, root=path, episodes=episodes)
-        return check_v21(dataset, source)
-    if path.exists():
+    elif path.exists():
         raise FileNotFoundError(f"{source} is a file, not a dataset folder: pass the folder that holds meta/info.json")
-    try:
-        validate_repo_id(source)
-    except HFValidationError:
-        raise FileNotFoundError(
-            f"no such folder: {source} (the v2.1 dataset to convert: a folder holding meta/info.json, or a Hub repo "
-            "id user/name)"
-        ) from None
-    try:
-        dataset = PolicyDataset(source, revision=revision, episodes=episodes)
-    except (HfHubHTTPError, LocalEntryNotFoundError) as e:
-        raise FileNotFoundError(
-            f"could not download the dataset {source!r} from the Hub ({type(e).__name__}: "
-            f"{str(e).splitlines()[0]}); check the repo id and the network (there is no folder {source} here either)"
-        ) from None
-    return check_v21(dataset, source)
-
-
-def check_v21(dataset: PolicyDataset, source: str) -> PolicyDataset:
+    else:
+        try:
+            validate_repo_id(source)
+        except HFValidationError:
+            raise FileNotFoundError(
+                f"no such folder: {source} (the v2.1 dataset to convert: a folder holding meta/info.json, or a Hub "
+                "repo id user/name)"
+            ) from None
+        try:
+            dataset = PolicyDataset(source, revision=revision, episodes=episodes)
+        except (HfHubHTTPError, LocalEntryNotFoundError) as e:
+            raise FileNotFoundError(
+                f"could not download the dataset {source!r} from the Hub ({type(e).__name__}: "
+                f"{str(e).splitlines()[0]}); check the repo id and the network (there is no folder {source} here either)"
+            ) from None
     if not is_v21(dataset.info):
         raise DatasetFormatError(
             f"{source} is a LeRobot {dataset.info['codebase_version']} dataset, not v2.1: hfpolicy reads it as it is "
             "(there is nothing to convert)"
         )
     return dataset
-
-
-def writer_features(features: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {
-        key: {"dtype": ft["dtype"], "shape": list(ft["shape"]), "names": ft.get("names")}
-        for key, ft in features.items()
-        if key not in BOOKKEEPING_FEATURES
-    }
 
 
 def convert_lerobot_v21(
@@ -79,14 +66,17 @@ def convert_lerobot_v21(
         source_words=f"the source {source}",
         replaces_output=overwrite,
     )
-    features = writer_features(dataset.features)
-    robot_type = dataset.info.get("robot_type")
+    features = {
+        key: {"dtype": ft["dtype"], "shape": list(ft["shape"]), "names": ft.get("names")}
+        for key, ft in dataset.features.items()
+        if key not in BOOKKEEPING_FEATURES
+    }
     with DatasetWriter.create(
         output_dir,
         repo_id or dataset.repo_id,
         dataset.fps,
         features,
-        robot_type,
+        dataset.info.get("robot_type"),
         overwrite=overwrite,
         video_crf=video_crf,
     ) as writer:

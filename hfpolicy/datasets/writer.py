@@ -10,8 +10,7 @@
 
 Everything is written into a hidden folder beside `root` that `finish()` renames to `root` (nothing there after an
 interrupted write); the writer holds `root` with the run lock until then. `DatasetWriter.open(root)` appends to a
-dataset, `truncate_dataset(root, n)` keeps its first n episodes (docs/datasets.md#the-writers-append-mode).
-"""
+dataset, `truncate_dataset(root, n)` keeps its first n episodes (docs/datasets.md#the-writers-append-mode)."""
 
 import contextlib
 import io
@@ -185,43 +184,41 @@ class DatasetWriter:
         self,
         root: Path,
         repo_id: str,
-        fps: int | float,
-        features: dict[str, dict[str, Any]],
-        robot_type: str | None,
+        committed: CommittedState,
         *,
         overwrite: bool,
         video_crf: int,
         video_preset: str,
-        chunks_size: int,
-        data_files_size_in_mb: float,
-        video_files_size_in_mb: float,
-        appending: tuple[RunLock, CommittedState] | None = None,
+        appending_lock: RunLock | None = None,
     ):
+        """Use `create` or `open`. `committed`: what the dataset holds (nothing yet, unless `appending_lock`, the hold
+        on root of `open`, is given); its info is the info.json that `finish()` writes with new totals."""
         self.root = root
         self.repo_id = repo_id
-        self.fps = fps
-        self.robot_type = robot_type
-        self.features = features  # info.json features, user features first, then the bookkeeping columns
+        self.info = committed.info
+        self.fps = self.info["fps"]
+        self.features = self.info["features"]  # user features first, then the bookkeeping columns
+        self.chunks_size = int(self.info["chunks_size"])
+        self.data_files_size_in_mb = float(self.info.get("data_files_size_in_mb", DEFAULT_DATA_FILE_SIZE_MB))
+        self.video_files_size_in_mb = float(self.info.get("video_files_size_in_mb", DEFAULT_VIDEO_FILE_SIZE_MB))
         self.video_crf = video_crf
         self.video_preset = video_preset
-        self.chunks_size = chunks_size
-        self.data_files_size_in_mb = data_files_size_in_mb
-        self.video_files_size_in_mb = video_files_size_in_mb
+        self._appending = appending_lock is not None
         release: Callable[[], None]
-        if appending is None:
+        if appending_lock is None:
             # new, or a dead writer's (only its lock file in it): removed on abort
             created = not root.exists() or (not _folder_entries(root) and (root / LOCK_FILE).exists())
             self._root_lock = RunLock(root).acquire()  # the folder is this writer's until the end
             release = partial(_release_destination, self._root_lock, root, created)
         else:
-            self._root_lock = appending[0]
+            self._root_lock = appending_lock
             release = partial(_release_appended, self._root_lock, root)
         staging = None
         try:  # Ctrl-C before the finalizer holds the staging folder leaves nothing either
-            if appending is None:
+            if not self._appending:
                 check_dataset_destination(root, overwrite)  # again, now that the folder is held
                 remove_stale_staging(root, REPLACED_TAG)
-            staging = Staging.create(root, STAGING_TAG if appending is None else APPEND_TAG)
+            staging = Staging.create(root, APPEND_TAG if self._appending else STAGING_TAG)
             self._cleanup = weakref.finalize(self, _discard, staging, release)  # on GC / exit if never finished
         except BaseException:
             _discard(staging, release)
@@ -229,41 +226,32 @@ class DatasetWriter:
         self._staging_folder = staging
         self.tmp_root = staging.path  # the new files (all of them, or an append's) until finish()
         self._staging = self.tmp_root / ".episode"  # the current episode's videos while it is recorded
-        self._init_columns(features)
-        self._init_counters(appending[1] if appending is not None else None)
-
-    def _init_columns(self, features: dict[str, dict[str, Any]]) -> None:
-        self.user_keys = [k for k in features if k not in BOOKKEEPING_FEATURES]
-        self.video_keys = [k for k in self.user_keys if features[k]["dtype"] == VIDEO]
-        self.image_keys = [k for k in self.user_keys if features[k]["dtype"] == IMAGE]
-        self._numeric_keys = [k for k in self.user_keys if is_numeric(features[k])]
-        self._string_keys = [k for k in self.user_keys if features[k]["dtype"] == STRING]
-        self._data_keys = [k for k in features if features[k]["dtype"] != VIDEO]  # columns of the data parquet
-        self._schema = pa.schema([(k, arrow_type(k, features[k])) for k in self._data_keys])
+        self.user_keys = [k for k in self.features if k not in BOOKKEEPING_FEATURES]
+        self.video_keys = [k for k in self.user_keys if self.features[k]["dtype"] == VIDEO]
+        self.image_keys = [k for k in self.user_keys if self.features[k]["dtype"] == IMAGE]
+        self._numeric_keys = [k for k in self.user_keys if is_numeric(self.features[k])]
+        self._string_keys = [k for k in self.user_keys if self.features[k]["dtype"] == STRING]
+        self._data_keys = [k for k in self.features if self.features[k]["dtype"] != VIDEO]  # of the data parquet
+        self._schema = pa.schema([(k, arrow_type(k, self.features[k])) for k in self._data_keys])
         if self.image_keys:  # datasets needs its metadata to know that the {bytes, path} structs are images
             self._schema = with_image_metadata(self._schema, self.image_keys)
 
-    def _init_counters(self, committed: CommittedState | None) -> None:
-        """Episodes, frames, tasks and the current files: none yet, or those that continue `committed` (appending)."""
-        self._committed = committed
-        self.tasks: dict[str, int] = dict(committed.tasks) if committed else {}
-        self.num_episodes = int(committed.info["total_episodes"]) if committed else 0
-        self.num_frames = int(committed.info["total_frames"]) if committed else 0
+        self.tasks = dict(committed.tasks)
+        self.num_episodes = int(self.info["total_episodes"])
+        self.num_frames = int(self.info["total_frames"])
         self._episode_rows: list[dict[str, Any]] = []
-        self._episode_stats: list[dict[str, dict[str, np.ndarray]]] = (
-            [committed.stats] if committed and committed.stats else []
-        )
+        self._episode_stats = [committed.stats] if committed.stats else []  # they combine with the new episodes'
         self._finished = False
-        self._data_chunk, self._data_file = committed.next_data if committed else (0, 0)
+        self._data_chunk, self._data_file = committed.next_data
         self._data_writer: pq.ParquetWriter | None = None
         self._data_path: Path | None = None
         self._data_file_frames = 0
-        self._video_chunk_file = dict(committed.next_video) if committed else {key: (0, 0) for key in self.video_keys}
+        self._video_chunk_file = dict(committed.next_video)
         self._video_out: dict[str, av.container.OutputContainer] = {}
         self._video_stream: dict[str, Any] = {}
         self._video_path: dict[str, Path] = {}
         self._video_file_frames = dict.fromkeys(self.video_keys, 0)
-        self._meta_chunk_file = committed.next_meta if committed else (0, 0)  # the meta/episodes file finish() writes
+        self._meta_chunk_file = committed.next_meta  # the meta/episodes file finish() writes
         self._reset_episode()
 
     @classmethod
@@ -292,19 +280,26 @@ class DatasetWriter:
         if chunks_size < 1 or data_files_size_in_mb <= 0 or video_files_size_in_mb <= 0:
             raise ValueError("chunks_size and the file size limits must be positive")
         checked = _check_features(features)
-        return cls(
-            root,
-            repo_id,
-            fps,
-            checked,
-            robot_type,
-            overwrite=overwrite,
-            video_crf=video_crf,
-            video_preset=video_preset,
-            chunks_size=chunks_size,
-            data_files_size_in_mb=data_files_size_in_mb,
-            video_files_size_in_mb=video_files_size_in_mb,
+        video_keys = [key for key, ft in checked.items() if ft["dtype"] == VIDEO]
+        info = {
+            "codebase_version": CODEBASE_VERSION,
+            "robot_type": robot_type,
+            "total_episodes": 0,
+            "total_frames": 0,
+            "total_tasks": 0,
+            "chunks_size": chunks_size,
+            "data_files_size_in_mb": data_files_size_in_mb,
+            "video_files_size_in_mb": video_files_size_in_mb,
+            "fps": fps,
+            "splits": {},
+            "data_path": DATA_PATH,
+            "video_path": VIDEO_PATH if video_keys else None,
+            "features": checked,
+        }
+        empty = CommittedState(
+            info, tasks={}, stats={}, next_data=(0, 0), next_video=dict.fromkeys(video_keys, (0, 0)), next_meta=(0, 0)
         )
+        return cls(root, repo_id, empty, overwrite=overwrite, video_crf=video_crf, video_preset=video_preset)
 
     @classmethod
     def open(
@@ -316,22 +311,14 @@ class DatasetWriter:
         root = Path(root)
         lock = RunLock(root).acquire()
         try:
-            committed = settle(root)
-            info = committed.info
-            features = {key: {**feature, "shape": list(feature["shape"])} for key, feature in info["features"].items()}
             return cls(
                 root,
                 repo_id or f"local/{root.name}",
-                info["fps"],
-                features,
-                info.get("robot_type"),
+                settle(root),
                 overwrite=False,
                 video_crf=video_crf,
                 video_preset=video_preset,
-                chunks_size=int(info["chunks_size"]),
-                data_files_size_in_mb=float(info.get("data_files_size_in_mb", DEFAULT_DATA_FILE_SIZE_MB)),
-                video_files_size_in_mb=float(info.get("video_files_size_in_mb", DEFAULT_VIDEO_FILE_SIZE_MB)),
-                appending=(lock, committed),
+                appending_lock=lock,
             )
         except BaseException:
             _release_appended(lock, root)
@@ -548,7 +535,7 @@ class DatasetWriter:
                 raise ValueError("no episode was saved: a dataset needs at least one (add_frame, save_episode)")
             self._close_files()
             shutil.rmtree(self._staging, ignore_errors=True)
-            if self._committed is None:
+            if not self._appending:
                 self._write_meta(self.tmp_root)
             elif self._episode_rows:  # until info.json is replaced, last, readers see the dataset as it was
                 for path in sorted(self.tmp_root.rglob("*")):
@@ -560,7 +547,7 @@ class DatasetWriter:
         except BaseException:
             self.abort()
             raise
-        if self._committed is not None:
+        if self._appending:
             self._cleanup()  # the (now empty) staging folder and the hold on root
         else:  # the held root (new, or the dataset overwrite=True replaces) steps aside for the staging folder
             old = staging_path(self.root, REPLACED_TAG)
@@ -589,46 +576,28 @@ class DatasetWriter:
             pq.write_table(pa.Table.from_pylist(self._episode_rows), tmp)
         write_tasks(base, self.tasks)
         write_json_atomically(base / STATS_PATH, stats_to_json(aggregate_stats(self._episode_stats)), indent=4)
-        totals = {
+        info = {
+            **self.info,
             "total_episodes": self.num_episodes,
             "total_frames": self.num_frames,
             "total_tasks": len(self.tasks),
+            "splits": {"train": f"0:{self.num_episodes}"},
         }
-        splits = {"train": f"0:{self.num_episodes}"}
-        if self._committed is not None:  # what else the dataset's info.json says stays
-            write_json_atomically(base / INFO_PATH, {**self._committed.info, **totals, "splits": splits}, indent=4)
-            return
-        features = deepcopy(self.features)
-        for key in self.video_keys:
-            features[key]["info"] = self._video_info(key)
-        info = {
-            "codebase_version": CODEBASE_VERSION,
-            "robot_type": self.robot_type,
-            **totals,
-            "chunks_size": self.chunks_size,
-            "data_files_size_in_mb": self.data_files_size_in_mb,
-            "video_files_size_in_mb": self.video_files_size_in_mb,
-            "fps": self.fps,
-            "splits": splits,
-            "data_path": DATA_PATH,
-            "video_path": VIDEO_PATH if self.video_keys else None,
-            "features": features,
-        }
+        if not self._appending:  # an appended dataset's info.json keeps the rest as it was
+            info["features"] = deepcopy(self.features)
+            for key in self.video_keys:  # the "info" LeRobot keeps per video feature, probed from the first file
+                probe = probe_video(self.tmp_root / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0))
+                info["features"][key]["info"] = {
+                    "video.height": probe.height,
+                    "video.width": probe.width,
+                    "video.codec": probe.codec,
+                    "video.pix_fmt": probe.pix_fmt or VIDEO_PIX_FMT,
+                    "video.is_depth_map": False,
+                    "video.fps": self.fps,
+                    "video.channels": int(self.features[key]["shape"][2]),
+                    "has_audio": probe.has_audio,
+                }
         write_json_atomically(base / INFO_PATH, info, indent=4)
-
-    def _video_info(self, key: str) -> dict[str, Any]:
-        """The "info" LeRobot keeps per video feature, probed from the first file."""
-        probe = probe_video(self.tmp_root / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0))
-        return {
-            "video.height": probe.height,
-            "video.width": probe.width,
-            "video.codec": probe.codec,
-            "video.pix_fmt": probe.pix_fmt or VIDEO_PIX_FMT,
-            "video.is_depth_map": False,
-            "video.fps": self.fps,
-            "video.channels": int(self.features[key]["shape"][2]),
-            "has_audio": probe.has_audio,
-        }
 
     def abort(self) -> None:
         """Stops writing and removes the temporary folder; `root` is left untouched."""
