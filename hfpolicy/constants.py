@@ -34,6 +34,9 @@ METRICS_FILE = "metrics.jsonl"  # one JSON line per log or eval event (the train
 DEFAULT_EVAL_START_SEED = 100_000
 
 
+PAD_SUFFIX = "_is_pad"
+
+
 def pad_key(key: str) -> str:
     """The name of the padding mask of a windowed feature (true where a time offset fell outside the episode)."""
-    return f"{key}_is_pad"
+    return f"{key}{PAD_SUFFIX}"

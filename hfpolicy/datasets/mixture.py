@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hfpolicy.constants import TASK, pad_key
+from hfpolicy.constants import PAD_SUFFIX, TASK, pad_key
 from hfpolicy.datasets.dataset import PolicyDataset
 from hfpolicy.datasets.format import DatasetFormatError
 from hfpolicy.datasets.loader_transfer import batch_for_loader
@@ -32,7 +32,7 @@ def parse_renames(pairs: Sequence[str] | None) -> dict[str, str]:
 
 def renamed_key(key: str, renames: Mapping[str, str]) -> str:
     """A feature key, or a `{key}_is_pad` key, under `renames`."""
-    base = key.removesuffix("_is_pad")
+    base = key.removesuffix(PAD_SUFFIX)
     if base != key and base in renames:
         return pad_key(renames[base])
     return renames.get(key, key)
@@ -205,7 +205,7 @@ class MixtureDataset(torch.utils.data.Dataset):
 
 def _kept(key: str, features: dict) -> bool:
     """Whether a batch key is a shared feature (or its *_is_pad), the task or the dataset index."""
-    return key.removesuffix("_is_pad") in features or key in (TASK, DATASET_INDEX)
+    return key.removesuffix(PAD_SUFFIX) in features or key in (TASK, DATASET_INDEX)
 
 
 def _shares(total: int, needs: Sequence[int], floors: Sequence[int] | None = None) -> list[int]:
