@@ -171,6 +171,14 @@ def write_tasks(root: Path, tasks: dict[str, int]) -> None:
         frame.to_parquet(tmp)
 
 
+def _unfinished_append_left_files(root: Path, info: dict, next_data: tuple, next_video: dict) -> bool:
+    """Whether an unfinished append left files: the first data or video file it would number exists."""
+    return (root / info["data_path"].format(chunk_index=next_data[0], file_index=next_data[1])).exists() or any(
+        (root / info["video_path"].format(video_key=key, chunk_index=c, file_index=f)).exists()
+        for key, (c, f) in next_video.items()
+    )
+
+
 def settle(root: str | Path, n_episodes: int | None = None) -> CommittedState:
     """The committed state of the v3.0 dataset at `root` (the caller holds its run lock), keeping its first
     `n_episodes` (default: all that info.json commits) and removing the rest and whatever an unfinished append
@@ -208,11 +216,7 @@ def settle(root: str | Path, n_episodes: int | None = None) -> CommittedState:
     }
     next_data = next_chunk_file(*last_data, chunks_size)
     next_video = {key: next_chunk_file(*last, chunks_size) for key, last in last_video.items()}
-    next_files = [root / info["data_path"].format(chunk_index=next_data[0], file_index=next_data[1])] + [
-        root / info["video_path"].format(video_key=key, chunk_index=c, file_index=f)
-        for key, (c, f) in next_video.items()
-    ]
-    if rewrites or any(path.exists() for path in next_files):  # the first files an unfinished append wrote
+    if rewrites or _unfinished_append_left_files(root, info, next_data, next_video):
         _remove_beyond(root / "data", ".parquet", last_data)
         for key in video_keys:
             _remove_beyond(root / "videos" / key, ".mp4", last_video[key])

@@ -204,28 +204,7 @@ class DatasetWriter:
         self.video_crf = video_crf
         self.video_preset = video_preset
         self._appending = appending_lock is not None
-        release: Callable[[], None]
-        if appending_lock is None:
-            # new, or a dead writer's (only its lock file in it): removed on abort
-            created = not root.exists() or (not _folder_entries(root) and (root / LOCK_FILE).exists())
-            self._root_lock = RunLock(root).acquire()  # the folder is this writer's until the end
-            release = partial(_release_destination, self._root_lock, root, created)
-        else:
-            self._root_lock = appending_lock
-            release = partial(_release_appended, self._root_lock, root)
-        staging = None
-        try:  # Ctrl-C before the finalizer holds the staging folder leaves nothing either
-            if not self._appending:
-                check_dataset_destination(root, overwrite)  # again, now that the folder is held
-                remove_stale_staging(root, REPLACED_TAG)
-            staging = Staging.create(root, APPEND_TAG if self._appending else STAGING_TAG)
-            self._cleanup = weakref.finalize(self, _discard, staging, release)  # on GC / exit if never finished
-        except BaseException:
-            _discard(staging, release)
-            raise
-        self._staging_folder = staging
-        self.tmp_root = staging.path  # the new files (all of them, or an append's) until finish()
-        self._staging = self.tmp_root / ".episode"  # the current episode's videos while it is recorded
+        self._hold_root(overwrite, appending_lock)
         self.user_keys = [k for k in self.features if k not in BOOKKEEPING_FEATURES]
         self.video_keys = [k for k in self.user_keys if self.features[k]["dtype"] == VIDEO]
         self.image_keys = [k for k in self.user_keys if self.features[k]["dtype"] == IMAGE]
@@ -253,6 +232,33 @@ class DatasetWriter:
         self._video_file_frames = dict.fromkeys(self.video_keys, 0)
         self._meta_chunk_file = committed.next_meta  # the meta/episodes file finish() writes
         self._reset_episode()
+
+    def _hold_root(self, overwrite: bool, appending_lock: RunLock | None) -> None:
+        """Holds root (its run lock; `appending_lock` when appending) and a staging folder for the new files, both
+        let go of on abort, or at exit if never finished."""
+        root = self.root
+        release: Callable[[], None]
+        if appending_lock is None:
+            # new, or a dead writer's (only its lock file in it): removed on abort
+            created = not root.exists() or (not _folder_entries(root) and (root / LOCK_FILE).exists())
+            self._root_lock = RunLock(root).acquire()  # the folder is this writer's until the end
+            release = partial(_release_destination, self._root_lock, root, created)
+        else:
+            self._root_lock = appending_lock
+            release = partial(_release_appended, self._root_lock, root)
+        staging = None
+        try:  # Ctrl-C before the finalizer holds the staging folder leaves nothing either
+            if not self._appending:
+                check_dataset_destination(root, overwrite)  # again, now that the folder is held
+                remove_stale_staging(root, REPLACED_TAG)
+            staging = Staging.create(root, APPEND_TAG if self._appending else STAGING_TAG)
+            self._cleanup = weakref.finalize(self, _discard, staging, release)  # on GC / exit if never finished
+        except BaseException:
+            _discard(staging, release)
+            raise
+        self._staging_folder = staging
+        self.tmp_root = staging.path  # the new files (all of them, or an append's) until finish()
+        self._staging = self.tmp_root / ".episode"  # the current episode's videos while it is recorded
 
     @classmethod
     def create(
