@@ -282,6 +282,20 @@ class VideoProbe:
     has_audio: bool
 
 
+def check_whole_video(path: str | Path) -> None:
+    """UnreadableVideoError when the file is not a video, or holds fewer frames than its index lists: cut short after
+    an index at its front, it still opens (reads the packets, decodes none)."""
+    probe_video(path)
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        found = sum(1 for packet in container.demux(stream) if packet.size)
+    if found < stream.frames:
+        raise UnreadableVideoError(
+            f"{path} is not a readable video (cut short: {found} of the {stream.frames} frames its index lists are in "
+            "the file): copy or download it again"
+        )
+
+
 def probe_video(path: str | Path) -> VideoProbe:
     """What the file's video stream says about itself; UnreadableVideoError when FFmpeg cannot open it."""
     try:

@@ -11,6 +11,7 @@ from hfpolicy.constants import DONE, EPISODE_INDEX, FRAME_INDEX, INDEX, REWARD, 
 from hfpolicy.datasets import DatasetMeta, PolicyDataset
 from hfpolicy.datasets.features import STRING, is_visual
 from hfpolicy.datasets.format import EP_LENGTH, EP_TASKS, DatasetFormatError, ep_video_column
+from hfpolicy.io.video import check_whole_video
 from hfpolicy.viewer.page import MAX_SERIES_VALUES, rounded, rounded_list
 
 BOOKKEEPING = (INDEX, EPISODE_INDEX, FRAME_INDEX, TIMESTAMP, TASK_INDEX, DONE)  # columns not worth a plot
@@ -114,6 +115,8 @@ def dataset_page_data(
             f"{root} lacks the video files {missing[:3]}{' ...' if len(missing) > 3 else ''} that meta/episodes points "
             "to (a copy or download without videos/?): copy them in, or view the complete dataset"
         )
+    for path in file_ids:  # a cut-short or damaged file is named here, not left to the page's player
+        check_whole_video(root / path)
     return {
         "kind": "dataset",
         "title": f"dataset: {meta.repo_id}",

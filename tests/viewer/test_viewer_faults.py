@@ -90,6 +90,15 @@ def test_a_dataset_without_its_videos_is_named(tmp_path, capsys):
     assert f"{root} lacks the video files ['videos/observation.image/chunk-000/file-000.mp4']" in err
 
 
+def test_a_cut_short_dataset_video_is_named(tmp_path, capsys):
+    root = recorded_dataset(tmp_path / "demos", n_episodes=1, max_steps=8)
+    video = root / "videos" / "observation.image" / "chunk-000" / "file-000.mp4"
+    video.write_bytes(video.read_bytes()[: video.stat().st_size * 2 // 3])  # a broken copy or download: it still opens
+    err = view_error(capsys, root, f"--output={tmp_path / 'v.html'}")
+    assert f"{video} is not a readable video (cut short:" in err
+    assert not (tmp_path / "v.html").exists()
+
+
 def test_a_string_in_metrics_jsonl_is_named(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
