@@ -282,22 +282,10 @@ class VideoProbe:
     has_audio: bool
 
 
-def check_whole_video(path: str | Path) -> None:
-    """UnreadableVideoError when the file is not a video, or holds fewer frames than its index lists: cut short after
-    an index at its front, it still opens (reads the packets, decodes none)."""
-    probe_video(path)
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        found = sum(1 for packet in container.demux(stream) if packet.size)
-    if found < stream.frames:
-        raise UnreadableVideoError(
-            f"{path} is not a readable video (cut short: {found} of the {stream.frames} frames its index lists are in "
-            "the file): copy or download it again"
-        )
-
-
-def probe_video(path: str | Path) -> VideoProbe:
-    """What the file's video stream says about itself; UnreadableVideoError when FFmpeg cannot open it."""
+def probe_video(path: str | Path, whole: bool = False) -> VideoProbe:
+    """What the file's video stream says about itself; UnreadableVideoError when FFmpeg cannot open it, or (`whole`:
+    its packets counted, none decoded) when it holds fewer frames than its index lists: cut short after an index at
+    its front, it still opens."""
     try:
         container = av.open(str(path))
     except av.error.FFmpegError as e:
@@ -313,6 +301,12 @@ def probe_video(path: str | Path) -> VideoProbe:
         rate = stream.average_rate or stream.guessed_rate
         if rate is None:
             raise UnreadableVideoError(f"{path}'s video stream states no frame rate: write it again, or remove it")
+        found = sum(1 for packet in container.demux(stream) if packet.size) if whole else stream.frames
+        if found < stream.frames:
+            raise UnreadableVideoError(
+                f"{path} is not a readable video (cut short: {found} of the {stream.frames} frames its index lists "
+                "are in the file): copy or download it again"
+            )
         return VideoProbe(
             fps=float(rate),
             width=context.width,

@@ -11,7 +11,7 @@ from hfpolicy.constants import DONE, EPISODE_INDEX, FRAME_INDEX, INDEX, REWARD, 
 from hfpolicy.datasets import DatasetMeta, PolicyDataset
 from hfpolicy.datasets.features import STRING, is_visual
 from hfpolicy.datasets.format import EP_LENGTH, EP_TASKS, DatasetFormatError, ep_video_column
-from hfpolicy.io.video import check_whole_video
+from hfpolicy.io.video import probe_video
 from hfpolicy.viewer.page import MAX_SERIES_VALUES, rounded, rounded_list
 
 BOOKKEEPING = (INDEX, EPISODE_INDEX, FRAME_INDEX, TIMESTAMP, TASK_INDEX, DONE)  # columns not worth a plot
@@ -116,7 +116,7 @@ def dataset_page_data(
             "to (a copy or download without videos/?): copy them in, or view the complete dataset"
         )
     for path in file_ids:  # a cut-short or damaged file is named here, not left to the page's player
-        check_whole_video(root / path)
+        probe_video(root / path, whole=True)
     return {
         "kind": "dataset",
         "title": f"dataset: {meta.repo_id}",
